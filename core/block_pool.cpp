@@ -1,0 +1,62 @@
+#include "core/block_pool.h"
+
+#include <sys/mman.h>
+
+#include <cassert>
+#include <climits>
+#include <cstdint>
+
+namespace kvlab {
+
+Status BlockPool::Create(std::string name, int64_t block_bytes, int64_t num_blocks, bool with_storage,
+                         std::unique_ptr<BlockPool>* out) {
+  if (block_bytes <= 0 || num_blocks < 0 || num_blocks > INT32_MAX) {
+    return Status::InvalidArgument("block pool '" + name + "': block_bytes must be > 0 and num_blocks in [0, 2^31)");
+  }
+  std::unique_ptr<BlockPool> pool(new BlockPool(std::move(name), block_bytes, num_blocks));
+  if (with_storage && num_blocks > 0) {
+    pool->mapped_bytes_ = static_cast<size_t>(block_bytes * num_blocks);
+    void* p = mmap(nullptr, pool->mapped_bytes_, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+      return Status::ResourceExhausted("block pool '" + pool->name_ + "': cannot map " +
+                                       std::to_string(pool->mapped_bytes_) + " bytes");
+    }
+    pool->arena_ = static_cast<uint8_t*>(p);
+  }
+  *out = std::move(pool);
+  return Status::OK();
+}
+
+BlockPool::BlockPool(std::string name, int64_t block_bytes, int64_t num_blocks)
+    : name_(std::move(name)), block_bytes_(block_bytes), num_blocks_(num_blocks) {
+  free_.reserve(static_cast<size_t>(num_blocks));
+  for (int64_t i = num_blocks - 1; i >= 0; --i) free_.push_back(static_cast<int32_t>(i));
+  refcount_.assign(static_cast<size_t>(num_blocks), 0);
+}
+
+BlockPool::~BlockPool() {
+  if (arena_ != nullptr) munmap(arena_, mapped_bytes_);
+}
+
+int32_t BlockPool::Allocate() {
+  if (free_.empty()) return -1;
+  const int32_t id = free_.back();
+  free_.pop_back();
+  refcount_[static_cast<size_t>(id)] = 1;
+  if (num_used() > peak_used_) peak_used_ = num_used();
+  return id;
+}
+
+void BlockPool::IncRef(int32_t id) {
+  assert(refcount_[static_cast<size_t>(id)] > 0);
+  ++refcount_[static_cast<size_t>(id)];
+}
+
+void BlockPool::DecRef(int32_t id) {
+  int32_t& rc = refcount_[static_cast<size_t>(id)];
+  assert(rc > 0);
+  if (--rc == 0) free_.push_back(id);
+}
+
+}  // namespace kvlab

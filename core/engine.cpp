@@ -1,0 +1,328 @@
+#include "core/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <thread>
+
+#include "core/model.h"
+
+namespace kvlab {
+
+struct Engine::Impl {
+  EngineOptions options;
+  PolicyStack policies;
+  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<KVCache> cache;
+  std::map<int64_t, int64_t> seq_len;  // tokens processed per sequence
+  AttentionBackend backend = AttentionBackend::kCpu;
+
+  void ApplySelection(const std::vector<SeqChunk>& chunks);
+};
+
+namespace {
+
+double MsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// A preset name builds random weights; anything else is a model directory.
+Status MakeModel(const EngineOptions& options, std::unique_ptr<LlamaModel>* out) {
+  ModelConfig preset;
+  if (PresetConfig(options.model, &preset).ok()) {
+    if (options.num_layers > 0) preset.num_hidden_layers = std::min<int64_t>(preset.num_hidden_layers, options.num_layers);
+    return LlamaModel::Random(preset, options.weight_seed, out);
+  }
+  return LlamaModel::Load(options.model, out);
+}
+
+}  // namespace
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() = default;
+
+Status Engine::Create(const EngineOptions& options, const std::vector<PolicySpec>& policy_specs,
+                      std::unique_ptr<Engine>* out) {
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  if (options.attention == "cpu") {
+    impl->backend = AttentionBackend::kCpu;
+  } else if (options.attention == "reference") {
+    impl->backend = AttentionBackend::kReference;
+  } else {
+    return Status::InvalidArgument("attention backend '" + options.attention + "': expected cpu or reference");
+  }
+  const int threads = options.num_threads > 0 ? options.num_threads
+                                              : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  at::set_num_threads(threads);
+
+  KVLAB_RETURN_IF_ERROR(PolicyStack::Create(policy_specs, &impl->policies));
+
+  KVLAB_RETURN_IF_ERROR(MakeModel(options, &impl->model));
+  const ModelConfig& mc = impl->model->config();
+  const int stored = impl->policies.StoredKvHeads(static_cast<int>(mc.num_key_value_heads));
+  KVLAB_RETURN_IF_ERROR(impl->model->SetStoredKvHeads(stored));
+
+  CacheShape shape;
+  shape.num_layers = static_cast<int>(mc.num_hidden_layers);
+  shape.num_kv_heads = stored;
+  shape.head_dim = static_cast<int>(mc.head_dim);
+  shape.block_size = options.block_size;
+  shape.dtype = impl->policies.StorageDType(options.kv_dtype);
+  KVLAB_RETURN_IF_ERROR(shape.Validate());
+  int64_t num_blocks = options.num_blocks;
+  if (num_blocks <= 0) {
+    if (options.max_seqs <= 0 || options.max_context <= 0) {
+      return Status::InvalidArgument("engine: max_seqs and max_context must be positive when num_blocks is not set");
+    }
+    num_blocks = options.max_seqs * shape.StreamsPerSequence() *
+                 ((options.max_context + shape.block_size - 1) / shape.block_size);
+  }
+  KVLAB_RETURN_IF_ERROR(KVCache::Create(shape, num_blocks, /*with_storage=*/true, &impl->cache));
+  out->reset(new Engine(std::move(impl)));
+  return Status::OK();
+}
+
+const ModelConfig& Engine::model_config() const { return impl_->model->config(); }
+const PolicyStack& Engine::policies() const { return impl_->policies; }
+const KVCache& Engine::cache() const { return *impl_->cache; }
+const EngineOptions& Engine::options() const { return impl_->options; }
+
+Status Engine::AddSequence(int64_t seq) {
+  KVLAB_RETURN_IF_ERROR(impl_->cache->AddSequence(seq));
+  impl_->seq_len[seq] = 0;
+  return Status::OK();
+}
+
+Status Engine::RemoveSequence(int64_t seq) {
+  KVLAB_RETURN_IF_ERROR(impl_->cache->RemoveSequence(seq));
+  impl_->seq_len.erase(seq);
+  return Status::OK();
+}
+
+int64_t Engine::SequenceLength(int64_t seq) const {
+  auto it = impl_->seq_len.find(seq);
+  return it == impl_->seq_len.end() ? -1 : it->second;
+}
+
+bool Engine::CanForward(const std::vector<SeqChunk>& chunks) const {
+  int64_t need = 0;
+  for (const SeqChunk& c : chunks) need += impl_->cache->BlocksNeeded(c.seq, static_cast<int64_t>(c.tokens.size()));
+  return impl_->cache->pool().CanAllocate(need);
+}
+
+Status Engine::Forward(const std::vector<SeqChunk>& chunks, bool all_logits,
+                       std::vector<std::vector<float>>* logits) {
+  Impl& s = *impl_;
+  const int64_t vocab = s.model->config().vocab_size;
+  if (chunks.empty()) return Status::InvalidArgument("Forward: no chunks");
+  std::vector<int32_t> tokens, positions, qo_indptr{0};
+  std::vector<int64_t> seqs;
+  for (const SeqChunk& c : chunks) {
+    if (!s.seq_len.count(c.seq)) return Status::NotFound("Forward: sequence " + std::to_string(c.seq) + " was not added");
+    if (std::find(seqs.begin(), seqs.end(), c.seq) != seqs.end()) {
+      return Status::InvalidArgument("Forward: sequence " + std::to_string(c.seq) + " appears twice in one step");
+    }
+    if (c.tokens.empty()) return Status::InvalidArgument("Forward: empty chunk for sequence " + std::to_string(c.seq));
+    for (int32_t t : c.tokens) {
+      if (t < 0 || t >= vocab) {
+        return Status::InvalidArgument("token id " + std::to_string(t) + " outside the model's vocabulary [0, " +
+                                       std::to_string(vocab) + ")");
+      }
+    }
+    seqs.push_back(c.seq);
+    const int64_t start = s.seq_len[c.seq];
+    for (size_t i = 0; i < c.tokens.size(); ++i) {
+      tokens.push_back(c.tokens[i]);
+      positions.push_back(static_cast<int32_t>(start + static_cast<int64_t>(i)));
+    }
+    qo_indptr.push_back(static_cast<int32_t>(tokens.size()));
+  }
+  if (!CanForward(chunks)) {
+    return Status::ResourceExhausted("KV pool has " + std::to_string(s.cache->pool().num_free()) +
+                                     " free blocks, too few for this step");
+  }
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const int32_t* pos = positions.data() + qo_indptr[i];
+    KVLAB_RETURN_IF_ERROR(s.cache->Reserve(chunks[i].seq, static_cast<int64_t>(chunks[i].tokens.size()), pos));
+  }
+  PageTable pt;
+  s.cache->BuildPageTable(seqs, &pt);
+
+  // Per-slot attention for selection policies that rank by it (H2O).
+  std::vector<float> slot_attn;
+  std::vector<int64_t> slot_offsets;
+  const CacheShape& shape = s.cache->shape();
+  const bool want_scores = s.policies.NeedsAttentionScores();
+  if (want_scores) {
+    int64_t total = 0;
+    for (int l = 0; l < shape.num_layers; ++l) {
+      for (size_t b = 0; b < seqs.size(); ++b) {
+        for (int h = 0; h < shape.num_kv_heads; ++h) {
+          slot_offsets.push_back(total);
+          total += pt.StreamLength(l, static_cast<int>(b), h);
+        }
+      }
+    }
+    slot_attn.assign(static_cast<size_t>(total), 0.0f);
+  }
+
+  PagedForward in;
+  in.tokens = &tokens;
+  in.positions = &positions;
+  in.qo_indptr = &qo_indptr;
+  in.page_table = &pt;
+  in.backend = s.backend;
+  in.all_logits = all_logits;
+  if (want_scores) {
+    in.slot_attn = slot_attn.data();
+    in.slot_attn_offsets = slot_offsets.data();
+  }
+  at::Tensor out = s.model->ForwardPaged(in).contiguous();
+  const float* data = out.data_ptr<float>();
+  logits->assign(chunks.size(), {});
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const int64_t row0 = all_logits ? qo_indptr[i] : static_cast<int64_t>(i);
+    const int64_t rows = all_logits ? qo_indptr[i + 1] - qo_indptr[i] : 1;
+    (*logits)[i].assign(data + row0 * vocab, data + (row0 + rows) * vocab);
+    s.seq_len[chunks[i].seq] += static_cast<int64_t>(chunks[i].tokens.size());
+  }
+  if (want_scores) {
+    size_t k = 0;
+    for (int l = 0; l < shape.num_layers; ++l) {
+      for (size_t b = 0; b < seqs.size(); ++b) {
+        for (int h = 0; h < shape.num_kv_heads; ++h, ++k) {
+          Stream& st = s.cache->mutable_stream(seqs[b], l, h);
+          const float* a = slot_attn.data() + slot_offsets[k];
+          for (int64_t j = 0; j < st.num_tokens; ++j) st.score[static_cast<size_t>(j)] += a[j];
+        }
+      }
+    }
+  }
+  s.ApplySelection(chunks);
+  return Status::OK();
+}
+
+// Core applies what the selection policy proposes: compaction and freeing.
+void Engine::Impl::ApplySelection(const std::vector<SeqChunk>& chunks) {
+  const KVPolicy* sel = policies.For(kConcernSelection);
+  if (sel == nullptr) return;
+  const CacheShape& shape = cache->shape();
+  std::vector<int64_t> keep;
+  for (const SeqChunk& c : chunks) {
+    for (int l = 0; l < shape.num_layers; ++l) {
+      for (int h = 0; h < shape.num_kv_heads; ++h) {
+        const Stream& st = cache->stream(c.seq, l, h);
+        StreamState ss;
+        ss.layer = l;
+        ss.kv_head = h;
+        ss.num_tokens = st.num_tokens;
+        ss.positions = st.positions.data();
+        ss.score = st.score.data();
+        ss.seq_length = seq_len[c.seq];
+        ss.block_size = shape.block_size;
+        keep.clear();
+        if (sel->SelectSlots(ss, &keep)) cache->Compact(c.seq, l, h, keep);
+      }
+    }
+  }
+}
+
+Status Engine::Generate(const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& options,
+                        std::vector<GenerateResult>* results, GenerateStats* stats) {
+  Impl& s = *impl_;
+  const int64_t vocab = s.model->config().vocab_size;
+  const int64_t eos = s.model->config().eos_token_id;
+  const int64_t n = static_cast<int64_t>(prompts.size());
+  int64_t first_id = 0;
+  for (const auto& kv : s.seq_len) first_id = std::max(first_id, kv.first + 1);
+  results->assign(prompts.size(), {});
+  *stats = GenerateStats();
+  std::vector<Sampler> samplers;
+  std::vector<int32_t> next(prompts.size());
+  for (int64_t i = 0; i < n; ++i) {
+    if (prompts[static_cast<size_t>(i)].empty()) return Status::InvalidArgument("prompt " + std::to_string(i) + " is empty");
+    KVLAB_RETURN_IF_ERROR(AddSequence(first_id + i));
+    samplers.emplace_back(options.sampling, static_cast<uint64_t>(i));
+  }
+  Status st;
+  std::vector<std::vector<float>> logits;
+  // Prefill: each prompt in chunks of prefill_chunk tokens, one sequence per step.
+  auto t0 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < n && st.ok(); ++i) {
+    const auto& p = prompts[static_cast<size_t>(i)];
+    const size_t chunk = static_cast<size_t>(std::max<int64_t>(1, s.options.prefill_chunk));
+    for (size_t off = 0; off < p.size() && st.ok(); off += chunk) {
+      SeqChunk c{first_id + i, std::vector<int32_t>(p.begin() + off, p.begin() + std::min(p.size(), off + chunk))};
+      st = Forward({c}, false, &logits);
+    }
+    if (st.ok()) next[static_cast<size_t>(i)] = samplers[static_cast<size_t>(i)].Sample(logits[0].data(), vocab);
+  }
+  stats->prefill_ms = MsSince(t0);
+  // Decode: all unfinished sequences together, one token each per step.
+  std::vector<bool> done(prompts.size(), false);
+  for (int64_t step = 0; step < options.max_new_tokens && st.ok(); ++step) {
+    std::vector<SeqChunk> chunks;
+    std::vector<size_t> idx;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      if (done[i]) continue;
+      (*results)[i].tokens.push_back(next[i]);
+      const bool hit_eos = options.stop_at_eos && eos >= 0 && next[i] == eos;
+      if (hit_eos || static_cast<int64_t>((*results)[i].tokens.size()) >= options.max_new_tokens) {
+        done[i] = true;
+        continue;
+      }
+      chunks.push_back({first_id + static_cast<int64_t>(i), {next[i]}});
+      idx.push_back(i);
+    }
+    if (chunks.empty()) break;
+    t0 = std::chrono::steady_clock::now();
+    st = Forward(chunks, false, &logits);
+    stats->decode_step_ms.push_back(MsSince(t0));
+    for (size_t j = 0; j < idx.size() && st.ok(); ++j) next[idx[j]] = samplers[idx[j]].Sample(logits[j].data(), vocab);
+  }
+  stats->memory_at_end = Memory();
+  for (int64_t i = 0; i < n; ++i) {
+    if (s.seq_len.count(first_id + i)) RemoveSequence(first_id + i);
+  }
+  return st;
+}
+
+Status DenseLogits(const EngineOptions& options, const std::vector<int32_t>& tokens, bool nocache,
+                   std::vector<float>* out) {
+  std::unique_ptr<LlamaModel> model;
+  KVLAB_RETURN_IF_ERROR(MakeModel(options, &model));
+  const int64_t vocab = model->config().vocab_size;
+  for (int32_t t : tokens) {
+    if (t < 0 || t >= vocab) return Status::InvalidArgument("token id " + std::to_string(t) + " outside the vocabulary");
+  }
+  out->clear();
+  if (nocache) {
+    at::Tensor l = model->ForwardNoCache(tokens).contiguous();
+    out->assign(l.data_ptr<float>(), l.data_ptr<float>() + l.numel());
+    return Status::OK();
+  }
+  DenseKVCache cache;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    at::Tensor l = model->ForwardDense({tokens[i]}, static_cast<int64_t>(i), &cache, options.kv_dtype).contiguous();
+    out->insert(out->end(), l.data_ptr<float>(), l.data_ptr<float>() + l.numel());
+  }
+  return Status::OK();
+}
+
+MemoryStats Engine::Memory() const {
+  const BlockPool& pool = impl_->cache->pool();
+  MemoryStats m;
+  m.bytes_in_use = pool.bytes_in_use();
+  m.bytes_reserved = pool.bytes_reserved();
+  m.peak_bytes_in_use = pool.peak_bytes_in_use();
+  m.blocks_in_use = pool.num_used();
+  m.block_bytes = pool.block_bytes();
+  for (const auto& kv : impl_->seq_len) {
+    m.slots_in_use += impl_->cache->SlotsInUse(kv.first);
+    m.tokens_seen += kv.second;
+  }
+  return m;
+}
+
+}  // namespace kvlab

@@ -1,0 +1,105 @@
+// KVCache: the paged KV cache. One stream per (sequence, layer, stored KV
+// head); each stream is a list of blocks from the cache's BlockPool plus
+// per-slot metadata. Core (engine, scheduler) is the only caller that mutates
+// it: policies propose, core applies (Reserve, Compact, RemoveSequence).
+// Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "core/block_pool.h"
+#include "core/dtype.h"
+#include "core/status.h"
+#include "kernels/paged_kv.h"
+
+namespace kvlab {
+
+struct CacheShape {
+  int num_layers = 0;
+  int num_kv_heads = 0;  // stored KV heads per layer (after any head sharing)
+  int head_dim = 0;
+  int block_size = 16;
+  DType dtype = DType::kBF16;
+
+  int64_t BlockBytes() const { return 2LL * block_size * head_dim * DTypeBytes(dtype); }
+  int StreamsPerSequence() const { return num_layers * num_kv_heads; }
+  Status Validate() const;
+};
+
+// One stream: the K/V of one (sequence, layer, stored KV head).
+struct Stream {
+  std::vector<int32_t> blocks;     // block ids in slot order
+  int64_t num_tokens = 0;          // slots in use
+  std::vector<int32_t> positions;  // original token position of each slot
+  std::vector<float> score;        // policy state per slot (e.g. accumulated attention)
+
+  int64_t Capacity(int block_size) const { return static_cast<int64_t>(blocks.size()) * block_size; }
+};
+
+// The step's page tables for a batch of sequences, all layers, in one CSR
+// (built once per step, shared by all layers). Streams are ordered
+// [layer][seq][kv_head]; indptr values index the shared `indices`.
+class PageTable {
+ public:
+  // The kernel view of layer `layer`.
+  PagedKV Layer(int layer) const;
+  int num_seqs() const { return num_seqs_; }
+  int64_t StreamLength(int layer, int seq, int head) const;
+
+ private:
+  friend class KVCache;
+  std::vector<int32_t> indptr_, indices_, last_block_len_;
+  int num_seqs_ = 0, num_layers_ = 0, num_kv_heads_ = 0;
+  PagedKV base_;
+};
+
+class KVCache {
+ public:
+  using SeqId = int64_t;
+
+  // A cache whose pool holds num_blocks blocks of shape.BlockBytes().
+  static Status Create(const CacheShape& shape, int64_t num_blocks, bool with_storage,
+                       std::unique_ptr<KVCache>* out);
+
+  const CacheShape& shape() const { return shape_; }
+  BlockPool& pool() { return *pool_; }
+  const BlockPool& pool() const { return *pool_; }
+
+  Status AddSequence(SeqId id);
+  bool HasSequence(SeqId id) const { return seqs_.count(id) != 0; }
+  // Frees every block of every stream of the sequence.
+  Status RemoveSequence(SeqId id);
+  size_t num_sequences() const { return seqs_.size(); }
+
+  // Check-then-act pair: blocks needed to append n slots to every stream of
+  // `id`, and the append itself (slots get original positions positions[0..n)).
+  // Reserve fails with ResourceExhausted, changing nothing, when the pool
+  // cannot supply the blocks.
+  int64_t BlocksNeeded(SeqId id, int64_t n) const;
+  Status Reserve(SeqId id, int64_t n, const int32_t* positions);
+
+  // Keeps only the slots `keep` (strictly increasing slot indices) of one
+  // stream, moving their K/V, positions and scores down, and frees the blocks
+  // no longer needed.
+  Status Compact(SeqId id, int layer, int head, const std::vector<int64_t>& keep);
+
+  const Stream& stream(SeqId id, int layer, int head) const;
+  Stream& mutable_stream(SeqId id, int layer, int head);
+
+  // Builds the page tables of `seqs` (in batch order) for all layers.
+  void BuildPageTable(const std::vector<SeqId>& seqs, PageTable* out) const;
+
+  // Tokens held by a sequence, summed over its streams (slots, not blocks).
+  int64_t SlotsInUse(SeqId id) const;
+
+ private:
+  KVCache(const CacheShape& shape, std::unique_ptr<BlockPool> pool);
+  CacheShape shape_;
+  std::unique_ptr<BlockPool> pool_;
+  std::unordered_map<SeqId, std::vector<Stream>> seqs_;
+};
+
+}  // namespace kvlab

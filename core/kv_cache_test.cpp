@@ -1,0 +1,167 @@
+#include "core/kv_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <random>
+
+#include "core/model_config.h"
+#include "kernels/append_kv.h"
+#include "policies/kv_policy.h"
+
+namespace kvlab {
+namespace {
+
+std::vector<int32_t> Iota(int64_t start, int64_t n) {
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  std::iota(v.begin(), v.end(), static_cast<int32_t>(start));
+  return v;
+}
+
+CacheShape SmallShape(int block_size, DType dtype = DType::kF32) {
+  CacheShape s;
+  s.num_layers = 2;
+  s.num_kv_heads = 2;
+  s.head_dim = 4;
+  s.block_size = block_size;
+  s.dtype = dtype;
+  return s;
+}
+
+TEST(KVCacheTest, ReserveAllocatesBlocksPerStream) {
+  std::unique_ptr<KVCache> c;
+  ASSERT_TRUE(KVCache::Create(SmallShape(4), 100, true, &c).ok());
+  ASSERT_TRUE(c->AddSequence(7).ok());
+  EXPECT_EQ(c->BlocksNeeded(7, 5), 4 * 2);  // 4 streams x ceil(5/4)
+  auto pos = Iota(0, 5);
+  ASSERT_TRUE(c->Reserve(7, 5, pos.data()).ok());
+  EXPECT_EQ(c->pool().num_used(), 8);
+  EXPECT_EQ(c->BlocksNeeded(7, 3), 0);  // 5 + 3 fits in 2 blocks
+  EXPECT_EQ(c->BlocksNeeded(7, 4), 4);
+  EXPECT_EQ(c->stream(7, 1, 1).num_tokens, 5);
+  EXPECT_EQ(c->stream(7, 1, 1).positions[4], 4);
+  ASSERT_TRUE(c->RemoveSequence(7).ok());
+  EXPECT_EQ(c->pool().num_used(), 0);
+  EXPECT_EQ(c->pool().peak_bytes_in_use(), 8 * c->shape().BlockBytes());
+}
+
+TEST(KVCacheTest, ReserveFailsWithoutChangingAnything) {
+  std::unique_ptr<KVCache> c;
+  ASSERT_TRUE(KVCache::Create(SmallShape(4), 6, true, &c).ok());
+  ASSERT_TRUE(c->AddSequence(1).ok());
+  auto pos = Iota(0, 8);
+  Status s = c->Reserve(1, 8, pos.data());  // needs 8 blocks, pool has 6
+  EXPECT_EQ(s.code(), Status::Code::kResourceExhausted);
+  EXPECT_EQ(c->pool().num_used(), 0);
+  EXPECT_EQ(c->stream(1, 0, 0).num_tokens, 0);
+}
+
+TEST(KVCacheTest, PageTableDescribesEveryStream) {
+  std::unique_ptr<KVCache> c;
+  ASSERT_TRUE(KVCache::Create(SmallShape(4), 100, true, &c).ok());
+  ASSERT_TRUE(c->AddSequence(1).ok());
+  ASSERT_TRUE(c->AddSequence(2).ok());
+  auto p1 = Iota(0, 9), p2 = Iota(0, 4);
+  ASSERT_TRUE(c->Reserve(1, 9, p1.data()).ok());
+  ASSERT_TRUE(c->Reserve(2, 4, p2.data()).ok());
+  PageTable pt;
+  c->BuildPageTable({2, 1}, &pt);
+  for (int l = 0; l < 2; ++l) {
+    const PagedKV kv = pt.Layer(l);
+    ASSERT_EQ(kv.num_streams, 4);
+    EXPECT_EQ(kv.StreamLength(0), 4);  // seq 2 first in batch order
+    EXPECT_EQ(kv.StreamLength(3), 9);
+    EXPECT_EQ(kv.last_block_len[3], 1);
+    EXPECT_EQ(kv.last_block_len[0], 4);
+    // Blocks in the table are the stream's blocks, in order.
+    const Stream& s = c->stream(1, l, 1);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(kv.indices[kv.indptr[3] + i], s.blocks[static_cast<size_t>(i)]);
+  }
+}
+
+TEST(KVCacheTest, CompactMovesKeptSlotsAndFreesBlocks) {
+  std::unique_ptr<KVCache> c;
+  const CacheShape shape = SmallShape(4);
+  ASSERT_TRUE(KVCache::Create(shape, 100, true, &c).ok());
+  ASSERT_TRUE(c->AddSequence(1).ok());
+  const int n = 10;
+  auto pos = Iota(100, n);
+  ASSERT_TRUE(c->Reserve(1, n, pos.data()).ok());
+  PageTable pt;
+  c->BuildPageTable({1}, &pt);
+  // K of token t, head h, layer l = (t, h, l, 0); V = -K.
+  std::vector<float> k(static_cast<size_t>(n * 2 * 4)), v(k.size());
+  for (int l = 0; l < 2; ++l) {
+    for (int t = 0; t < n; ++t)
+      for (int h = 0; h < 2; ++h)
+        for (int d = 0; d < 4; ++d) {
+          const size_t i = static_cast<size_t>((t * 2 + h) * 4 + d);
+          k[i] = static_cast<float>(t * 100 + h * 10 + l + (d == 3 ? 0.5 : 0));
+          v[i] = -k[i];
+        }
+    const int32_t qo[2] = {0, n};
+    AppendKV(pt.Layer(l), qo, 1, 2, k.data(), v.data());
+  }
+  const int64_t used_before = c->pool().num_used();
+  ASSERT_TRUE(c->Compact(1, 1, 0, {0, 3, 9}).ok());
+  const Stream& s = c->stream(1, 1, 0);
+  EXPECT_EQ(s.num_tokens, 3);
+  EXPECT_EQ(s.blocks.size(), 1u);
+  EXPECT_EQ(c->pool().num_used(), used_before - 2);
+  EXPECT_EQ(s.positions, (std::vector<int32_t>{100, 103, 109}));
+  c->BuildPageTable({1}, &pt);
+  const PagedKV kv = pt.Layer(1);
+  const float* k2 = reinterpret_cast<const float*>(kv.KeyPtr(0, 2));
+  const float* v1 = reinterpret_cast<const float*>(kv.ValuePtr(0, 1));
+  EXPECT_FLOAT_EQ(k2[0], 901.0f);   // token 9, head 0, layer 1
+  EXPECT_FLOAT_EQ(v1[3], -301.5f);  // token 3
+  // Other streams untouched.
+  EXPECT_EQ(c->stream(1, 1, 1).num_tokens, n);
+  EXPECT_FALSE(c->Compact(1, 0, 0, {3, 3}).ok());
+  EXPECT_FALSE(c->Compact(1, 0, 0, {0, 10}).ok());
+}
+
+// The engine's pools hold exactly 2*L*H_kv*d_h*S*b for the full policy when
+// S is a multiple of block_size, and only the unfilled part of the last
+// block more otherwise (llama-3.1-8b shape, random K/V, no weights).
+TEST(KVCacheTest, FullPolicyBytesMatchTheFormulaAtLlama31_8BShape) {
+  ModelConfig mc;
+  ASSERT_TRUE(PresetConfig("llama-3.1-8b", &mc).ok());
+  PolicyStack stack;
+  ASSERT_TRUE(PolicyStack::Create({PolicySpec{"full", {}, "test"}}, &stack).ok());
+  CacheShape shape;
+  shape.num_layers = static_cast<int>(mc.num_hidden_layers);
+  shape.num_kv_heads = stack.StoredKvHeads(static_cast<int>(mc.num_key_value_heads));
+  shape.head_dim = static_cast<int>(mc.head_dim);
+  shape.block_size = 16;
+  shape.dtype = stack.StorageDType(DType::kBF16);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd;
+  for (int64_t S : {256, 300, 17}) {
+    std::unique_ptr<KVCache> c;
+    ASSERT_TRUE(KVCache::Create(shape, 32 * 8 * 20, true, &c).ok());
+    ASSERT_TRUE(c->AddSequence(0).ok());
+    auto pos = Iota(0, S);
+    ASSERT_TRUE(c->Reserve(0, S, pos.data()).ok());
+    PageTable pt;
+    c->BuildPageTable({0}, &pt);
+    std::vector<float> k(static_cast<size_t>(S * 8 * 128)), v(k.size());
+    for (auto& x : k) x = nd(rng);
+    for (auto& x : v) x = nd(rng);
+    const int32_t qo[2] = {0, static_cast<int32_t>(S)};
+    for (int l = 0; l < 32; ++l) AppendKV(pt.Layer(l), qo, 1, 8, k.data(), v.data());
+    const int64_t formula = 2LL * 32 * 8 * 128 * S * 2;
+    const int64_t padded = 2LL * 32 * 8 * 128 * ((S + 15) / 16 * 16) * 2;
+    EXPECT_EQ(c->pool().bytes_in_use(), padded) << "S=" << S;
+    if (S % 16 == 0) {
+      EXPECT_EQ(c->pool().bytes_in_use(), formula);
+    }
+    EXPECT_EQ(c->pool().bytes_in_use() - formula, 2LL * 32 * 8 * 128 * 2 * ((16 - S % 16) % 16)) << "S=" << S;
+    if (S == 256) {
+      EXPECT_EQ(c->pool().bytes_in_use(), 131072LL * 256);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvlab

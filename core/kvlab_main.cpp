@@ -1,0 +1,295 @@
+// kvlab: the command-line front end. Subcommands parse arguments (CLI11),
+// call the library, print results; every library error is printed once as
+// "kvlab: error: ..." with exit status 1.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <numeric>
+#include <sstream>
+
+#include "core/engine.h"
+#include "core/memory_calc.h"
+#include "core/model_config.h"
+#include "core/run_config.h"
+#include "core/tokenizer.h"
+#include "policies/registry.h"
+
+namespace kvlab {
+namespace {
+
+// "name" or "name:key=value,key=value".
+Status ParsePolicyArg(const std::string& arg, PolicySpec* out) {
+  out->source = "--policy " + arg;
+  const size_t colon = arg.find(':');
+  out->name = arg.substr(0, colon);
+  if (colon == std::string::npos) return Status::OK();
+  std::stringstream ss(arg.substr(colon + 1));
+  std::string kv;
+  while (std::getline(ss, kv, ',')) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return Status::InvalidArgument("--policy " + arg + ": expected NAME:key=value[,key=value], got '" + kv + "'");
+    }
+    out->params[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return Status::OK();
+}
+
+Status ParsePolicyArgs(const std::vector<std::string>& args, std::vector<PolicySpec>* out) {
+  out->clear();
+  for (const std::string& a : args) {
+    PolicySpec spec;
+    KVLAB_RETURN_IF_ERROR(ParsePolicyArg(a, &spec));
+    out->push_back(std::move(spec));
+  }
+  if (out->empty()) out->push_back(PolicySpec{"full", {}, "--policy"});
+  return Status::OK();
+}
+
+// A preset name, a config.json path, or a model directory.
+Status ResolveModelConfig(const std::string& model, ModelConfig* out) {
+  if (PresetConfig(model, out).ok()) return Status::OK();
+  const bool is_json = model.size() >= 5 && model.compare(model.size() - 5, 5, ".json") == 0;
+  const std::string path = is_json ? model : model + "/config.json";
+  std::ifstream probe(path);
+  if (!probe) {
+    std::string names;
+    for (const auto& n : PresetNames()) names += (names.empty() ? "" : ", ") + n;
+    return Status::NotFound("model '" + model + "' is neither a preset (" + names + ") nor a readable " + path);
+  }
+  return LoadModelConfig(path, out);
+}
+
+void PrintEngineMemory(const Engine& engine, const MemoryStats& m, int64_t tokens_per_seq_total) {
+  const CacheShape& s = engine.cache().shape();
+  std::printf("KV cache (%s, block_size %d, %s storage):\n", engine.policies().Describe().c_str(), s.block_size,
+              DTypeName(s.dtype));
+  std::printf("  in use    %s B in %lld blocks of %s B\n", WithCommas(m.bytes_in_use).c_str(),
+              static_cast<long long>(m.blocks_in_use), WithCommas(m.block_bytes).c_str());
+  std::printf("  peak      %s B\n", WithCommas(m.peak_bytes_in_use).c_str());
+  std::printf("  reserved  %s B (pool capacity)\n", WithCommas(m.bytes_reserved).c_str());
+  const int64_t formula = 2LL * s.num_layers * s.num_kv_heads * s.head_dim * DTypeBytes(s.dtype) * tokens_per_seq_total;
+  std::printf("  formula   2 x L x H_kv x d_h x S x b = %s B for S = %lld tokens held; pools hold %s B more (unfilled last blocks)\n",
+              WithCommas(formula).c_str(), static_cast<long long>(tokens_per_seq_total),
+              WithCommas(m.bytes_in_use - formula).c_str());
+}
+
+int Fail(const Status& s) {
+  std::fprintf(stderr, "kvlab: error: %s\n", s.ToString().c_str());
+  return 1;
+}
+
+}  // namespace
+
+int Main(int argc, char** argv) {
+  CLI::App app{"kvlab: a testbed for KV-cache compression policies on a paged decode engine"};
+  app.require_subcommand(1);
+
+  // --- generate ---
+  CLI::App* gen = app.add_subcommand("generate", "Generate from a prompt and report KV memory");
+  std::string gen_config, prompt, token_text;
+  std::vector<std::string> policy_args;
+  EngineOptions eo;
+  GenerateOptions go;
+  std::string kv_dtype = "bf16";
+  int batch = 1;
+  gen->add_option("--config", gen_config, "TOML run config (then only --prompt and --tokens are taken from the command line)");
+  gen->add_option("--model", eo.model, "Preset name (random weights) or Hugging Face model directory")->capture_default_str();
+  gen->add_option("--prompt", prompt, "Prompt text (byte-level tokens, BOS first)");
+  gen->add_option("--tokens", token_text, "Prompt as token ids: 5,17,42");
+  gen->add_option("--policy", policy_args, "Policy NAME or NAME:key=value,...; repeat to stack (default full)");
+  gen->add_option("--max-new-tokens", go.max_new_tokens, "Tokens to generate")->capture_default_str();
+  gen->add_option("--kv-dtype", kv_dtype, "Cache storage dtype: f32, f16, bf16")->capture_default_str();
+  gen->add_option("--block-size", eo.block_size, "Tokens per KV block")->capture_default_str();
+  gen->add_option("--temperature", go.sampling.temperature, "0 = greedy")->capture_default_str();
+  gen->add_option("--top-p", go.sampling.top_p, "Nucleus sampling mass")->capture_default_str();
+  gen->add_option("--seed", go.sampling.seed, "Sampling seed")->capture_default_str();
+  gen->add_option("--batch", batch, "Decode this many copies of the prompt together")->capture_default_str();
+  gen->add_option("--layers", eo.num_layers, "Keep only this many layers of a preset");
+  gen->add_option("--attention", eo.attention, "cpu or reference")->capture_default_str();
+  gen->add_option("--threads", eo.num_threads, "Threads (0 = all cores)")->capture_default_str();
+
+  // --- logits ---
+  CLI::App* lg = app.add_subcommand("logits", "Write next-token logits of a token list (teacher forced) as raw float32");
+  std::string lg_model, lg_tokens, lg_out, lg_mode = "prefill", lg_dtype = "f32";
+  int lg_block = 16;
+  lg->add_option("--model", lg_model, "Preset or model directory")->required();
+  lg->add_option("--tokens", lg_tokens, "Token ids: 5,17,42")->required();
+  lg->add_option("--out", lg_out, "Output file: [num_tokens, vocab] float32, little-endian")->required();
+  lg->add_option("--mode", lg_mode, "prefill (one chunk), decode (one token per step), dense, nocache")->capture_default_str();
+  lg->add_option("--kv-dtype", lg_dtype, "Cache storage dtype")->capture_default_str();
+  lg->add_option("--block-size", lg_block, "Tokens per KV block")->capture_default_str();
+
+  // --- memory ---
+  CLI::App* mem = app.add_subcommand("memory", "KV-cache size calculator (the seed article's formula)");
+  std::string mem_model = "llama-3.1-8b";
+  int64_t mem_tokens = 8192;
+  int mem_bits = 16;
+  double pool_gb = 0;
+  std::vector<std::string> mem_policies;
+  mem->add_option("--model", mem_model, "Preset, config.json or model directory")->capture_default_str();
+  mem->add_option("--tokens", mem_tokens, "Sequence length S")->capture_default_str();
+  mem->add_option("--bits", mem_bits, "Bits per stored number (32, 16, 8, 4, 2)")->capture_default_str();
+  mem->add_option("--pool-gb", pool_gb, "Also report the share of a KV pool of this many GB (10^9 bytes)");
+  mem->add_option("--policy", mem_policies, "Policy stack, as for generate");
+
+  CLI::App* models = app.add_subcommand("models", "List model presets");
+  CLI::App* pols = app.add_subcommand("policies", "List registered policies and their parameters");
+
+  CLI11_PARSE(app, argc, argv);
+
+  if (*gen) {
+    RunConfig rc;
+    if (!gen_config.empty()) {
+      Status s = LoadRunConfig(gen_config, &rc);
+      if (!s.ok()) return Fail(s);
+      eo = rc.engine;
+      go = rc.generate;
+      if (!prompt.empty()) rc.prompt = prompt;
+      if (!token_text.empty()) rc.tokens.clear();
+    } else {
+      Status s = ParsePolicyArgs(policy_args, &rc.policies);
+      if (!s.ok()) return Fail(s);
+      if (!ParseDType(kv_dtype, &eo.kv_dtype)) return Fail(Status::InvalidArgument("--kv-dtype: expected f32, f16 or bf16, got '" + kv_dtype + "'"));
+      rc.prompt = prompt;
+    }
+    if (batch < 1) return Fail(Status::InvalidArgument("--batch must be >= 1"));
+    ModelConfig mc;
+    Status s = ResolveModelConfig(eo.model, &mc);
+    if (!s.ok()) return Fail(s);
+    std::vector<int32_t> ids = rc.tokens;
+    if (ids.empty() && !token_text.empty()) {
+      s = ParseTokenIds(token_text, mc.vocab_size, "--tokens", &ids);
+      if (!s.ok()) return Fail(s);
+    }
+    if (ids.empty()) {
+      if (mc.vocab_size < ByteTokenizer::kVocabSize) {
+        return Fail(Status::InvalidArgument("model vocabulary (" + std::to_string(mc.vocab_size) +
+                                            ") is smaller than the byte tokenizer's; pass --tokens"));
+      }
+      ids = ByteTokenizer::Encode(rc.prompt.empty() ? std::string("The KV cache") : rc.prompt);
+    }
+    eo.max_seqs = batch;
+    eo.max_context = static_cast<int64_t>(ids.size()) + go.max_new_tokens;
+    std::unique_ptr<Engine> engine;
+    s = Engine::Create(eo, rc.policies, &engine);
+    if (!s.ok()) return Fail(s);
+    std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(batch), ids);
+    std::vector<GenerateResult> results;
+    GenerateStats stats;
+    s = engine->Generate(prompts, go, &results, &stats);
+    if (!s.ok()) return Fail(s);
+    for (size_t i = 0; i < results.size(); ++i) {
+      std::string ids_text;
+      for (int32_t t : results[i].tokens) ids_text += (ids_text.empty() ? "" : ",") + std::to_string(t);
+      std::printf("[%zu] tokens: %s\n", i, ids_text.c_str());
+      if (mc.vocab_size >= ByteTokenizer::kVocabSize) std::printf("[%zu] text: %s\n", i, ByteTokenizer::Decode(results[i].tokens).c_str());
+    }
+    std::vector<double> d = stats.decode_step_ms;
+    std::sort(d.begin(), d.end());
+    std::printf("prefill: %zu tokens x %d in %.1f ms; decode: %zu steps, median %.2f ms/step (batch %d)\n", ids.size(),
+                batch, stats.prefill_ms, d.size(), d.empty() ? 0.0 : d[d.size() / 2], batch);
+    PrintEngineMemory(*engine, stats.memory_at_end, stats.memory_at_end.tokens_seen);
+    return 0;
+  }
+
+  if (*lg) {
+    EngineOptions o;
+    o.model = lg_model;
+    o.block_size = lg_block;
+    if (!ParseDType(lg_dtype, &o.kv_dtype)) return Fail(Status::InvalidArgument("--kv-dtype: expected f32, f16 or bf16"));
+    ModelConfig mc;
+    Status s = ResolveModelConfig(lg_model, &mc);
+    if (!s.ok()) return Fail(s);
+    std::vector<int32_t> ids;
+    s = ParseTokenIds(lg_tokens, mc.vocab_size, "--tokens", &ids);
+    if (!s.ok()) return Fail(s);
+    o.max_context = static_cast<int64_t>(ids.size());
+    std::vector<float> out;
+    if (lg_mode == "prefill" || lg_mode == "decode") {
+      std::unique_ptr<Engine> engine;
+      s = Engine::Create(o, {PolicySpec{"full", {}, "logits"}}, &engine);
+      if (!s.ok()) return Fail(s);
+      s = engine->AddSequence(0);
+      std::vector<std::vector<float>> logits;
+      if (lg_mode == "prefill") {
+        if (s.ok()) s = engine->Forward({SeqChunk{0, ids}}, true, &logits);
+        if (s.ok()) out = logits[0];
+      } else {
+        for (size_t i = 0; i < ids.size() && s.ok(); ++i) {
+          s = engine->Forward({SeqChunk{0, {ids[i]}}}, false, &logits);
+          if (s.ok()) out.insert(out.end(), logits[0].begin(), logits[0].end());
+        }
+      }
+      if (!s.ok()) return Fail(s);
+    } else if (lg_mode == "dense" || lg_mode == "nocache") {
+      Status ds = DenseLogits(o, ids, lg_mode == "nocache", &out);
+      if (!ds.ok()) return Fail(ds);
+    } else {
+      return Fail(Status::InvalidArgument("--mode: expected prefill, decode, dense or nocache, got '" + lg_mode + "'"));
+    }
+    std::ofstream f(lg_out, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(out.data()), static_cast<std::streamsize>(out.size() * sizeof(float)));
+    if (!f) return Fail(Status::IOError(lg_out + ": cannot write"));
+    std::printf("wrote %zu x %lld logits to %s\n", ids.size(), static_cast<long long>(mc.vocab_size), lg_out.c_str());
+    return 0;
+  }
+
+  if (*mem) {
+    ModelConfig mc;
+    Status s = ResolveModelConfig(mem_model, &mc);
+    if (!s.ok()) return Fail(s);
+    std::vector<PolicySpec> specs;
+    s = ParsePolicyArgs(mem_policies, &specs);
+    PolicyStack stack;
+    if (s.ok()) s = PolicyStack::Create(specs, &stack);
+    MemoryEstimate e;
+    if (s.ok()) s = EstimateKVMemory(mc, mem_tokens, mem_bits, stack, &e);
+    if (!s.ok()) return Fail(s);
+    std::printf("model          %s\n", mem_model.c_str());
+    std::printf("%s", FormatMemoryReport(e, static_cast<int64_t>(pool_gb * 1e9)).c_str());
+    return 0;
+  }
+
+  if (*models) {
+    std::printf("%-16s %6s %7s %5s %5s %5s %8s %16s\n", "preset", "layers", "d_model", "H_q", "H_kv", "d_h", "vocab",
+                "KV B/token@16b");
+    for (const std::string& n : PresetNames()) {
+      ModelConfig c;
+      PresetConfig(n, &c);
+      std::printf("%-16s %6lld %7lld %5lld %5lld %5lld %8lld %16s\n", n.c_str(),
+                  static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size),
+                  static_cast<long long>(c.num_attention_heads), static_cast<long long>(c.num_key_value_heads),
+                  static_cast<long long>(c.head_dim), static_cast<long long>(c.vocab_size),
+                  WithCommas(c.KVBytesPerToken(2)).c_str());
+    }
+    std::printf("Any Hugging Face Llama-family directory (config.json + model.safetensors) also works as --model.\n");
+    return 0;
+  }
+
+  if (*pols) {
+    for (const PolicyInfo& i : PolicyRegistry::Global().infos()) {
+      std::printf("%s  [%s]\n  %s\n", i.name.c_str(), ConcernList(i.concerns).c_str(), i.summary.c_str());
+      if (i.paper != "-") std::printf("  paper: %s\n", i.paper.c_str());
+      for (const ParamSpec& p : i.params) {
+        std::printf("    %-12s default %-8s %s\n", p.name.c_str(), p.default_value.c_str(), p.help.c_str());
+      }
+    }
+    return 0;
+  }
+  return 0;
+}
+
+}  // namespace kvlab
+
+int main(int argc, char** argv) {
+  try {
+    return kvlab::Main(argc, argv);
+  } catch (const std::exception& e) {
+    // Library code returns Status; this only catches what a dependency threw.
+    std::fprintf(stderr, "kvlab: error: %s\n", e.what());
+    return 1;
+  }
+}

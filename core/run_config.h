@@ -1,0 +1,51 @@
+// Run configs in TOML (TOML++): what `kvlab generate --config` reads, and the
+// policy-stack tables that sweep configs reuse. Every unknown key, type error
+// and parse error is reported with file:line:column. Torch-free.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <toml++/toml.h>
+
+#include "core/engine.h"
+#include "core/status.h"
+#include "policies/kv_policy.h"
+
+namespace kvlab {
+
+// A `kvlab generate` run:
+//   model = "small"            # preset or HF directory (relative to the config's directory)
+//   prompt = "text"            # or: tokens = [1, 2, 3]
+//   max_new_tokens = 32
+//   kv_dtype = "bf16"          # f32 | f16 | bf16
+//   block_size = 16
+//   prefill_chunk = 512
+//   attention = "cpu"          # cpu | reference
+//   temperature = 0.0
+//   top_p = 1.0
+//   seed = 0
+//   [[policy]]                 # the stack, in order; default [{name = "full"}]
+//   name = "full"
+//   # further keys are the policy's parameters
+struct RunConfig {
+  EngineOptions engine;
+  std::string prompt;
+  std::vector<int32_t> tokens;  // non-empty when given as token ids
+  GenerateOptions generate;
+  std::vector<PolicySpec> policies;
+};
+
+Status LoadRunConfig(const std::string& path, RunConfig* out);
+// Parses TOML from a string (`path` is used in messages only).
+Status ParseRunConfig(const std::string& text, const std::string& path, RunConfig* out);
+
+// "FILE:LINE:COL" of a node.
+std::string TomlWhere(const std::string& path, const toml::source_region& src);
+// A [[policy]] array (or a single inline table) into specs; each table's
+// `name` is the policy, every other key a parameter (ints, floats, bools,
+// strings; their text is validated by the registry).
+Status PolicySpecsFromToml(const toml::node& node, const std::string& path, std::vector<PolicySpec>* out);
+
+}  // namespace kvlab

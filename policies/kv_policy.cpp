@@ -1,0 +1,108 @@
+#include "policies/kv_policy.h"
+
+#include <cstdlib>
+
+#include "policies/registry.h"
+
+namespace kvlab {
+
+const char* ConcernName(Concern c) {
+  switch (c) {
+    case kConcernHeadSharing: return "head-sharing";
+    case kConcernSelection: return "selection";
+    case kConcernRepresentation: return "representation";
+    case kConcernPlacement: return "placement";
+  }
+  return "?";
+}
+
+std::string ConcernList(uint32_t concerns) {
+  std::string out;
+  for (Concern c : {kConcernHeadSharing, kConcernSelection, kConcernRepresentation, kConcernPlacement}) {
+    if (concerns & c) out += (out.empty() ? "" : "+") + std::string(ConcernName(c));
+  }
+  return out.empty() ? "none" : out;
+}
+
+// Getters: values were validated against the specs when the params were
+// built, so a missing name or unparsable value here is a programming error in
+// the policy file (asking for a parameter it did not declare).
+int64_t PolicyParams::GetInt(const std::string& name) const { return std::strtoll(values_.at(name).c_str(), nullptr, 10); }
+double PolicyParams::GetFloat(const std::string& name) const { return std::strtod(values_.at(name).c_str(), nullptr); }
+bool PolicyParams::GetBool(const std::string& name) const { return values_.at(name) == "true"; }
+const std::string& PolicyParams::GetString(const std::string& name) const { return values_.at(name); }
+
+std::string PolicyParams::ToString() const {
+  std::string out;
+  for (const auto& kv : values_) out += (out.empty() ? "" : ",") + kv.first + "=" + kv.second;
+  return out;
+}
+
+Status PolicyStack::Create(const std::vector<PolicySpec>& specs, PolicyStack* out) {
+  if (specs.empty()) return Status::InvalidArgument("policy stack is empty (use \"full\" for the uncompressed baseline)");
+  PolicyStack stack;
+  for (const PolicySpec& spec : specs) {
+    std::unique_ptr<KVPolicy> p;
+    KVLAB_RETURN_IF_ERROR(PolicyRegistry::Global().Create(spec, &p));
+    for (const auto& q : stack.policies_) {
+      const uint32_t clash = q->Concerns() & p->Concerns();
+      if (clash != 0) {
+        return Status::InvalidArgument(spec.source + ": policies '" + q->Name() + "' and '" + p->Name() +
+                                       "' both claim the " + ConcernList(clash) + " concern; a stack takes one each");
+      }
+    }
+    stack.policies_.push_back(std::move(p));
+  }
+  if (stack.policies_.size() > 1) {
+    for (const auto& p : stack.policies_) {
+      if (std::string(p->Name()) == "full") {
+        return Status::InvalidArgument(specs.front().source +
+                                       ": 'full' is the uncompressed baseline and cannot be stacked with other policies");
+      }
+    }
+  }
+  *out = std::move(stack);
+  return Status::OK();
+}
+
+uint32_t PolicyStack::Concerns() const {
+  uint32_t c = 0;
+  for (const auto& p : policies_) c |= p->Concerns();
+  return c;
+}
+
+const KVPolicy* PolicyStack::For(Concern c) const {
+  for (const auto& p : policies_) {
+    if (p->Concerns() & c) return p.get();
+  }
+  return nullptr;
+}
+
+std::string PolicyStack::Describe() const {
+  std::string out;
+  for (const auto& p : policies_) {
+    out += (out.empty() ? "" : "+") + std::string(p->Name());
+    const std::string args = p->params().ToString();
+    if (!args.empty()) out += "(" + args + ")";
+  }
+  return out;
+}
+
+int PolicyStack::StoredKvHeads(int model_kv_heads) const {
+  const KVPolicy* p = For(kConcernHeadSharing);
+  return p ? p->StoredKvHeads(model_kv_heads) : model_kv_heads;
+}
+
+DType PolicyStack::StorageDType(DType requested) const {
+  const KVPolicy* p = For(kConcernRepresentation);
+  return p ? p->StorageDType(requested) : requested;
+}
+
+bool PolicyStack::NeedsAttentionScores() const {
+  for (const auto& p : policies_) {
+    if (p->NeedsAttentionScores()) return true;
+  }
+  return false;
+}
+
+}  // namespace kvlab

@@ -1,0 +1,143 @@
+// KVPolicy: the one interface every KV-cache compression policy implements
+// (LevelDB FilterPolicy style). A policy observes and decides; core applies
+// its decisions, so a policy never touches KV memory itself.
+//
+// Four concerns, each with a neutral default (so a policy overrides only the
+// hooks of the concerns it declares):
+//   head sharing    which stored stream serves which query head
+//   selection       which token slots a stream keeps
+//   representation  how blocks are encoded
+//   placement       which memory tier holds each block
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/status.h"
+
+namespace kvlab {
+
+enum Concern : uint32_t {
+  kConcernHeadSharing = 1u << 0,
+  kConcernSelection = 1u << 1,
+  kConcernRepresentation = 1u << 2,
+  kConcernPlacement = 1u << 3,
+};
+const char* ConcernName(Concern c);
+// "selection+representation" style list of the bits set in `concerns`.
+std::string ConcernList(uint32_t concerns);
+
+enum class Tier : uint8_t { kDevice = 0, kHost = 1, kDisk = 2 };
+
+// A declared parameter of a policy: its name, type, default and meaning.
+struct ParamSpec {
+  enum class Type { kInt, kFloat, kBool, kString };
+  std::string name;
+  Type type = Type::kInt;
+  std::string default_value;
+  std::string help;
+  std::vector<std::string> choices;  // for kString: the allowed values (empty = any)
+};
+
+// Resolved parameters of one policy instance: every declared parameter, with
+// defaults filled in, validated against the specs. Values are kept as their
+// canonical text so they can be recorded in results verbatim.
+class PolicyParams {
+ public:
+  int64_t GetInt(const std::string& name) const;
+  double GetFloat(const std::string& name) const;
+  bool GetBool(const std::string& name) const;
+  const std::string& GetString(const std::string& name) const;
+  const std::map<std::string, std::string>& values() const { return values_; }
+  // "k1=v1,k2=v2" in name order.
+  std::string ToString() const;
+
+ private:
+  friend class PolicyRegistry;
+  std::map<std::string, std::string> values_;
+};
+
+// What a policy may see of one stream when deciding.
+struct StreamState {
+  int layer = 0;
+  int kv_head = 0;
+  int64_t num_tokens = 0;             // slots in use
+  const int32_t* positions = nullptr; // [num_tokens] original positions
+  const float* score = nullptr;       // [num_tokens] accumulated attention (if requested)
+  int64_t seq_length = 0;             // tokens the sequence has processed so far
+  int block_size = 16;
+};
+
+class KVPolicy {
+ public:
+  virtual ~KVPolicy() = default;
+
+  // The registry name; with params().ToString() it identifies the policy in results.
+  virtual const char* Name() const = 0;
+  // Bitmask of Concern values this policy claims. `full` claims none.
+  virtual uint32_t Concerns() const = 0;
+  const PolicyParams& params() const { return params_; }
+
+  // --- head sharing ---
+  // Stored KV heads per layer for a model with model_kv_heads KV heads.
+  // REQUIRES: the result divides model_kv_heads.
+  virtual int StoredKvHeads(int model_kv_heads) const { return model_kv_heads; }
+
+  // --- selection ---
+  // True if SelectSlots needs StreamState::score (core then asks the attention
+  // kernel for per-slot attention and accumulates it).
+  virtual bool NeedsAttentionScores() const { return false; }
+  // Called by core after each step for every stream. Returns false to keep
+  // everything; otherwise fills `keep` with the slot indices to keep, strictly
+  // increasing, and core compacts the stream and frees emptied blocks.
+  virtual bool SelectSlots(const StreamState& /*s*/, std::vector<int64_t>* /*keep*/) const { return false; }
+
+  // --- representation ---
+  // Storage dtype of the cache's blocks given the one the run asked for.
+  virtual DType StorageDType(DType requested) const { return requested; }
+
+  // --- placement ---
+  virtual Tier PlaceBlock(const StreamState& /*s*/, int64_t /*block_index*/) const { return Tier::kDevice; }
+
+ protected:
+  explicit KVPolicy(PolicyParams params) : params_(std::move(params)) {}
+
+ private:
+  PolicyParams params_;
+};
+
+// A policy as named in a config or on the command line: name plus raw
+// parameter text (typed and validated by the registry).
+struct PolicySpec {
+  std::string name;
+  std::map<std::string, std::string> params;
+  std::string source;  // where it came from, for error messages (file:line:col or "--policy")
+};
+
+// The composed stack of one run. At most one policy per concern.
+class PolicyStack {
+ public:
+  // Creates each policy through the registry and checks composition: `full`
+  // stands alone; two policies claiming the same concern is an error naming both.
+  static Status Create(const std::vector<PolicySpec>& specs, PolicyStack* out);
+
+  const std::vector<std::unique_ptr<KVPolicy>>& policies() const { return policies_; }
+  uint32_t Concerns() const;
+  // The policy claiming concern c, or nullptr.
+  const KVPolicy* For(Concern c) const;
+  // "full" or "sink(n_sink=4,window=1020)+kivi(bits=2,...)".
+  std::string Describe() const;
+
+  int StoredKvHeads(int model_kv_heads) const;
+  DType StorageDType(DType requested) const;
+  bool NeedsAttentionScores() const;
+
+ private:
+  std::vector<std::unique_ptr<KVPolicy>> policies_;
+};
+
+}  // namespace kvlab

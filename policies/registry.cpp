@@ -1,0 +1,125 @@
+#include "policies/registry.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+
+namespace kvlab {
+
+void RegisterBuiltinPolicies(PolicyRegistry* registry) {
+  // One line per policy.
+  RegisterFullPolicy(registry);
+}
+
+PolicyRegistry& PolicyRegistry::Global() {
+  static PolicyRegistry* registry = [] {
+    auto* r = new PolicyRegistry();
+    RegisterBuiltinPolicies(r);
+    return r;
+  }();
+  return *registry;
+}
+
+void PolicyRegistry::Register(PolicyInfo info) { infos_.push_back(std::move(info)); }
+
+const PolicyInfo* PolicyRegistry::Find(const std::string& name) const {
+  for (const PolicyInfo& i : infos_) {
+    if (i.name == name) return &i;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> PolicyRegistry::Names() const {
+  std::vector<std::string> names;
+  for (const PolicyInfo& i : infos_) names.push_back(i.name);
+  return names;
+}
+
+namespace {
+
+std::string JoinNames(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
+  return out.empty() ? "(none)" : out;
+}
+
+const char* TypeName(ParamSpec::Type t) {
+  switch (t) {
+    case ParamSpec::Type::kInt: return "an integer";
+    case ParamSpec::Type::kFloat: return "a number";
+    case ParamSpec::Type::kBool: return "true or false";
+    case ParamSpec::Type::kString: return "a string";
+  }
+  return "?";
+}
+
+// Checks `text` against the spec and writes its canonical form to *canon.
+bool Canonicalise(const ParamSpec& spec, const std::string& text, std::string* canon) {
+  if (text.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  switch (spec.type) {
+    case ParamSpec::Type::kInt: {
+      const long long v = std::strtoll(text.c_str(), &end, 10);
+      if (*end != '\0' || errno != 0) return false;
+      *canon = std::to_string(v);
+      return true;
+    }
+    case ParamSpec::Type::kFloat: {
+      const double v = std::strtod(text.c_str(), &end);
+      if (*end != '\0' || errno != 0 || !std::isfinite(v)) return false;
+      *canon = text;
+      return true;
+    }
+    case ParamSpec::Type::kBool:
+      if (text != "true" && text != "false") return false;
+      *canon = text;
+      return true;
+    case ParamSpec::Type::kString:
+      if (!spec.choices.empty()) {
+        bool found = false;
+        for (const auto& c : spec.choices) found = found || c == text;
+        if (!found) return false;
+      }
+      *canon = text;
+      return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+Status PolicyRegistry::Create(const PolicySpec& spec, std::unique_ptr<KVPolicy>* out) const {
+  const std::string where = spec.source.empty() ? std::string("policy") : spec.source;
+  const PolicyInfo* info = Find(spec.name);
+  if (info == nullptr) {
+    return Status::InvalidArgument(where + ": unknown policy '" + spec.name + "'; valid policies: " + JoinNames(Names()));
+  }
+  PolicyParams params;
+  for (const auto& kv : spec.params) {
+    const ParamSpec* ps = nullptr;
+    for (const ParamSpec& p : info->params) {
+      if (p.name == kv.first) ps = &p;
+    }
+    if (ps == nullptr) {
+      std::vector<std::string> valid;
+      for (const ParamSpec& p : info->params) valid.push_back(p.name);
+      return Status::InvalidArgument(where + ": policy '" + spec.name + "' has no parameter '" + kv.first +
+                                     "'; valid parameters: " + JoinNames(valid));
+    }
+    std::string canon;
+    if (!Canonicalise(*ps, kv.second, &canon)) {
+      std::string expected = TypeName(ps->type);
+      if (!ps->choices.empty()) expected = "one of " + JoinNames(ps->choices);
+      return Status::InvalidArgument(where + ": policy '" + spec.name + "' parameter '" + kv.first + "' expects " +
+                                     expected + ", got '" + kv.second + "'");
+    }
+    params.values_[kv.first] = canon;
+  }
+  for (const ParamSpec& p : info->params) {
+    if (!params.values_.count(p.name)) params.values_[p.name] = p.default_value;
+  }
+  return info->create(std::move(params), out);
+}
+
+}  // namespace kvlab

@@ -1,0 +1,50 @@
+// PolicyRegistry: policies by name. Each policy file defines a Register*()
+// function; RegisterBuiltinPolicies() (registry.cpp) calls them, one line per
+// policy. Explicit calls instead of static initialisers, so a static library
+// link can never silently drop a policy.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "policies/kv_policy.h"
+
+namespace kvlab {
+
+struct PolicyInfo {
+  std::string name;
+  std::string summary;  // one line: what it keeps or how it encodes
+  std::string paper;    // citation
+  uint32_t concerns = 0;
+  std::vector<ParamSpec> params;
+  // Builds an instance from validated params; may reject combinations of
+  // values with an error naming the parameter.
+  std::function<Status(PolicyParams, std::unique_ptr<KVPolicy>*)> create;
+};
+
+class PolicyRegistry {
+ public:
+  // The process-wide registry, with the built-in policies registered.
+  static PolicyRegistry& Global();
+
+  void Register(PolicyInfo info);
+  const PolicyInfo* Find(const std::string& name) const;
+  std::vector<std::string> Names() const;
+  const std::vector<PolicyInfo>& infos() const { return infos_; }
+
+  // Validates raw parameters against the policy's specs (unknown names and
+  // bad values are errors listing what is valid) and creates the policy.
+  Status Create(const PolicySpec& spec, std::unique_ptr<KVPolicy>* out) const;
+
+ private:
+  std::vector<PolicyInfo> infos_;
+};
+
+void RegisterBuiltinPolicies(PolicyRegistry* registry);
+
+// One registration function per policy file.
+void RegisterFullPolicy(PolicyRegistry* registry);
+
+}  // namespace kvlab
