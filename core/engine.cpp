@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <thread>
 
@@ -308,6 +309,15 @@ Status DenseLogits(const EngineOptions& options, const std::vector<int32_t>& tok
     out->insert(out->end(), l.data_ptr<float>(), l.data_ptr<float>() + l.numel());
   }
   return Status::OK();
+}
+
+Status WriteRandomCheckpoint(const ModelConfig& config, uint64_t seed, double init_std, const std::string& dir) {
+  std::unique_ptr<LlamaModel> model;
+  KVLAB_RETURN_IF_ERROR(LlamaModel::Random(config, seed, &model, init_std));
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::IOError(dir + ": cannot create directory: " + ec.message());
+  return model->Save(dir);
 }
 
 MemoryStats Engine::Memory() const {

@@ -111,4 +111,8 @@ class Engine {
 Status DenseLogits(const EngineOptions& options, const std::vector<int32_t>& tokens, bool nocache,
                    std::vector<float>* out);
 
+// Writes a random-weight checkpoint of a preset (or of a config.json's shape)
+// in Hugging Face layout to `dir` (created if missing).
+Status WriteRandomCheckpoint(const ModelConfig& config, uint64_t seed, double init_std, const std::string& dir);
+
 }  // namespace kvlab

@@ -135,6 +135,16 @@ int Main(int argc, char** argv) {
   mem->add_option("--pool-gb", pool_gb, "Also report the share of a KV pool of this many GB (10^9 bytes)");
   mem->add_option("--policy", mem_policies, "Policy stack, as for generate");
 
+  // --- init ---
+  CLI::App* init = app.add_subcommand("init", "Write a random-weight checkpoint (HF layout) of a preset or config.json");
+  std::string init_model = "small", init_out;
+  uint64_t init_seed = 0;
+  double init_std = 0.02;
+  init->add_option("--model", init_model, "Preset, config.json or model directory (its shape)")->capture_default_str();
+  init->add_option("--out", init_out, "Output directory")->required();
+  init->add_option("--seed", init_seed, "Weight seed")->capture_default_str();
+  init->add_option("--std", init_std, "Standard deviation of the weights")->capture_default_str();
+
   CLI::App* models = app.add_subcommand("models", "List model presets");
   CLI::App* pols = app.add_subcommand("policies", "List registered policies and their parameters");
 
@@ -250,6 +260,15 @@ int Main(int argc, char** argv) {
     if (!s.ok()) return Fail(s);
     std::printf("model          %s\n", mem_model.c_str());
     std::printf("%s", FormatMemoryReport(e, static_cast<int64_t>(pool_gb * 1e9)).c_str());
+    return 0;
+  }
+
+  if (*init) {
+    ModelConfig mc;
+    Status s = ResolveModelConfig(init_model, &mc);
+    if (s.ok()) s = WriteRandomCheckpoint(mc, init_seed, init_std, init_out);
+    if (!s.ok()) return Fail(s);
+    std::printf("wrote %s (config.json, model.safetensors)\n", init_out.c_str());
     return 0;
   }
 

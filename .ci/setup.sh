@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs what is missing (Debian 12 packages), builds kvlab, then runs the
+# main job (`run`) or the whole test suite (`test`). README.md's two set-up
+# commands are `bash .ci/setup.sh run` and `bash .ci/setup.sh test`.
+set -euo pipefail
+mode=${1:-run}
+cd "$(dirname "$0")/.."
+
+packages=(cmake g++ make libtorch-dev libopenblas0-openmp libtomlplusplus-dev nlohmann-json3-dev libcli11-dev
+          googletest libgtest-dev libbenchmark-dev python3-numpy python3-matplotlib)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo=sudo
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
+cmake --build build -j"$(nproc)"
+
+case "$mode" in
+  run)
+    build/kvlab generate --model small --prompt "The KV cache grows with every token" --max-new-tokens 32
+    build/kvlab memory --model llama-3.1-8b --tokens 8192
+    ;;
+  test)
+    ctest --test-dir build --output-on-failure -j2
+    ;;
+  *)
+    echo "usage: bash .ci/setup.sh run|test" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# The kvlab CLI as a user meets it: the seed article's memory table, and bad
+# input (checkpoints, configs, arguments) giving one clear error that names
+# the file and the key or tensor, a non-zero exit and no crash.
+# Usage: cli_test.sh PATH/TO/kvlab
+set -u
+KVLAB=$1
+PY=/usr/bin/python3
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fails=0
+
+pass() { echo "ok    $1"; }
+fail() { echo "FAIL  $1"; fails=$((fails + 1)); }
+
+# expect_out NAME PATTERN... -- CMD: exit 0 and stdout contains every pattern.
+expect_out() {
+  local name=$1; shift
+  local pats=()
+  while [ "$1" != "--" ]; do pats+=("$1"); shift; done; shift
+  local out
+  out=$("$@" 2>&1); local rc=$?
+  [ $rc -eq 0 ] || { fail "$name: exit $rc: $out"; return; }
+  for p in "${pats[@]}"; do
+    grep -qF -- "$p" <<<"$out" || { fail "$name: missing '$p' in: $out"; return; }
+  done
+  pass "$name"
+}
+
+# expect_err NAME PATTERN... -- CMD: exit 1, one "kvlab: error:" line on stderr
+# containing every pattern, nothing that looks like a crash.
+expect_err() {
+  local name=$1; shift
+  local pats=()
+  while [ "$1" != "--" ]; do pats+=("$1"); shift; done; shift
+  local err
+  err=$("$@" 2>&1 >/dev/null); local rc=$?
+  [ $rc -eq 1 ] || { fail "$name: exit status $rc (want 1): $err"; return; }
+  [ "$(grep -c '^kvlab: error:' <<<"$err")" -eq 1 ] || { fail "$name: want exactly one error line: $err"; return; }
+  if grep -qiE 'terminate|segmentation|abort|core dumped|c10::' <<<"$err"; then fail "$name: crash: $err"; return; fi
+  for p in "${pats[@]}"; do
+    grep -qF -- "$p" <<<"$err" || { fail "$name: missing '$p' in: $err"; return; }
+  done
+  pass "$name"
+}
+
+# --- the seed article's table ---
+expect_out "memory llama-3.1-8b" "131,072 B = 128 KiB" "1,073,741,824 B = 1 GiB" "overstates by 4.00x" -- \
+  "$KVLAB" memory --model llama-3.1-8b --tokens 8192
+expect_out "memory llama-3.1-70b" "327,680 B = 320 KiB" "= 10 GiB" "overstates by 8.00x" -- \
+  "$KVLAB" memory --model llama-3.1-70b --tokens 32768
+expect_out "memory llama-2-7b" "524,288 B = 512 KiB" "= 2 GiB" -- "$KVLAB" memory --model llama-2-7b --tokens 4096
+expect_out "memory 70b scenario" "9.83 GB at 30,000 tokens" "65.5% of a 15.0 GB pool" -- \
+  "$KVLAB" memory --model llama-3.1-70b --tokens 30000 --pool-gb 15
+expect_out "memory 70b scenario 8-bit" "4.92 GB at 30,000 tokens" "32.8% of a 15.0 GB pool" -- \
+  "$KVLAB" memory --model llama-3.1-70b --tokens 30000 --bits 8 --pool-gb 15
+expect_out "models" "llama-3.1-70b" "327,680" "mistral-7b" -- "$KVLAB" models
+expect_out "policies" "full" -- "$KVLAB" policies
+
+# --- a good checkpoint, then broken copies of it ---
+"$KVLAB" init --model small --out "$T/ok" --seed 3 >/dev/null || { fail "init"; exit 1; }
+expect_out "generate from checkpoint" "tokens:" "in use" -- \
+  "$KVLAB" generate --model "$T/ok" --prompt "hi" --max-new-tokens 3 --threads 1
+broken() { rm -rf "$T/$1"; cp -r "$T/ok" "$T/$1"; }
+
+broken trunc
+truncate -s -1000 "$T/trunc/model.safetensors"
+expect_err "truncated safetensors" "trunc/model.safetensors" -- "$KVLAB" generate --model "$T/trunc" --max-new-tokens 1
+
+broken hdr
+$PY -c "import struct,sys; f=open(sys.argv[1],'r+b'); f.write(struct.pack('<Q', 1<<40))" "$T/hdr/model.safetensors"
+expect_err "header length past end of file" "hdr/model.safetensors" "header" -- \
+  "$KVLAB" generate --model "$T/hdr" --max-new-tokens 1
+
+broken dtype
+$PY - "$T/dtype/model.safetensors" <<'PYEOF'
+import struct, sys
+p = sys.argv[1]; b = bytearray(open(p, 'rb').read())
+n = struct.unpack('<Q', b[:8])[0]
+at = b.index(b'"model.norm.weight"', 8, 8 + n)
+d = b.index(b'"F32"', at, 8 + n)
+b[d:d + 5] = b'"I64"'  # same length: the header stays well-formed
+open(p, 'wb').write(b)
+PYEOF
+expect_err "unknown dtype" "dtype/model.safetensors" "model.norm.weight" "I64" -- \
+  "$KVLAB" generate --model "$T/dtype" --max-new-tokens 1
+
+broken shape
+$PY -c "import json,sys; p=sys.argv[1]; c=json.load(open(p)); c['intermediate_size']=512; json.dump(c, open(p,'w'))" "$T/shape/config.json"
+expect_err "tensor shape differs from config.json" "mlp.gate_proj.weight" "model.safetensors" -- \
+  "$KVLAB" generate --model "$T/shape" --max-new-tokens 1
+
+broken missing
+$PY -c "import json,sys; p=sys.argv[1]; c=json.load(open(p)); c['num_hidden_layers']+=1; json.dump(c, open(p,'w'))" "$T/missing/config.json"
+expect_err "missing tensor" "model.layers.4." -- "$KVLAB" generate --model "$T/missing" --max-new-tokens 1
+
+broken cfgkey
+$PY -c "import json,sys; p=sys.argv[1]; c=json.load(open(p)); del c['hidden_size']; json.dump(c, open(p,'w'))" "$T/cfgkey/config.json"
+expect_err "config.json missing a required key" "config.json" "hidden_size" -- \
+  "$KVLAB" generate --model "$T/cfgkey" --max-new-tokens 1
+
+broken pickle
+rm "$T/pickle/model.safetensors"; echo "not a pickle" > "$T/pickle/pytorch_model.bin"
+expect_err "pickle checkpoints refused" "safetensors" -- "$KVLAB" generate --model "$T/pickle" --max-new-tokens 1
+
+# --- configs and arguments ---
+printf 'model = "small"\nmax_new_tokens = = 3\n' > "$T/bad.toml"
+expect_err "malformed TOML" "bad.toml:2:" -- "$KVLAB" generate --config "$T/bad.toml"
+printf 'model = "small"\nmax_new_tokns = 3\n' > "$T/typo.toml"
+expect_err "misspelled TOML key" "typo.toml:2:1" "max_new_tokns" -- "$KVLAB" generate --config "$T/typo.toml"
+printf '[[policy]]\nname = "full"\nbudget = 0.2\n' > "$T/param.toml"
+expect_err "unknown policy parameter in TOML" "param.toml:1:1" "'budget'" -- "$KVLAB" generate --config "$T/param.toml"
+expect_err "unknown policy" "unknown policy 'h2'" "full" -- "$KVLAB" generate --policy h2
+expect_err "unknown policy parameter" "no parameter 'window'" -- "$KVLAB" generate --policy full:window=4
+expect_err "bad token ids" "--tokens" "'x'" -- "$KVLAB" generate --tokens 1,x
+expect_err "unknown model" "nope" -- "$KVLAB" memory --model nope
+expect_err "bad bits" "--bits" -- "$KVLAB" memory --bits 3
+"$KVLAB" generate --bogus >/dev/null 2>&1; rc=$?
+[ $rc -ne 0 ] && pass "unknown option exits $rc" || fail "unknown option exited 0"
+
+[ $fails -eq 0 ] && echo "all CLI checks passed" || echo "$fails CLI checks failed"
+exit $((fails > 0))
