@@ -61,8 +61,11 @@ Status Engine::Create(const EngineOptions& options, const std::vector<PolicySpec
 
   KVLAB_RETURN_IF_ERROR(MakeModel(options, &impl->model));
   const ModelConfig& mc = impl->model->config();
+  KVLAB_RETURN_IF_ERROR(impl->policies.CheckShape(static_cast<int>(mc.num_key_value_heads),
+                                                   static_cast<int>(mc.head_dim), options.block_size));
   const int stored = impl->policies.StoredKvHeads(static_cast<int>(mc.num_key_value_heads));
-  KVLAB_RETURN_IF_ERROR(impl->model->SetStoredKvHeads(stored));
+  KVLAB_RETURN_IF_ERROR(impl->model->SetStoredKvHeads(stored, impl->policies.MergeMode()));
+  impl->model->SetKeysBeforeRope(impl->policies.KeysBeforeRope());
 
   CacheShape shape;
   shape.num_layers = static_cast<int>(mc.num_hidden_layers);
@@ -70,16 +73,22 @@ Status Engine::Create(const EngineOptions& options, const std::vector<PolicySpec
   shape.head_dim = static_cast<int>(mc.head_dim);
   shape.block_size = options.block_size;
   shape.dtype = impl->policies.StorageDType(options.kv_dtype);
+  int64_t residual = 0;
+  shape.encoded = impl->policies.SealedEncoding(shape.head_dim, shape.block_size, &shape.enc, &residual);
+  shape.residual = residual;
   KVLAB_RETURN_IF_ERROR(shape.Validate());
-  int64_t num_blocks = options.num_blocks;
-  if (num_blocks <= 0) {
-    if (options.max_seqs <= 0 || options.max_context <= 0) {
-      return Status::InvalidArgument("engine: max_seqs and max_context must be positive when num_blocks is not set");
-    }
-    num_blocks = options.max_seqs * shape.StreamsPerSequence() *
-                 ((options.max_context + shape.block_size - 1) / shape.block_size);
+  if (options.max_seqs <= 0 || options.max_context <= 0) {
+    return Status::InvalidArgument("engine: max_seqs and max_context must be positive");
   }
-  KVLAB_RETURN_IF_ERROR(KVCache::Create(shape, num_blocks, /*with_storage=*/true, &impl->cache));
+  const int64_t blocks_per_stream = (options.max_context + shape.block_size - 1) / shape.block_size;
+  const int64_t num_blocks =
+      options.num_blocks > 0 ? options.num_blocks : options.max_seqs * shape.StreamsPerSequence() * blocks_per_stream;
+  int64_t num_enc_blocks = 0;
+  if (shape.encoded) {
+    num_enc_blocks = options.max_seqs * shape.StreamsPerSequence() *
+                     ((options.max_context + shape.enc.tokens_per_block - 1) / shape.enc.tokens_per_block);
+  }
+  KVLAB_RETURN_IF_ERROR(KVCache::Create(shape, num_blocks, /*with_storage=*/true, &impl->cache, num_enc_blocks));
   out->reset(new Engine(std::move(impl)));
   return Status::OK();
 }
@@ -201,6 +210,7 @@ Status Engine::Forward(const std::vector<SeqChunk>& chunks, bool all_logits,
     }
   }
   s.ApplySelection(chunks);
+  for (const SeqChunk& c : chunks) s.cache->Seal(c.seq);
   return Status::OK();
 }
 
@@ -321,13 +331,13 @@ Status WriteRandomCheckpoint(const ModelConfig& config, uint64_t seed, double in
 }
 
 MemoryStats Engine::Memory() const {
-  const BlockPool& pool = impl_->cache->pool();
+  const KVCache& c = *impl_->cache;
   MemoryStats m;
-  m.bytes_in_use = pool.bytes_in_use();
-  m.bytes_reserved = pool.bytes_reserved();
-  m.peak_bytes_in_use = pool.peak_bytes_in_use();
-  m.blocks_in_use = pool.num_used();
-  m.block_bytes = pool.block_bytes();
+  m.bytes_in_use = c.BytesInUse();
+  m.bytes_reserved = c.BytesReserved();
+  m.peak_bytes_in_use = c.PeakBytesInUse();
+  m.blocks_in_use = c.BlocksInUse();
+  m.block_bytes = c.pool().block_bytes();
   for (const auto& kv : impl_->seq_len) {
     m.slots_in_use += impl_->cache->SlotsInUse(kv.first);
     m.tokens_seen += kv.second;

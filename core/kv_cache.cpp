@@ -1,5 +1,6 @@
 #include "core/kv_cache.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -11,6 +12,16 @@ Status CacheShape::Validate() const {
   }
   if (block_size <= 0 || block_size > 4096) {
     return Status::InvalidArgument("cache shape: block_size must be in [1, 4096], got " + std::to_string(block_size));
+  }
+  if (encoded) {
+    const std::string err = enc.Validate();
+    if (!err.empty()) return Status::InvalidArgument(err);
+    if (enc.head_dim != head_dim) return Status::InvalidArgument("cache shape: encoding head_dim differs from the cache's");
+    if (enc.tokens_per_block % block_size != 0) {
+      return Status::InvalidArgument("cache shape: encoded blocks hold " + std::to_string(enc.tokens_per_block) +
+                                     " tokens, not a multiple of block_size " + std::to_string(block_size));
+    }
+    if (residual < 0) return Status::InvalidArgument("cache shape: residual must be >= 0");
   }
   return Status::OK();
 }
@@ -25,21 +36,39 @@ PagedKV PageTable::Layer(int layer) const {
   return kv;
 }
 
-int64_t PageTable::StreamLength(int layer, int seq, int head) const {
-  return Layer(layer).StreamLength(seq * num_kv_heads_ + head);
+const EncodedKV* PageTable::Encoded(int layer) const {
+  return enc_layers_.empty() ? nullptr : &enc_layers_[static_cast<size_t>(layer)];
 }
 
-Status KVCache::Create(const CacheShape& shape, int64_t num_blocks, bool with_storage,
-                       std::unique_ptr<KVCache>* out) {
+int64_t PageTable::StreamLength(int layer, int seq, int head) const {
+  const int s = seq * num_kv_heads_ + head;
+  const EncodedKV* e = Encoded(layer);
+  return Layer(layer).StreamLength(s) + (e ? e->StreamTokens(s) : 0);
+}
+
+Status KVCache::Create(const CacheShape& shape, int64_t num_blocks, bool with_storage, std::unique_ptr<KVCache>* out,
+                       int64_t num_encoded_blocks) {
   KVLAB_RETURN_IF_ERROR(shape.Validate());
-  std::unique_ptr<BlockPool> pool;
-  KVLAB_RETURN_IF_ERROR(BlockPool::Create(std::string("kv-") + DTypeName(shape.dtype), shape.BlockBytes(),
-                                          num_blocks, with_storage, &pool));
-  out->reset(new KVCache(shape, std::move(pool)));
+  std::unique_ptr<BlockPool> pool, enc_pool;
+  KVLAB_RETURN_IF_ERROR(BlockPool::Create(std::string("kv-") + DTypeName(shape.dtype), shape.BlockBytes(), num_blocks,
+                                          with_storage, &pool));
+  if (shape.encoded) {
+    KVLAB_RETURN_IF_ERROR(BlockPool::Create("kv-" + shape.enc.Describe(), shape.enc.BlockBytes(), num_encoded_blocks,
+                                            with_storage, &enc_pool));
+  }
+  out->reset(new KVCache(shape, std::move(pool), std::move(enc_pool)));
   return Status::OK();
 }
 
-KVCache::KVCache(const CacheShape& shape, std::unique_ptr<BlockPool> pool) : shape_(shape), pool_(std::move(pool)) {}
+KVCache::KVCache(const CacheShape& shape, std::unique_ptr<BlockPool> pool, std::unique_ptr<BlockPool> enc_pool)
+    : shape_(shape), pool_(std::move(pool)), enc_pool_(std::move(enc_pool)) {}
+
+int64_t KVCache::BytesInUse() const { return pool_->bytes_in_use() + (enc_pool_ ? enc_pool_->bytes_in_use() : 0); }
+int64_t KVCache::BytesReserved() const {
+  return pool_->bytes_reserved() + (enc_pool_ ? enc_pool_->bytes_reserved() : 0);
+}
+int64_t KVCache::BlocksInUse() const { return pool_->num_used() + (enc_pool_ ? enc_pool_->num_used() : 0); }
+void KVCache::UpdatePeak() { peak_bytes_ = std::max(peak_bytes_, BytesInUse()); }
 
 Status KVCache::AddSequence(SeqId id) {
   if (seqs_.count(id)) return Status::InvalidArgument("sequence " + std::to_string(id) + " already in the cache");
@@ -52,6 +81,7 @@ Status KVCache::RemoveSequence(SeqId id) {
   if (it == seqs_.end()) return Status::NotFound("sequence " + std::to_string(id) + " not in the cache");
   for (Stream& s : it->second) {
     for (int32_t b : s.blocks) pool_->DecRef(b);
+    for (int32_t b : s.enc_blocks) enc_pool_->DecRef(b);
   }
   seqs_.erase(it);
   return Status::OK();
@@ -62,7 +92,7 @@ int64_t KVCache::BlocksNeeded(SeqId id, int64_t n) const {
   if (it == seqs_.end()) return 0;
   int64_t need = 0;
   for (const Stream& s : it->second) {
-    const int64_t want = s.num_tokens + n;
+    const int64_t want = s.num_plain() + n;
     const int64_t have = s.Capacity(shape_.block_size);
     if (want > have) need += (want - have + shape_.block_size - 1) / shape_.block_size;
   }
@@ -79,12 +109,55 @@ Status KVCache::Reserve(SeqId id, int64_t n, const int32_t* positions) {
                                      std::to_string(need));
   }
   for (Stream& s : it->second) {
-    while (s.Capacity(shape_.block_size) < s.num_tokens + n) s.blocks.push_back(pool_->Allocate());
+    while (s.Capacity(shape_.block_size) < s.num_plain() + n) s.blocks.push_back(pool_->Allocate());
     s.positions.insert(s.positions.end(), positions, positions + n);
     s.score.resize(static_cast<size_t>(s.num_tokens + n), 0.0f);
     s.num_tokens += n;
   }
+  UpdatePeak();
   return Status::OK();
+}
+
+namespace {
+
+// Converts plain slot `i` of a stream's plain blocks to fp32 K and V.
+void ReadPlain(const BlockPool& pool, const CacheShape& shape, const Stream& s, int64_t i, float* k, float* v) {
+  const int bs = shape.block_size;
+  const int64_t row = static_cast<int64_t>(shape.head_dim) * DTypeBytes(shape.dtype);
+  const uint8_t* b = pool.BlockData(s.blocks[static_cast<size_t>(i / bs)]);
+  ConvertToF32(shape.dtype, b + (i % bs) * row, k, shape.head_dim);
+  ConvertToF32(shape.dtype, b + (bs + i % bs) * row, v, shape.head_dim);
+}
+
+}  // namespace
+
+void KVCache::SealStream(Stream* s) {
+  if (!shape_.encoded) return;
+  const int bs = shape_.block_size;
+  const int tpb = shape_.enc.tokens_per_block;
+  const int d = shape_.head_dim;
+  const bool has_data = pool_->data() != nullptr;
+  std::vector<float> k, v;
+  while (s->num_plain() >= shape_.residual + tpb && enc_pool_->CanAllocate(1)) {
+    const int32_t eb = enc_pool_->Allocate();
+    if (has_data) {
+      k.resize(static_cast<size_t>(tpb) * d);
+      v.resize(k.size());
+      for (int t = 0; t < tpb; ++t) ReadPlain(*pool_, shape_, *s, t, &k[static_cast<size_t>(t) * d], &v[static_cast<size_t>(t) * d]);
+      EncodeKvBlock(shape_.enc, k.data(), v.data(), enc_pool_->BlockData(eb));
+    }
+    s->enc_blocks.push_back(eb);
+    s->num_encoded += tpb;
+    const int nb = tpb / bs;  // whole plain blocks: the plain segment starts on a block boundary
+    for (int i = 0; i < nb; ++i) pool_->DecRef(s->blocks[static_cast<size_t>(i)]);
+    s->blocks.erase(s->blocks.begin(), s->blocks.begin() + nb);
+  }
+}
+
+void KVCache::Seal(SeqId id) {
+  if (!shape_.encoded) return;
+  for (Stream& s : seqs_.at(id)) SealStream(&s);
+  UpdatePeak();
 }
 
 Status KVCache::Compact(SeqId id, int layer, int head, const std::vector<int64_t>& keep) {
@@ -98,29 +171,114 @@ Status KVCache::Compact(SeqId id, int layer, int head, const std::vector<int64_t
     prev = k;
   }
   const int bs = shape_.block_size;
-  const int64_t row_bytes = static_cast<int64_t>(shape_.head_dim) * DTypeBytes(shape_.dtype);
+  const int d = shape_.head_dim;
+  const int64_t row_bytes = static_cast<int64_t>(d) * DTypeBytes(shape_.dtype);
   const bool has_data = pool_->data() != nullptr;
-  for (size_t i = 0; i < keep.size(); ++i) {
-    const int64_t src = keep[i], dst = static_cast<int64_t>(i);
-    if (src == dst) continue;
+  // Leading kept slots that are already in place need no work.
+  size_t first_moved = 0;
+  while (first_moved < keep.size() && keep[first_moved] == static_cast<int64_t>(first_moved)) ++first_moved;
+
+  if (s.num_encoded > 0 && static_cast<int64_t>(first_moved) < s.num_encoded) {
+    // Encoded blocks from the one holding the first moved slot onward are
+    // decoded; their kept tokens and the kept plain tokens are rewritten as
+    // plain slots, then re-sealed.
+    const int tpb = shape_.enc.tokens_per_block;
+    const size_t first_block = first_moved / static_cast<size_t>(tpb);
+    const int64_t base = static_cast<int64_t>(first_block) * tpb;  // first rewritten slot
+    std::vector<float> dk(static_cast<size_t>(s.num_encoded - base) * d), dv(dk.size());
+    if (has_data) {
+      for (size_t b = first_block; b < s.enc_blocks.size(); ++b) {
+        const size_t off = (b - first_block) * static_cast<size_t>(tpb) * d;
+        DecodeKvBlock(shape_.enc, enc_pool_->BlockData(s.enc_blocks[b]), &dk[off], &dv[off]);
+      }
+    }
+    std::vector<float> kept_k, kept_v;
+    std::vector<int32_t> kept_pos;
+    std::vector<float> kept_score;
+    std::vector<float> pk(static_cast<size_t>(d)), pv(static_cast<size_t>(d));
+    for (int64_t slot : keep) {
+      if (slot < base) continue;
+      if (has_data) {
+        if (slot < s.num_encoded) {
+          const size_t off = static_cast<size_t>(slot - base) * d;
+          kept_k.insert(kept_k.end(), dk.begin() + off, dk.begin() + off + d);
+          kept_v.insert(kept_v.end(), dv.begin() + off, dv.begin() + off + d);
+        } else {
+          ReadPlain(*pool_, shape_, s, slot - s.num_encoded, pk.data(), pv.data());
+          kept_k.insert(kept_k.end(), pk.begin(), pk.end());
+          kept_v.insert(kept_v.end(), pv.begin(), pv.end());
+        }
+      }
+      kept_pos.push_back(s.positions[static_cast<size_t>(slot)]);
+      kept_score.push_back(s.score[static_cast<size_t>(slot)]);
+    }
+    for (size_t b = first_block; b < s.enc_blocks.size(); ++b) enc_pool_->DecRef(s.enc_blocks[b]);
+    s.enc_blocks.resize(first_block);
+    s.num_encoded = base;
+    const int64_t n_plain = static_cast<int64_t>(kept_pos.size());
+    // Reuse the stream's plain blocks, allocating only if the decoded tokens need more.
+    const size_t blocks_needed = static_cast<size_t>((n_plain + bs - 1) / bs);
+    while (s.blocks.size() < blocks_needed) {
+      const int32_t b = pool_->Allocate();
+      if (b < 0) return Status::ResourceExhausted("Compact: KV pool full while re-laying encoded tokens");
+      s.blocks.push_back(b);
+    }
+    while (s.blocks.size() > blocks_needed) {
+      pool_->DecRef(s.blocks.back());
+      s.blocks.pop_back();
+    }
+    if (has_data) {
+      for (int64_t i = 0; i < n_plain; ++i) {
+        uint8_t* blk = pool_->BlockData(s.blocks[static_cast<size_t>(i / bs)]);
+        ConvertFromF32(shape_.dtype, &kept_k[static_cast<size_t>(i) * d], blk + (i % bs) * row_bytes, d);
+        ConvertFromF32(shape_.dtype, &kept_v[static_cast<size_t>(i) * d], blk + (bs + i % bs) * row_bytes, d);
+      }
+    }
+    s.positions.resize(static_cast<size_t>(base));
+    s.score.resize(static_cast<size_t>(base));
+    s.positions.insert(s.positions.end(), kept_pos.begin(), kept_pos.end());
+    s.score.insert(s.score.end(), kept_score.begin(), kept_score.end());
+    s.num_tokens = base + n_plain;
+    SealStream(&s);
+    UpdatePeak();
+    return Status::OK();
+  }
+
+  // Only plain slots move: copy each kept slot down within the plain blocks.
+  for (size_t i = first_moved; i < keep.size(); ++i) {
+    const int64_t src = keep[i] - s.num_encoded, dst = static_cast<int64_t>(i) - s.num_encoded;
     if (has_data) {
       uint8_t* sb = pool_->BlockData(s.blocks[static_cast<size_t>(src / bs)]);
       uint8_t* db = pool_->BlockData(s.blocks[static_cast<size_t>(dst / bs)]);
-      std::memcpy(db + (dst % bs) * row_bytes, sb + (src % bs) * row_bytes, static_cast<size_t>(row_bytes));
-      std::memcpy(db + (bs + dst % bs) * row_bytes, sb + (bs + src % bs) * row_bytes, static_cast<size_t>(row_bytes));
+      std::memmove(db + (dst % bs) * row_bytes, sb + (src % bs) * row_bytes, static_cast<size_t>(row_bytes));
+      std::memmove(db + (bs + dst % bs) * row_bytes, sb + (bs + src % bs) * row_bytes, static_cast<size_t>(row_bytes));
     }
-    s.positions[i] = s.positions[static_cast<size_t>(src)];
-    s.score[i] = s.score[static_cast<size_t>(src)];
+    s.positions[i] = s.positions[static_cast<size_t>(keep[i])];
+    s.score[i] = s.score[static_cast<size_t>(keep[i])];
   }
   s.num_tokens = static_cast<int64_t>(keep.size());
   s.positions.resize(keep.size());
   s.score.resize(keep.size());
-  const size_t blocks_needed = static_cast<size_t>((s.num_tokens + bs - 1) / bs);
+  const size_t blocks_needed = static_cast<size_t>((s.num_plain() + bs - 1) / bs);
   while (s.blocks.size() > blocks_needed) {
     pool_->DecRef(s.blocks.back());
     s.blocks.pop_back();
   }
   return Status::OK();
+}
+
+void KVCache::ReadSlot(SeqId id, int layer, int head, int64_t slot, float* k, float* v) const {
+  const Stream& s = stream(id, layer, head);
+  if (slot >= s.num_encoded) {
+    ReadPlain(*pool_, shape_, s, slot - s.num_encoded, k, v);
+    return;
+  }
+  const int tpb = shape_.enc.tokens_per_block;
+  const int d = shape_.head_dim;
+  std::vector<float> dk(static_cast<size_t>(tpb) * d), dv(dk.size());
+  DecodeKvBlock(shape_.enc, enc_pool_->BlockData(s.enc_blocks[static_cast<size_t>(slot / tpb)]), dk.data(), dv.data());
+  std::memcpy(k, &dk[static_cast<size_t>(slot % tpb) * d], sizeof(float) * static_cast<size_t>(d));
+  std::memcpy(v, &dv[static_cast<size_t>(slot % tpb) * d], sizeof(float) * static_cast<size_t>(d));
 }
 
 const Stream& KVCache::stream(SeqId id, int layer, int head) const {
@@ -134,14 +292,17 @@ Stream& KVCache::mutable_stream(SeqId id, int layer, int head) {
 void KVCache::BuildPageTable(const std::vector<SeqId>& seqs, PageTable* out) const {
   const int L = shape_.num_layers, H = shape_.num_kv_heads, B = static_cast<int>(seqs.size());
   const int bs = shape_.block_size;
+  const size_t n_streams = static_cast<size_t>(L) * B * H;
   out->num_seqs_ = B;
   out->num_layers_ = L;
   out->num_kv_heads_ = H;
   out->indptr_.assign(1, 0);
-  out->indptr_.reserve(static_cast<size_t>(L) * B * H + 1);
+  out->indptr_.reserve(n_streams + 1);
   out->indices_.clear();
   out->last_block_len_.clear();
-  out->last_block_len_.reserve(static_cast<size_t>(L) * B * H);
+  out->last_block_len_.reserve(n_streams);
+  out->enc_indptr_.assign(1, 0);
+  out->enc_indices_.clear();
   std::vector<const std::vector<Stream>*> seq_streams;
   seq_streams.reserve(seqs.size());
   for (SeqId id : seqs) seq_streams.push_back(&seqs_.at(id));
@@ -149,10 +310,14 @@ void KVCache::BuildPageTable(const std::vector<SeqId>& seqs, PageTable* out) con
     for (int b = 0; b < B; ++b) {
       for (int h = 0; h < H; ++h) {
         const Stream& s = (*seq_streams[static_cast<size_t>(b)])[static_cast<size_t>(l * H + h)];
-        const int64_t nb = (s.num_tokens + bs - 1) / bs;
+        const int64_t nb = (s.num_plain() + bs - 1) / bs;
         out->indices_.insert(out->indices_.end(), s.blocks.begin(), s.blocks.begin() + nb);
         out->indptr_.push_back(static_cast<int32_t>(out->indices_.size()));
-        out->last_block_len_.push_back(nb == 0 ? 0 : static_cast<int32_t>(s.num_tokens - (nb - 1) * bs));
+        out->last_block_len_.push_back(nb == 0 ? 0 : static_cast<int32_t>(s.num_plain() - (nb - 1) * bs));
+        if (shape_.encoded) {
+          out->enc_indices_.insert(out->enc_indices_.end(), s.enc_blocks.begin(), s.enc_blocks.end());
+          out->enc_indptr_.push_back(static_cast<int32_t>(out->enc_indices_.size()));
+        }
       }
     }
   }
@@ -161,6 +326,19 @@ void KVCache::BuildPageTable(const std::vector<SeqId>& seqs, PageTable* out) con
   out->base_.dtype = shape_.dtype;
   out->base_.block_size = bs;
   out->base_.head_dim = shape_.head_dim;
+  out->enc_layers_.clear();
+  if (shape_.encoded) {
+    for (int l = 0; l < L; ++l) {
+      EncodedKV e;
+      e.base = enc_pool_->data();
+      e.block_bytes = enc_pool_->block_bytes();
+      e.enc = shape_.enc;
+      e.num_streams = B * H;
+      e.indptr = out->enc_indptr_.data() + static_cast<size_t>(l) * B * H;
+      e.indices = out->enc_indices_.data();
+      out->enc_layers_.push_back(e);
+    }
+  }
 }
 
 int64_t KVCache::SlotsInUse(SeqId id) const {

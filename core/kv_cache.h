@@ -13,6 +13,7 @@
 #include "core/block_pool.h"
 #include "core/dtype.h"
 #include "core/status.h"
+#include "kernels/kv_encoding.h"
 #include "kernels/paged_kv.h"
 
 namespace kvlab {
@@ -23,19 +24,30 @@ struct CacheShape {
   int head_dim = 0;
   int block_size = 16;
   DType dtype = DType::kBF16;
+  // Representation: when `encoded`, the oldest plain tokens beyond the most
+  // recent `residual` are sealed into encoded blocks of enc.tokens_per_block
+  // tokens (REQUIRES: a multiple of block_size), kept in a second pool.
+  bool encoded = false;
+  KvEncoding enc;
+  int64_t residual = 0;
 
   int64_t BlockBytes() const { return 2LL * block_size * head_dim * DTypeBytes(dtype); }
   int StreamsPerSequence() const { return num_layers * num_kv_heads; }
   Status Validate() const;
 };
 
-// One stream: the K/V of one (sequence, layer, stored KV head).
+// One stream: the K/V of one (sequence, layer, stored KV head). Slots are
+// numbered encoded-first: [0, num_encoded) in enc_blocks, the rest in blocks.
 struct Stream {
-  std::vector<int32_t> blocks;     // block ids in slot order
-  int64_t num_tokens = 0;          // slots in use
+  std::vector<int32_t> blocks;     // plain block ids in slot order
+  std::vector<int32_t> enc_blocks; // encoded block ids (each full), oldest first
+  int64_t num_encoded = 0;         // slots in encoded blocks
+  int64_t num_tokens = 0;          // slots in use, encoded + plain
   std::vector<int32_t> positions;  // original token position of each slot
   std::vector<float> score;        // policy state per slot (e.g. accumulated attention)
 
+  int64_t num_plain() const { return num_tokens - num_encoded; }
+  // Plain slots the plain blocks can hold.
   int64_t Capacity(int block_size) const { return static_cast<int64_t>(blocks.size()) * block_size; }
 };
 
@@ -44,14 +56,19 @@ struct Stream {
 // [layer][seq][kv_head]; indptr values index the shared `indices`.
 class PageTable {
  public:
-  // The kernel view of layer `layer`.
+  // The kernel view of layer `layer`: its plain segments.
   PagedKV Layer(int layer) const;
+  // Its encoded segments; nullptr when the cache has no encoding.
+  const EncodedKV* Encoded(int layer) const;
   int num_seqs() const { return num_seqs_; }
+  // Slots of a stream, encoded plus plain.
   int64_t StreamLength(int layer, int seq, int head) const;
 
  private:
   friend class KVCache;
   std::vector<int32_t> indptr_, indices_, last_block_len_;
+  std::vector<int32_t> enc_indptr_, enc_indices_;
+  std::vector<EncodedKV> enc_layers_;
   int num_seqs_ = 0, num_layers_ = 0, num_kv_heads_ = 0;
   PagedKV base_;
 };
@@ -60,13 +77,24 @@ class KVCache {
  public:
   using SeqId = int64_t;
 
-  // A cache whose pool holds num_blocks blocks of shape.BlockBytes().
+  // A cache whose plain pool holds num_blocks blocks of shape.BlockBytes()
+  // and, with an encoding, an encoded pool of num_encoded_blocks blocks.
   static Status Create(const CacheShape& shape, int64_t num_blocks, bool with_storage,
-                       std::unique_ptr<KVCache>* out);
+                       std::unique_ptr<KVCache>* out, int64_t num_encoded_blocks = 0);
 
   const CacheShape& shape() const { return shape_; }
   BlockPool& pool() { return *pool_; }
   const BlockPool& pool() const { return *pool_; }
+  // The encoded pool, or nullptr.
+  const BlockPool* encoded_pool() const { return enc_pool_.get(); }
+
+  // Bytes over all pools, read from the pools.
+  int64_t BytesInUse() const;
+  int64_t BytesReserved() const;
+  int64_t BlocksInUse() const;
+  // Peak of BytesInUse() since creation (or ResetPeak).
+  int64_t PeakBytesInUse() const { return peak_bytes_; }
+  void ResetPeak() { peak_bytes_ = BytesInUse(); }
 
   Status AddSequence(SeqId id);
   bool HasSequence(SeqId id) const { return seqs_.count(id) != 0; }
@@ -83,8 +111,18 @@ class KVCache {
 
   // Keeps only the slots `keep` (strictly increasing slot indices) of one
   // stream, moving their K/V, positions and scores down, and frees the blocks
-  // no longer needed.
+  // no longer needed. Encoded blocks from the first one that loses a slot
+  // are decoded, and their kept tokens re-sealed by Seal.
   Status Compact(SeqId id, int layer, int head, const std::vector<int64_t>& keep);
+
+  // Seals, in every stream of `id`, whole groups of the oldest plain tokens
+  // that lie outside the residual into encoded blocks, freeing their plain
+  // blocks. A no-op without an encoding, or while the encoded pool is full.
+  void Seal(SeqId id);
+
+  // Reads slot `slot` of a stream as fp32 K and V [head_dim] (decoding if
+  // needed). For tests and tools, not hot paths. REQUIRES: storage present.
+  void ReadSlot(SeqId id, int layer, int head, int64_t slot, float* k, float* v) const;
 
   const Stream& stream(SeqId id, int layer, int head) const;
   Stream& mutable_stream(SeqId id, int layer, int head);
@@ -96,9 +134,13 @@ class KVCache {
   int64_t SlotsInUse(SeqId id) const;
 
  private:
-  KVCache(const CacheShape& shape, std::unique_ptr<BlockPool> pool);
+  KVCache(const CacheShape& shape, std::unique_ptr<BlockPool> pool, std::unique_ptr<BlockPool> enc_pool);
+  void UpdatePeak();
+  void SealStream(Stream* s);
   CacheShape shape_;
   std::unique_ptr<BlockPool> pool_;
+  std::unique_ptr<BlockPool> enc_pool_;
+  int64_t peak_bytes_ = 0;
   std::unordered_map<SeqId, std::vector<Stream>> seqs_;
 };
 

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <numeric>
 #include <random>
 
@@ -161,6 +162,121 @@ TEST(KVCacheTest, FullPolicyBytesMatchTheFormulaAtLlama31_8BShape) {
       EXPECT_EQ(c->pool().bytes_in_use(), 131072LL * 256);
     }
   }
+}
+
+CacheShape KiviShape(int layers, int heads, int d, int64_t residual) {
+  CacheShape s;
+  s.num_layers = layers;
+  s.num_kv_heads = heads;
+  s.head_dim = d;
+  s.block_size = 16;
+  s.dtype = DType::kF32;
+  s.encoded = true;
+  s.enc.kind = EncodingKind::kKivi;
+  s.enc.bits = 2;
+  s.enc.group = 32;
+  s.enc.tokens_per_block = 32;
+  s.enc.head_dim = d;
+  s.residual = residual;
+  return s;
+}
+
+// Appends n tokens whose K/V are a function of (position, layer, head, channel).
+void AppendTokens(KVCache* c, KVCache::SeqId id, int64_t start, int64_t n) {
+  const CacheShape& sh = c->shape();
+  auto pos = Iota(start, n);
+  ASSERT_TRUE(c->Reserve(id, n, pos.data()).ok());
+  PageTable pt;
+  c->BuildPageTable({id}, &pt);
+  std::vector<float> k(static_cast<size_t>(n * sh.num_kv_heads * sh.head_dim)), v(k.size());
+  for (int l = 0; l < sh.num_layers; ++l) {
+    for (int64_t t = 0; t < n; ++t)
+      for (int h = 0; h < sh.num_kv_heads; ++h)
+        for (int d = 0; d < sh.head_dim; ++d) {
+          const size_t i = static_cast<size_t>((t * sh.num_kv_heads + h) * sh.head_dim + d);
+          k[i] = std::sin(0.1f * (start + t) + d + l) * 3 + h;
+          v[i] = std::cos(0.2f * (start + t) - d) - l;
+        }
+    const int32_t qo[2] = {0, static_cast<int32_t>(n)};
+    AppendKV(pt.Layer(l), qo, 1, sh.num_kv_heads, k.data(), v.data());
+  }
+}
+
+float ExpectedK(int64_t pos, int l, int h, int d) { return std::sin(0.1f * pos + d + l) * 3 + h; }
+
+TEST(KVCacheEncodedTest, SealsGroupsOutsideTheResidual) {
+  std::unique_ptr<KVCache> c;
+  ASSERT_TRUE(KVCache::Create(KiviShape(2, 2, 32, 40), 200, true, &c, 200).ok());
+  ASSERT_TRUE(c->AddSequence(0).ok());
+  for (int64_t t = 0; t < 150; t += 5) {
+    AppendTokens(c.get(), 0, t, 5);
+    c->Seal(0);
+    const Stream& s = c->stream(0, 1, 1);
+    // Sealed whenever the plain tail holds residual + one group.
+    EXPECT_EQ(s.num_encoded, std::max<int64_t>(0, (t + 5 - 40) / 32) * 32) << t;
+    EXPECT_LT(s.num_plain(), 40 + 32);
+  }
+  const Stream& s = c->stream(0, 1, 1);
+  ASSERT_EQ(s.num_encoded, 96);
+  std::vector<float> k(32), v(32);
+  double enc_err = 0, plain_err = 0;
+  for (int64_t slot = 0; slot < 150; ++slot) {
+    c->ReadSlot(0, 1, 1, slot, k.data(), v.data());
+    for (int d = 0; d < 32; ++d) {
+      const double e = std::abs(k[static_cast<size_t>(d)] - ExpectedK(slot, 1, 1, d));
+      (slot < 96 ? enc_err : plain_err) = std::max(slot < 96 ? enc_err : plain_err, e);
+    }
+  }
+  EXPECT_EQ(plain_err, 0.0);
+  EXPECT_GT(enc_err, 0.0);
+  EXPECT_LT(enc_err, 6.0 / 3 / 2 * 1.05);  // range 6 per channel, 3 steps at 2 bits, half a step
+  // Bytes: 3 encoded blocks and ceil(54/16) plain blocks per stream, from the pools.
+  EXPECT_EQ(c->BytesInUse(), 4 * (3 * c->shape().enc.BlockBytes() + 4 * c->shape().BlockBytes()));
+}
+
+TEST(KVCacheEncodedTest, CompactAcrossEncodedBlocksKeepsTheRightTokens) {
+  std::unique_ptr<KVCache> c;
+  ASSERT_TRUE(KVCache::Create(KiviShape(1, 1, 32, 16), 200, true, &c, 200).ok());
+  ASSERT_TRUE(c->AddSequence(0).ok());
+  AppendTokens(c.get(), 0, 0, 120);
+  c->Seal(0);
+  ASSERT_EQ(c->stream(0, 0, 0).num_encoded, 96);
+  // Keep 4 sinks and the last 60: the encoded blocks are re-laid and re-sealed.
+  std::vector<int64_t> keep = {0, 1, 2, 3};
+  for (int64_t i = 60; i < 120; ++i) keep.push_back(i);
+  ASSERT_TRUE(c->Compact(0, 0, 0, keep).ok());
+  const Stream& s = c->stream(0, 0, 0);
+  EXPECT_EQ(s.num_tokens, 64);
+  EXPECT_EQ(s.num_encoded, 32);  // 64 - residual 16 = 48 -> one group of 32
+  std::vector<float> k(32), v(32);
+  for (size_t i = 0; i < keep.size(); ++i) {
+    EXPECT_EQ(s.positions[i], keep[i]);
+    c->ReadSlot(0, 0, 0, static_cast<int64_t>(i), k.data(), v.data());
+    // Twice-quantized tokens may carry two rounding errors.
+    EXPECT_NEAR(k[5], ExpectedK(keep[i], 0, 0, 5), 2.1) << i;
+  }
+  EXPECT_EQ(c->BytesInUse(), c->shape().enc.BlockBytes() + 2 * c->shape().BlockBytes());
+}
+
+// KIVI-2 (group 32, residual 128) at llama-3.1-8b shape: pool bytes equal the
+// encoding's analytic size (2 bits per number + fp16 scale and zero per
+// group, plus the bf16 residual) within 1%.
+TEST(KVCacheEncodedTest, Kivi2BytesMatchTheAnalyticSizeAtLlama31_8BShape) {
+  CacheShape sh = KiviShape(32, 8, 128, 128);
+  sh.dtype = DType::kBF16;
+  std::unique_ptr<KVCache> c;
+  ASSERT_TRUE(KVCache::Create(sh, 256 * 80, true, &c, 256 * 40).ok());
+  ASSERT_TRUE(c->AddSequence(0).ok());
+  const int64_t S = 1024 + 128;
+  AppendTokens(c.get(), 0, 0, S);
+  c->Seal(0);
+  const int64_t enc_tokens = 1024, plain_tokens = 128, streams = 32 * 8;
+  const double per_enc_token = 2.0 * 128 * 2 / 8 + (128.0 / 32 + 128.0 / 32) * 2 * 2;  // codes + (scale, zero) pairs
+  const double analytic = streams * (enc_tokens * per_enc_token + plain_tokens * 2.0 * 128 * 2);
+  EXPECT_NEAR(static_cast<double>(c->BytesInUse()) / analytic, 1.0, 0.01);
+  // 96 B per encoded token against 512 B in bf16: with the 128-token residual,
+  // (1024 * 96 + 128 * 512) / (1152 * 512) = 0.278 of the bf16 bytes.
+  EXPECT_NEAR(static_cast<double>(c->BytesInUse()) / (streams * S * 2 * 128 * 2), 0.278, 0.003);
 }
 
 }  // namespace

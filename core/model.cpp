@@ -147,13 +147,14 @@ Status LlamaModel::Save(const std::string& dir) const {
   return WriteSafetensors(dir + "/model.safetensors", tensors);
 }
 
-Status LlamaModel::SetStoredKvHeads(int n) {
+Status LlamaModel::SetStoredKvHeads(int n, HeadMerge merge) {
   const int64_t hkv = config_.num_key_value_heads;
   if (n <= 0 || hkv % n != 0) {
     return Status::InvalidArgument("stored KV heads must divide the model's " + std::to_string(hkv) +
                                    " KV heads, got " + std::to_string(n));
   }
   stored_kv_heads_ = n;
+  merge_ = merge;
   return Status::OK();
 }
 
@@ -181,6 +182,7 @@ void LlamaModel::InitRope() {
     inv[static_cast<size_t>(i)] = f;
   }
   inv_freq_ = at::tensor(inv, at::kDouble);
+  inv_freq_f32_.assign(inv.begin(), inv.end());
 }
 
 void LlamaModel::RopeTables(const std::vector<int32_t>& positions, at::Tensor* cos, at::Tensor* sin) const {
@@ -213,7 +215,8 @@ at::Tensor LlamaModel::RmsNorm(const at::Tensor& x, const at::Tensor& w) const {
 at::Tensor LlamaModel::MergeHeads(const at::Tensor& kv) const {
   const int64_t hkv = config_.num_key_value_heads;
   if (stored_kv_heads_ == hkv) return kv;
-  return kv.view({kv.size(0), stored_kv_heads_, hkv / stored_kv_heads_, kv.size(2)}).mean(2);
+  at::Tensor grouped = kv.view({kv.size(0), stored_kv_heads_, hkv / stored_kv_heads_, kv.size(2)});
+  return merge_ == HeadMerge::kMean ? grouped.mean(2) : grouped.select(2, 0);
 }
 
 at::Tensor LlamaModel::Mlp(const Layer& l, const at::Tensor& x) const {
@@ -234,8 +237,14 @@ at::Tensor LlamaModel::ForwardPaged(const PagedForward& in) const {
   for (size_t li = 0; li < layers_.size(); ++li) {
     const Layer& l = layers_[li];
     at::Tensor h = RmsNorm(x, l.input_norm);
-    at::Tensor q = ApplyRope(at::linear(h, l.q_proj).view({T, Hq, d}), cos, sin).contiguous();
-    at::Tensor k = MergeHeads(ApplyRope(at::linear(h, l.k_proj).view({T, Hkv, d}), cos, sin)).contiguous();
+    at::Tensor q = at::linear(h, l.q_proj).view({T, Hq, d});
+    at::Tensor k = at::linear(h, l.k_proj).view({T, Hkv, d});
+    if (!keys_before_rope_) {  // else the kernel rotates by positions within the cache
+      q = ApplyRope(q, cos, sin);
+      k = ApplyRope(k, cos, sin);
+    }
+    q = q.contiguous();
+    k = MergeHeads(k).contiguous();
     at::Tensor v = MergeHeads(at::linear(h, l.v_proj).view({T, Hkv, d})).contiguous();
     const PagedKV kv = in.page_table->Layer(static_cast<int>(li));
     AppendKV(kv, qo_indptr.data(), B, stored_kv_heads_, k.data_ptr<float>(), v.data_ptr<float>());
@@ -249,6 +258,7 @@ at::Tensor LlamaModel::ForwardPaged(const PagedForward& in) const {
     p.qo_indptr = qo_indptr.data();
     p.q = q.data_ptr<float>();
     p.o = o.data_ptr<float>();
+    if (keys_before_rope_) p.rope_inv_freq = inv_freq_f32_.data();
     if (in.slot_attn != nullptr) {
       p.slot_attn = in.slot_attn;
       p.slot_attn_offsets = in.slot_attn_offsets + li * static_cast<size_t>(kv.num_streams);

@@ -16,6 +16,7 @@
 #include "core/kv_cache.h"
 #include "core/model_config.h"
 #include "core/status.h"
+#include "policies/kv_policy.h"
 
 namespace kvlab {
 
@@ -58,9 +59,13 @@ class LlamaModel {
   const ModelConfig& config() const { return config_; }
   // Stored KV heads (< num_key_value_heads when heads are merged for sharing).
   int stored_kv_heads() const { return stored_kv_heads_; }
-  // Merges each group of num_key_value_heads / n adjacent K/V heads (mean) into
-  // one stored stream. REQUIRES: n divides num_key_value_heads.
-  Status SetStoredKvHeads(int n);
+  // Merges each group of num_key_value_heads / n adjacent K/V heads into one
+  // stored stream, by mean or by taking the group's first head (head
+  // sharing). Fails unless n divides num_key_value_heads.
+  Status SetStoredKvHeads(int n, HeadMerge merge = HeadMerge::kMean);
+  // Store keys before RoPE; the attention kernel rotates them (and the
+  // queries) by positions within the cache.
+  void SetKeysBeforeRope(bool on) { keys_before_rope_ = on; }
 
   // Logits [T, V] (all_logits) or [B, V].
   at::Tensor ForwardPaged(const PagedForward& in) const;
@@ -86,6 +91,9 @@ class LlamaModel {
 
   ModelConfig config_;
   int stored_kv_heads_ = 0;
+  HeadMerge merge_ = HeadMerge::kMean;
+  bool keys_before_rope_ = false;
+  std::vector<float> inv_freq_f32_;
   at::Tensor embed_, final_norm_, lm_head_;  // lm_head_ aliases embed_ when tied
   std::vector<Layer> layers_;
   at::Tensor inv_freq_;  // [d/2], float64 then cast

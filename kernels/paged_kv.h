@@ -67,6 +67,13 @@ struct AttentionParams {
   // stream s's [StreamLength(s)] array (ADDED to, not overwritten).
   float* slot_attn = nullptr;
   const int64_t* slot_attn_offsets = nullptr;  // [num_streams]
+  // Optional: if non-null, keys in the cache and q are BEFORE RoPE, and the
+  // kernel rotates them by positions within the cache (StreamingLLM): the key
+  // at slot t by angle t * rope_inv_freq[i], query j of a sequence with q_len
+  // new tokens by (len_s - q_len + j) * rope_inv_freq[i], for i < head_dim/2,
+  // in Hugging Face's rotate_half convention (x1, x2) -> (x1 c - x2 s, x2 c + x1 s)
+  // where x1 = x[:d/2], x2 = x[d/2:].
+  const float* rope_inv_freq = nullptr;  // [head_dim / 2]
 };
 
 }  // namespace kvlab

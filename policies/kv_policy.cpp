@@ -93,6 +93,26 @@ int PolicyStack::StoredKvHeads(int model_kv_heads) const {
   return p ? p->StoredKvHeads(model_kv_heads) : model_kv_heads;
 }
 
+Status PolicyStack::CheckShape(int model_kv_heads, int head_dim, int block_size) const {
+  for (const auto& p : policies_) KVLAB_RETURN_IF_ERROR(p->CheckShape(model_kv_heads, head_dim, block_size));
+  return Status::OK();
+}
+
+HeadMerge PolicyStack::MergeMode() const {
+  const KVPolicy* p = For(kConcernHeadSharing);
+  return p ? p->MergeMode() : HeadMerge::kMean;
+}
+
+bool PolicyStack::KeysBeforeRope() const {
+  const KVPolicy* p = For(kConcernSelection);
+  return p != nullptr && p->KeysBeforeRope();
+}
+
+bool PolicyStack::SealedEncoding(int head_dim, int block_size, KvEncoding* enc, int64_t* residual_tokens) const {
+  const KVPolicy* p = For(kConcernRepresentation);
+  return p != nullptr && p->SealedEncoding(head_dim, block_size, enc, residual_tokens);
+}
+
 DType PolicyStack::StorageDType(DType requested) const {
   const KVPolicy* p = For(kConcernRepresentation);
   return p ? p->StorageDType(requested) : requested;

@@ -18,6 +18,7 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
+#include "kernels/kv_encoding.h"
 
 namespace kvlab {
 
@@ -32,6 +33,7 @@ const char* ConcernName(Concern c);
 std::string ConcernList(uint32_t concerns);
 
 enum class Tier : uint8_t { kDevice = 0, kHost = 1, kDisk = 2 };
+enum class HeadMerge : uint8_t { kMean = 0, kFirst = 1 };
 
 // A declared parameter of a policy: its name, type, default and meaning.
 struct ParamSpec {
@@ -82,10 +84,17 @@ class KVPolicy {
   virtual uint32_t Concerns() const = 0;
   const PolicyParams& params() const { return params_; }
 
+  // Checks the parameters against the model and cache shape (a merge group
+  // that must divide H_kv, a quantization group that must divide head_dim);
+  // the error names the parameter.
+  virtual Status CheckShape(int /*model_kv_heads*/, int /*head_dim*/, int /*block_size*/) const { return Status::OK(); }
+
   // --- head sharing ---
   // Stored KV heads per layer for a model with model_kv_heads KV heads.
   // REQUIRES: the result divides model_kv_heads.
   virtual int StoredKvHeads(int model_kv_heads) const { return model_kv_heads; }
+  // How a group of model KV heads becomes one stored stream.
+  virtual HeadMerge MergeMode() const { return HeadMerge::kMean; }
 
   // --- selection ---
   // True if SelectSlots needs StreamState::score (core then asks the attention
@@ -95,13 +104,26 @@ class KVPolicy {
   // everything; otherwise fills `keep` with the slot indices to keep, strictly
   // increasing, and core compacts the stream and frees emptied blocks.
   virtual bool SelectSlots(const StreamState& /*s*/, std::vector<int64_t>* /*keep*/) const { return false; }
+  // True to store keys before RoPE and rotate them at read time by their
+  // slot index (positions within the cache, as StreamingLLM does).
+  virtual bool KeysBeforeRope() const { return false; }
 
   // --- representation ---
   // Storage dtype of the cache's blocks given the one the run asked for.
   virtual DType StorageDType(DType requested) const { return requested; }
+  // The encoding of sealed blocks, if any: fills *enc for this head_dim and
+  // block_size and *residual_tokens (the most recent tokens kept in plain
+  // storage). Returns false to keep every block plain.
+  virtual bool SealedEncoding(int /*head_dim*/, int /*block_size*/, KvEncoding* /*enc*/,
+                              int64_t* /*residual_tokens*/) const {
+    return false;
+  }
 
   // --- placement ---
-  virtual Tier PlaceBlock(const StreamState& /*s*/, int64_t /*block_index*/) const { return Tier::kDevice; }
+  // Core keeps the highest-priority blocks on the device up to
+  // DeviceBudgetBytes() (< 0: no limit) and moves the rest down a tier.
+  virtual int64_t DeviceBudgetBytes() const { return -1; }
+  virtual double BlockPriority(const StreamState& /*s*/, int64_t /*block_index*/) const { return 0.0; }
 
  protected:
   explicit KVPolicy(PolicyParams params) : params_(std::move(params)) {}
@@ -133,8 +155,13 @@ class PolicyStack {
   std::string Describe() const;
 
   int StoredKvHeads(int model_kv_heads) const;
+  HeadMerge MergeMode() const;
   DType StorageDType(DType requested) const;
   bool NeedsAttentionScores() const;
+  bool KeysBeforeRope() const;
+  bool SealedEncoding(int head_dim, int block_size, KvEncoding* enc, int64_t* residual_tokens) const;
+  // Every policy's CheckShape, first error wins.
+  Status CheckShape(int model_kv_heads, int head_dim, int block_size) const;
 
  private:
   std::vector<std::unique_ptr<KVPolicy>> policies_;

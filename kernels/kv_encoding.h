@@ -1,0 +1,87 @@
+// Encoded (compressed) KV blocks: the storage formats that representation
+// policies choose for sealed blocks, their encoder/decoder, and the view of a
+// stream's encoded segment that attention kernels read. No libtorch here.
+//
+// A stream's slots are numbered encoded-first: slots [0, n_enc) live in
+// encoded blocks (each exactly tokens_per_block tokens), slots [n_enc, len)
+// in plain blocks (PagedKV). New tokens always land in the plain tail; core
+// seals the oldest plain tokens into encoded blocks between steps.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/dtype.h"
+
+namespace kvlab {
+
+enum class EncodingKind : uint8_t {
+  kKivi = 0,   // asymmetric integer (scale + zero point), 2 or 4 bits, KIVI's axes
+  kInt8 = 1,   // symmetric int8, absmax scale
+  kFp8 = 2,    // fp8 e4m3, absmax scale (448 = max finite)
+};
+
+enum class QuantAxis : uint8_t {
+  kChannel = 0,  // statistics over the tokens of a group, one scale per channel (KIVI keys)
+  kToken = 1,    // statistics over a group of channels of one token (KIVI values)
+};
+
+// The format of one encoded block. All scales and zero points are fp16.
+//
+// kKivi: tokens_per_block = group. Per K and per V, `axis` decides the
+// quantization groups: kChannel -> one (scale, zero) per channel over the
+// block's `group` tokens; kToken -> one (scale, zero) per token per run of
+// `group` channels (REQUIRES group divides head_dim). Values are
+// round((x - zero) / scale) clamped to [0, 2^bits - 1], zero = min,
+// scale = (max - min) / (2^bits - 1), so |x - decode(x)| <= scale / 2.
+// Layout: K codes, V codes (bits packed little-endian within bytes, row-major
+// [token][channel]), then K scales, K zeros, V scales, V zeros.
+//
+// kInt8 / kFp8: tokens_per_block = block size; per-token scales (one per
+// token row of K and of V) when scale_per_token, else one scale for all of K
+// and one for all of V in the block. Layout: K codes [t][d], V codes [t][d],
+// then K scales, V scales.
+struct KvEncoding {
+  EncodingKind kind = EncodingKind::kKivi;
+  int bits = 2;
+  int head_dim = 0;
+  int tokens_per_block = 32;
+  int group = 32;  // kKivi: see above
+  QuantAxis key_axis = QuantAxis::kChannel;
+  QuantAxis value_axis = QuantAxis::kToken;
+  bool scale_per_token = true;  // kInt8 / kFp8
+
+  // Number of fp16 (scale, zero) pairs for K (or V) in one block (KIVI) or
+  // scales (int8/fp8).
+  int64_t NumKeyParams() const;
+  int64_t NumValueParams() const;
+  int64_t CodeBytes() const;  // bytes of K codes (== bytes of V codes)
+  int64_t BlockBytes() const;
+  // Empty when the format is valid; else the message, naming the parameter.
+  std::string Validate() const;
+  std::string Describe() const;
+};
+
+// Encodes tokens_per_block tokens: k and v are fp32 [tokens_per_block][head_dim].
+void EncodeKvBlock(const KvEncoding& e, const float* k, const float* v, uint8_t* dst);
+// Decodes one block back to fp32 [tokens_per_block][head_dim] K and V.
+void DecodeKvBlock(const KvEncoding& e, const uint8_t* src, float* k, float* v);
+
+// The encoded segments of a batch's streams for one layer (same stream
+// numbering as PagedKV). Every encoded block is full.
+struct EncodedKV {
+  const uint8_t* base = nullptr;  // encoded pool arena
+  int64_t block_bytes = 0;
+  KvEncoding enc;
+  int num_streams = 0;
+  const int32_t* indptr = nullptr;   // [num_streams + 1]
+  const int32_t* indices = nullptr;  // encoded block ids
+  int64_t StreamTokens(int s) const {
+    return static_cast<int64_t>(indptr[s + 1] - indptr[s]) * enc.tokens_per_block;
+  }
+  const uint8_t* Block(int s, int64_t i) const {
+    return base + static_cast<int64_t>(indices[indptr[s] + i]) * block_bytes;
+  }
+};
+
+}  // namespace kvlab
