@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <future>
 #include <map>
 #include <thread>
 
@@ -19,6 +20,7 @@ struct Engine::Impl {
   AttentionBackend backend = AttentionBackend::kCpu;
 
   void ApplySelection(const std::vector<SeqChunk>& chunks);
+  Status ApplyPlacement();
 };
 
 namespace {
@@ -89,6 +91,8 @@ Status Engine::Create(const EngineOptions& options, const std::vector<PolicySpec
                      ((options.max_context + shape.enc.tokens_per_block - 1) / shape.enc.tokens_per_block);
   }
   KVLAB_RETURN_IF_ERROR(KVCache::Create(shape, num_blocks, /*with_storage=*/true, &impl->cache, num_enc_blocks));
+  PlacementOptions placement;
+  if (impl->policies.Placement(&placement)) KVLAB_RETURN_IF_ERROR(impl->cache->EnableOffload(placement));
   out->reset(new Engine(std::move(impl)));
   return Status::OK();
 }
@@ -157,7 +161,8 @@ Status Engine::Forward(const std::vector<SeqChunk>& chunks, bool all_logits,
     KVLAB_RETURN_IF_ERROR(s.cache->Reserve(chunks[i].seq, static_cast<int64_t>(chunks[i].tokens.size()), pos));
   }
   PageTable pt;
-  s.cache->BuildPageTable(seqs, &pt);
+  StagingPlan staging;
+  KVLAB_RETURN_IF_ERROR(s.cache->PlanStep(seqs, &pt, &staging));
 
   // Per-slot attention for selection policies that rank by it (H2O).
   std::vector<float> slot_attn;
@@ -188,7 +193,22 @@ Status Engine::Forward(const std::vector<SeqChunk>& chunks, bool all_logits,
     in.slot_attn = slot_attn.data();
     in.slot_attn_offsets = slot_offsets.data();
   }
+  // Offloaded blocks: layer 0's are loaded before it runs; each layer starts
+  // loading the next layer's into the other staging set while it computes.
+  Status load_status;
+  std::future<Status> next_load;
+  if (!staging.empty()) {
+    in.before_attention = [&](int layer) {
+      Status st = layer == 0 ? s.cache->LoadStaged(staging, 0) : next_load.get();
+      if (!st.ok() && load_status.ok()) load_status = st;
+      if (layer + 1 < shape.num_layers) {
+        next_load = std::async(std::launch::async, [&s, &staging, layer] { return s.cache->LoadStaged(staging, layer + 1); });
+      }
+    };
+  }
   at::Tensor out = s.model->ForwardPaged(in).contiguous();
+  s.cache->ReleaseStaging(&staging);
+  KVLAB_RETURN_IF_ERROR(load_status);
   const float* data = out.data_ptr<float>();
   logits->assign(chunks.size(), {});
   for (size_t i = 0; i < chunks.size(); ++i) {
@@ -211,7 +231,7 @@ Status Engine::Forward(const std::vector<SeqChunk>& chunks, bool all_logits,
   }
   s.ApplySelection(chunks);
   for (const SeqChunk& c : chunks) s.cache->Seal(c.seq);
-  return Status::OK();
+  return s.ApplyPlacement();
 }
 
 // Core applies what the selection policy proposes: compaction and freeing.
@@ -237,6 +257,62 @@ void Engine::Impl::ApplySelection(const std::vector<SeqChunk>& chunks) {
       }
     }
   }
+}
+
+// Core moves what the placement policy ranks lowest off the device until the
+// resident bytes fit its budget. The open tail block of each stream (where
+// the next tokens are written) always stays.
+Status Engine::Impl::ApplyPlacement() {
+  const KVPolicy* place = policies.For(kConcernPlacement);
+  PlacementOptions po;
+  if (place == nullptr || !place->Placement(&po) || cache->DeviceBytesInUse() <= po.device_budget_bytes) {
+    return Status::OK();
+  }
+  struct Candidate {
+    double priority;
+    int64_t seq;
+    int layer, head;
+    bool encoded;
+    size_t index;
+    int64_t bytes;
+  };
+  std::vector<Candidate> cands;
+  const CacheShape& shape = cache->shape();
+  for (const auto& kv : seq_len) {
+    for (int l = 0; l < shape.num_layers; ++l) {
+      for (int h = 0; h < shape.num_kv_heads; ++h) {
+        const Stream& st = cache->stream(kv.first, l, h);
+        StreamState ss;
+        ss.layer = l;
+        ss.kv_head = h;
+        ss.num_tokens = st.num_tokens;
+        ss.positions = st.positions.data();
+        ss.score = st.score.data();
+        ss.seq_length = kv.second;
+        ss.block_size = shape.block_size;
+        const int tpb = shape.enc.tokens_per_block;
+        for (size_t i = 0; i < st.enc_blocks.size(); ++i) {
+          if (IsOffloaded(st.enc_blocks[i])) continue;
+          cands.push_back({place->BlockPriority(ss, static_cast<int64_t>(i) * tpb, tpb), kv.first, l, h, true, i,
+                           cache->encoded_pool()->block_bytes()});
+        }
+        for (size_t i = 0; i + 1 < st.blocks.size(); ++i) {
+          if (IsOffloaded(st.blocks[i])) continue;
+          const int64_t first = st.num_encoded + static_cast<int64_t>(i) * shape.block_size;
+          cands.push_back({place->BlockPriority(ss, first, shape.block_size), kv.first, l, h, false, i,
+                           cache->pool().block_bytes()});
+        }
+      }
+    }
+  }
+  std::stable_sort(cands.begin(), cands.end(), [](const Candidate& a, const Candidate& b) { return a.priority < b.priority; });
+  int64_t resident = cache->DeviceBytesInUse();
+  for (const Candidate& c : cands) {
+    if (resident <= po.device_budget_bytes) break;
+    KVLAB_RETURN_IF_ERROR(cache->Demote(c.seq, c.layer, c.head, c.encoded, c.index));
+    resident -= c.bytes;
+  }
+  return Status::OK();
 }
 
 Status Engine::Generate(const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& options,
@@ -338,6 +414,10 @@ MemoryStats Engine::Memory() const {
   m.peak_bytes_in_use = c.PeakBytesInUse();
   m.blocks_in_use = c.BlocksInUse();
   m.block_bytes = c.pool().block_bytes();
+  m.device_bytes = c.DeviceBytesInUse();
+  m.peak_device_bytes = c.PeakDeviceBytesInUse();
+  m.host_bytes = c.HostBytesInUse();
+  m.disk_bytes = c.DiskBytesInUse();
   for (const auto& kv : impl_->seq_len) {
     m.slots_in_use += impl_->cache->SlotsInUse(kv.first);
     m.tokens_seen += kv.second;

@@ -47,6 +47,10 @@ struct MemoryStats {
   int64_t block_bytes = 0;
   int64_t slots_in_use = 0;      // token slots held, summed over streams
   int64_t tokens_seen = 0;       // tokens processed, summed over sequences
+  int64_t device_bytes = 0;      // resident in the device pools (offload moves the rest down)
+  int64_t peak_device_bytes = 0;
+  int64_t host_bytes = 0;        // offloaded to host memory
+  int64_t disk_bytes = 0;        // offloaded to disk
 };
 
 struct GenerateOptions {

@@ -63,12 +63,42 @@ Status KVCache::Create(const CacheShape& shape, int64_t num_blocks, bool with_st
 KVCache::KVCache(const CacheShape& shape, std::unique_ptr<BlockPool> pool, std::unique_ptr<BlockPool> enc_pool)
     : shape_(shape), pool_(std::move(pool)), enc_pool_(std::move(enc_pool)) {}
 
-int64_t KVCache::BytesInUse() const { return pool_->bytes_in_use() + (enc_pool_ ? enc_pool_->bytes_in_use() : 0); }
+int64_t KVCache::DeviceBytesInUse() const {
+  return pool_->bytes_in_use() + (enc_pool_ ? enc_pool_->bytes_in_use() : 0);
+}
+int64_t KVCache::BytesInUse() const { return DeviceBytesInUse() + HostBytesInUse() + DiskBytesInUse(); }
 int64_t KVCache::BytesReserved() const {
   return pool_->bytes_reserved() + (enc_pool_ ? enc_pool_->bytes_reserved() : 0);
 }
 int64_t KVCache::BlocksInUse() const { return pool_->num_used() + (enc_pool_ ? enc_pool_->num_used() : 0); }
-void KVCache::UpdatePeak() { peak_bytes_ = std::max(peak_bytes_, BytesInUse()); }
+void KVCache::UpdatePeak() {
+  peak_bytes_ = std::max(peak_bytes_, BytesInUse());
+  peak_device_bytes_ = std::max(peak_device_bytes_, DeviceBytesInUse());
+}
+
+void KVCache::FreeRef(int32_t ref, bool encoded) {
+  if (IsOffloaded(ref)) {
+    store_->Free(OffloadHandle(ref));
+  } else {
+    (encoded ? enc_pool_ : pool_)->DecRef(ref);
+  }
+}
+
+const uint8_t* KVCache::BlockData(int32_t ref, bool encoded, std::vector<uint8_t>* scratch) const {
+  const BlockPool& pool = encoded ? *enc_pool_ : *pool_;
+  if (!IsOffloaded(ref)) return pool.BlockData(ref);
+  scratch->resize(static_cast<size_t>(pool.block_bytes()));
+  store_->Get(OffloadHandle(ref), scratch->data());
+  return scratch->data();
+}
+
+void KVCache::ReadPlainSlot(const Stream& s, int64_t i, float* k, float* v, std::vector<uint8_t>* scratch) const {
+  const int bs = shape_.block_size;
+  const int64_t row = static_cast<int64_t>(shape_.head_dim) * DTypeBytes(shape_.dtype);
+  const uint8_t* b = BlockData(s.blocks[static_cast<size_t>(i / bs)], false, scratch);
+  ConvertToF32(shape_.dtype, b + (i % bs) * row, k, shape_.head_dim);
+  ConvertToF32(shape_.dtype, b + (bs + i % bs) * row, v, shape_.head_dim);
+}
 
 Status KVCache::AddSequence(SeqId id) {
   if (seqs_.count(id)) return Status::InvalidArgument("sequence " + std::to_string(id) + " already in the cache");
@@ -80,8 +110,8 @@ Status KVCache::RemoveSequence(SeqId id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return Status::NotFound("sequence " + std::to_string(id) + " not in the cache");
   for (Stream& s : it->second) {
-    for (int32_t b : s.blocks) pool_->DecRef(b);
-    for (int32_t b : s.enc_blocks) enc_pool_->DecRef(b);
+    for (int32_t b : s.blocks) FreeRef(b, false);
+    for (int32_t b : s.enc_blocks) FreeRef(b, true);
   }
   seqs_.erase(it);
   return Status::OK();
@@ -118,18 +148,6 @@ Status KVCache::Reserve(SeqId id, int64_t n, const int32_t* positions) {
   return Status::OK();
 }
 
-namespace {
-
-// Converts plain slot `i` of a stream's plain blocks to fp32 K and V.
-void ReadPlain(const BlockPool& pool, const CacheShape& shape, const Stream& s, int64_t i, float* k, float* v) {
-  const int bs = shape.block_size;
-  const int64_t row = static_cast<int64_t>(shape.head_dim) * DTypeBytes(shape.dtype);
-  const uint8_t* b = pool.BlockData(s.blocks[static_cast<size_t>(i / bs)]);
-  ConvertToF32(shape.dtype, b + (i % bs) * row, k, shape.head_dim);
-  ConvertToF32(shape.dtype, b + (bs + i % bs) * row, v, shape.head_dim);
-}
-
-}  // namespace
 
 void KVCache::SealStream(Stream* s) {
   if (!shape_.encoded) return;
@@ -138,18 +156,21 @@ void KVCache::SealStream(Stream* s) {
   const int d = shape_.head_dim;
   const bool has_data = pool_->data() != nullptr;
   std::vector<float> k, v;
+  std::vector<uint8_t> scratch;
   while (s->num_plain() >= shape_.residual + tpb && enc_pool_->CanAllocate(1)) {
     const int32_t eb = enc_pool_->Allocate();
     if (has_data) {
       k.resize(static_cast<size_t>(tpb) * d);
       v.resize(k.size());
-      for (int t = 0; t < tpb; ++t) ReadPlain(*pool_, shape_, *s, t, &k[static_cast<size_t>(t) * d], &v[static_cast<size_t>(t) * d]);
+      for (int t = 0; t < tpb; ++t) {
+        ReadPlainSlot(*s, t, &k[static_cast<size_t>(t) * d], &v[static_cast<size_t>(t) * d], &scratch);
+      }
       EncodeKvBlock(shape_.enc, k.data(), v.data(), enc_pool_->BlockData(eb));
     }
     s->enc_blocks.push_back(eb);
     s->num_encoded += tpb;
     const int nb = tpb / bs;  // whole plain blocks: the plain segment starts on a block boundary
-    for (int i = 0; i < nb; ++i) pool_->DecRef(s->blocks[static_cast<size_t>(i)]);
+    for (int i = 0; i < nb; ++i) FreeRef(s->blocks[static_cast<size_t>(i)], false);
     s->blocks.erase(s->blocks.begin(), s->blocks.begin() + nb);
   }
 }
@@ -161,6 +182,7 @@ void KVCache::Seal(SeqId id) {
 }
 
 Status KVCache::Compact(SeqId id, int layer, int head, const std::vector<int64_t>& keep) {
+  if (store_) KVLAB_RETURN_IF_ERROR(PromoteStream(id, layer, head));
   Stream& s = mutable_stream(id, layer, head);
   int64_t prev = -1;
   for (int64_t k : keep) {
@@ -204,7 +226,8 @@ Status KVCache::Compact(SeqId id, int layer, int head, const std::vector<int64_t
           kept_k.insert(kept_k.end(), dk.begin() + off, dk.begin() + off + d);
           kept_v.insert(kept_v.end(), dv.begin() + off, dv.begin() + off + d);
         } else {
-          ReadPlain(*pool_, shape_, s, slot - s.num_encoded, pk.data(), pv.data());
+          std::vector<uint8_t> scratch;
+          ReadPlainSlot(s, slot - s.num_encoded, pk.data(), pv.data(), &scratch);
           kept_k.insert(kept_k.end(), pk.begin(), pk.end());
           kept_v.insert(kept_v.end(), pv.begin(), pv.end());
         }
@@ -269,14 +292,16 @@ Status KVCache::Compact(SeqId id, int layer, int head, const std::vector<int64_t
 
 void KVCache::ReadSlot(SeqId id, int layer, int head, int64_t slot, float* k, float* v) const {
   const Stream& s = stream(id, layer, head);
+  std::vector<uint8_t> scratch;
   if (slot >= s.num_encoded) {
-    ReadPlain(*pool_, shape_, s, slot - s.num_encoded, k, v);
+    ReadPlainSlot(s, slot - s.num_encoded, k, v, &scratch);
     return;
   }
   const int tpb = shape_.enc.tokens_per_block;
   const int d = shape_.head_dim;
   std::vector<float> dk(static_cast<size_t>(tpb) * d), dv(dk.size());
-  DecodeKvBlock(shape_.enc, enc_pool_->BlockData(s.enc_blocks[static_cast<size_t>(slot / tpb)]), dk.data(), dv.data());
+  DecodeKvBlock(shape_.enc, BlockData(s.enc_blocks[static_cast<size_t>(slot / tpb)], true, &scratch), dk.data(),
+                dv.data());
   std::memcpy(k, &dk[static_cast<size_t>(slot % tpb) * d], sizeof(float) * static_cast<size_t>(d));
   std::memcpy(v, &dv[static_cast<size_t>(slot % tpb) * d], sizeof(float) * static_cast<size_t>(d));
 }
@@ -339,6 +364,112 @@ void KVCache::BuildPageTable(const std::vector<SeqId>& seqs, PageTable* out) con
       out->enc_layers_.push_back(e);
     }
   }
+}
+
+Status KVCache::EnableOffload(const PlacementOptions& options) {
+  std::vector<int64_t> bytes = {pool_->block_bytes()};
+  if (enc_pool_) bytes.push_back(enc_pool_->block_bytes());
+  return OffloadStore::Create(bytes, options.host_budget_bytes, options.disk_path, &store_);
+}
+
+Status KVCache::Demote(SeqId id, int layer, int head, bool encoded, size_t index) {
+  Stream& s = mutable_stream(id, layer, head);
+  std::vector<int32_t>& refs = encoded ? s.enc_blocks : s.blocks;
+  const int32_t ref = refs[index];
+  if (IsOffloaded(ref)) return Status::OK();
+  BlockPool& pool = encoded ? *enc_pool_ : *pool_;
+  int64_t handle = 0;
+  KVLAB_RETURN_IF_ERROR(store_->Put(encoded ? 1 : 0, pool.data() ? pool.BlockData(ref) : nullptr, &handle));
+  pool.DecRef(ref);
+  refs[index] = static_cast<int32_t>(-1 - handle);
+  return Status::OK();
+}
+
+Status KVCache::PromoteStream(SeqId id, int layer, int head) {
+  Stream& s = mutable_stream(id, layer, head);
+  for (int encoded = 0; encoded < 2; ++encoded) {
+    std::vector<int32_t>& refs = encoded ? s.enc_blocks : s.blocks;
+    BlockPool* pool = encoded ? enc_pool_.get() : pool_.get();
+    for (int32_t& ref : refs) {
+      if (!IsOffloaded(ref)) continue;
+      const int32_t b = pool->Allocate();
+      if (b < 0) return Status::ResourceExhausted("KV pool '" + pool->name() + "' full while bringing blocks back");
+      if (pool->data() != nullptr) KVLAB_RETURN_IF_ERROR(store_->Get(OffloadHandle(ref), pool->BlockData(b)));
+      store_->Free(OffloadHandle(ref));
+      ref = b;
+    }
+  }
+  UpdatePeak();
+  return Status::OK();
+}
+
+Status KVCache::PlanStep(const std::vector<SeqId>& seqs, PageTable* out, StagingPlan* plan) {
+  BuildPageTable(seqs, out);
+  plan->per_layer.assign(static_cast<size_t>(shape_.num_layers), {});
+  plan->plain_blocks.clear();
+  plan->enc_blocks.clear();
+  if (!store_) return Status::OK();
+  const size_t per_layer_streams = seqs.size() * static_cast<size_t>(shape_.num_kv_heads);
+  // Count offloaded references per layer and format; two staging sets of the
+  // largest count let layer l+1 load while layer l computes.
+  size_t max_plain = 0, max_enc = 0;
+  for (int l = 0; l < shape_.num_layers; ++l) {
+    size_t np = 0, ne = 0;
+    const size_t s0 = static_cast<size_t>(l) * per_layer_streams;
+    for (int32_t i = out->indptr_[s0]; i < out->indptr_[s0 + per_layer_streams]; ++i) np += IsOffloaded(out->indices_[static_cast<size_t>(i)]);
+    if (shape_.encoded) {
+      for (int32_t i = out->enc_indptr_[s0]; i < out->enc_indptr_[s0 + per_layer_streams]; ++i) {
+        ne += IsOffloaded(out->enc_indices_[static_cast<size_t>(i)]);
+      }
+    }
+    max_plain = std::max(max_plain, np);
+    max_enc = std::max(max_enc, ne);
+  }
+  const size_t sets = shape_.num_layers > 1 ? 2 : 1;
+  if (!pool_->CanAllocate(static_cast<int64_t>(sets * max_plain)) ||
+      (max_enc > 0 && !enc_pool_->CanAllocate(static_cast<int64_t>(sets * max_enc)))) {
+    return Status::ResourceExhausted("no room on the device for the staging blocks of offloaded KV");
+  }
+  for (size_t i = 0; i < sets * max_plain; ++i) plan->plain_blocks.push_back(pool_->Allocate());
+  for (size_t i = 0; i < sets * max_enc; ++i) plan->enc_blocks.push_back(enc_pool_->Allocate());
+  for (int l = 0; l < shape_.num_layers; ++l) {
+    const size_t set = static_cast<size_t>(l) % sets;
+    size_t np = 0, ne = 0;
+    const size_t s0 = static_cast<size_t>(l) * per_layer_streams;
+    for (int32_t i = out->indptr_[s0]; i < out->indptr_[s0 + per_layer_streams]; ++i) {
+      int32_t& ref = out->indices_[static_cast<size_t>(i)];
+      if (!IsOffloaded(ref)) continue;
+      const int32_t staged = plan->plain_blocks[set * max_plain + np++];
+      plan->per_layer[static_cast<size_t>(l)].push_back({OffloadHandle(ref), staged, false});
+      ref = staged;
+    }
+    if (!shape_.encoded) continue;
+    for (int32_t i = out->enc_indptr_[s0]; i < out->enc_indptr_[s0 + per_layer_streams]; ++i) {
+      int32_t& ref = out->enc_indices_[static_cast<size_t>(i)];
+      if (!IsOffloaded(ref)) continue;
+      const int32_t staged = plan->enc_blocks[set * max_enc + ne++];
+      plan->per_layer[static_cast<size_t>(l)].push_back({OffloadHandle(ref), staged, true});
+      ref = staged;
+    }
+  }
+  UpdatePeak();
+  return Status::OK();
+}
+
+Status KVCache::LoadStaged(const StagingPlan& plan, int layer) const {
+  for (const StagingPlan::Load& ld : plan.per_layer[static_cast<size_t>(layer)]) {
+    BlockPool& pool = ld.encoded ? *enc_pool_ : *pool_;
+    if (pool.data() != nullptr) KVLAB_RETURN_IF_ERROR(store_->Get(ld.handle, pool.BlockData(ld.block)));
+  }
+  return Status::OK();
+}
+
+void KVCache::ReleaseStaging(StagingPlan* plan) {
+  for (int32_t b : plan->plain_blocks) pool_->DecRef(b);
+  for (int32_t b : plan->enc_blocks) enc_pool_->DecRef(b);
+  plan->plain_blocks.clear();
+  plan->enc_blocks.clear();
+  plan->per_layer.clear();
 }
 
 int64_t KVCache::SlotsInUse(SeqId id) const {

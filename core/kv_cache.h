@@ -11,10 +11,12 @@
 #include <vector>
 
 #include "core/block_pool.h"
+#include "core/offload_store.h"
 #include "core/dtype.h"
 #include "core/status.h"
 #include "kernels/kv_encoding.h"
 #include "kernels/paged_kv.h"
+#include "policies/kv_policy.h"
 
 namespace kvlab {
 
@@ -34,6 +36,24 @@ struct CacheShape {
   int64_t BlockBytes() const { return 2LL * block_size * head_dim * DTypeBytes(dtype); }
   int StreamsPerSequence() const { return num_layers * num_kv_heads; }
   Status Validate() const;
+};
+
+// A block reference in a stream: >= 0 is a block id in a device pool; < 0 is
+// a block moved off the device, -1 - (its OffloadStore handle).
+inline bool IsOffloaded(int32_t ref) { return ref < 0; }
+inline int64_t OffloadHandle(int32_t ref) { return -1 - static_cast<int64_t>(ref); }
+
+// Offloaded blocks a step reads, brought back into device staging blocks
+// layer by layer (two staging sets, so layer l+1 loads while l computes).
+struct StagingPlan {
+  struct Load {
+    int64_t handle;
+    int32_t block;  // staging block id in the plain or encoded device pool
+    bool encoded;
+  };
+  std::vector<std::vector<Load>> per_layer;
+  std::vector<int32_t> plain_blocks, enc_blocks;  // allocated staging blocks
+  bool empty() const { return plain_blocks.empty() && enc_blocks.empty(); }
 };
 
 // One stream: the K/V of one (sequence, layer, stored KV head). Slots are
@@ -88,13 +108,36 @@ class KVCache {
   // The encoded pool, or nullptr.
   const BlockPool* encoded_pool() const { return enc_pool_.get(); }
 
-  // Bytes over all pools, read from the pools.
+  // Bytes over all pools and tiers (device, host, disk), read from them.
   int64_t BytesInUse() const;
+  // Bytes resident in the device pools (staging included while a step runs).
+  int64_t DeviceBytesInUse() const;
+  int64_t PeakDeviceBytesInUse() const { return peak_device_bytes_; }
+  int64_t HostBytesInUse() const { return store_ ? store_->host_bytes() : 0; }
+  int64_t DiskBytesInUse() const { return store_ ? store_->disk_bytes() : 0; }
   int64_t BytesReserved() const;
   int64_t BlocksInUse() const;
   // Peak of BytesInUse() since creation (or ResetPeak).
   int64_t PeakBytesInUse() const { return peak_bytes_; }
-  void ResetPeak() { peak_bytes_ = BytesInUse(); }
+  void ResetPeak() {
+    peak_bytes_ = BytesInUse();
+    peak_device_bytes_ = DeviceBytesInUse();
+  }
+
+  // --- placement (offloading) ---
+  Status EnableOffload(const PlacementOptions& options);
+  bool offload_enabled() const { return store_ != nullptr; }
+  // Moves block `index` of a stream's plain (or encoded) list off the device.
+  Status Demote(SeqId id, int layer, int head, bool encoded, size_t index);
+  // Brings every offloaded block of a stream back to the device.
+  Status PromoteStream(SeqId id, int layer, int head);
+  // BuildPageTable plus staging: offloaded blocks get staging block ids in
+  // the page table, to be filled by LoadStaged before each layer reads.
+  Status PlanStep(const std::vector<SeqId>& seqs, PageTable* out, StagingPlan* plan);
+  // Copies layer `layer`'s offloaded blocks into their staging blocks. Safe
+  // to run on another thread while a different layer computes.
+  Status LoadStaged(const StagingPlan& plan, int layer) const;
+  void ReleaseStaging(StagingPlan* plan);
 
   Status AddSequence(SeqId id);
   bool HasSequence(SeqId id) const { return seqs_.count(id) != 0; }
@@ -137,10 +180,16 @@ class KVCache {
   KVCache(const CacheShape& shape, std::unique_ptr<BlockPool> pool, std::unique_ptr<BlockPool> enc_pool);
   void UpdatePeak();
   void SealStream(Stream* s);
+  // Device data of a block reference, reading an offloaded block into *scratch.
+  const uint8_t* BlockData(int32_t ref, bool encoded, std::vector<uint8_t>* scratch) const;
+  void ReadPlainSlot(const Stream& s, int64_t i, float* k, float* v, std::vector<uint8_t>* scratch) const;
+  void FreeRef(int32_t ref, bool encoded);
   CacheShape shape_;
   std::unique_ptr<BlockPool> pool_;
   std::unique_ptr<BlockPool> enc_pool_;
   int64_t peak_bytes_ = 0;
+  int64_t peak_device_bytes_ = 0;
+  std::unique_ptr<OffloadStore> store_;
   std::unordered_map<SeqId, std::vector<Stream>> seqs_;
 };
 

@@ -293,7 +293,8 @@ int Main(int argc, char** argv) {
       std::printf("%s  [%s]\n  %s\n", i.name.c_str(), ConcernList(i.concerns).c_str(), i.summary.c_str());
       if (i.paper != "-") std::printf("  paper: %s\n", i.paper.c_str());
       for (const ParamSpec& p : i.params) {
-        std::printf("    %-12s default %-8s %s\n", p.name.c_str(), p.default_value.c_str(), p.help.c_str());
+        std::printf("    %-15s default %-11s %s\n", p.name.c_str(), p.default_value.empty() ? "\"\"" : p.default_value.c_str(),
+                    p.help.c_str());
       }
     }
     return 0;

@@ -9,6 +9,7 @@ Status EstimateKVMemory(const ModelConfig& c, int64_t tokens, int bits, const Po
     return Status::InvalidArgument("--bits must be 32, 16, 8, 4 or 2, got " + std::to_string(bits));
   }
   if (tokens < 0) return Status::InvalidArgument("--tokens must be >= 0");
+  KVLAB_RETURN_IF_ERROR(stack.CheckShape(static_cast<int>(c.num_key_value_heads), static_cast<int>(c.head_dim), 16));
   MemoryEstimate e;
   e.num_layers = c.num_hidden_layers;
   e.kv_heads = c.num_key_value_heads;
@@ -20,6 +21,17 @@ Status EstimateKVMemory(const ModelConfig& c, int64_t tokens, int bits, const Po
   e.tokens = tokens;
   e.bytes_per_token = 2 * e.num_layers * e.stored_kv_heads * e.head_dim * bits / 8;
   e.bytes_per_sequence = e.bytes_per_token * tokens;
+  KvEncoding enc;
+  int64_t residual = 0;
+  if (stack.SealedEncoding(static_cast<int>(e.head_dim), 16, &enc, &residual)) {
+    // Sealed groups outside the residual are encoded; the rest stays at `bits`.
+    const int64_t tpb = enc.tokens_per_block;
+    const int64_t encoded = tokens > residual ? (tokens - residual) / tpb * tpb : 0;
+    e.encoding = enc.Describe();
+    e.encoded_tokens = encoded;
+    e.bytes_per_sequence = e.num_layers * e.stored_kv_heads * (encoded / tpb * enc.BlockBytes()) +
+                           e.bytes_per_token * (tokens - encoded);
+  }
   e.mha_shortcut_bytes = 2 * e.num_layers * e.hidden * tokens * bits / 8;
   e.policy = stack.Describe();
   *out = e;
@@ -75,7 +87,9 @@ std::string FormatMemoryReport(const MemoryEstimate& e, int64_t pool_bytes) {
                 static_cast<long long>(e.head_dim), static_cast<long long>(e.hidden));
   out += buf;
   out += "policy         " + e.policy + "\n";
-  out += "storage        " + std::to_string(e.bits) + " bits per number\n";
+  out += "storage        " + std::to_string(e.bits) + " bits per number";
+  if (!e.encoding.empty()) out += "; " + WithCommas(e.encoded_tokens) + " tokens sealed as " + e.encoding;
+  out += "\n";
   out += "per token      " + WithCommas(e.bytes_per_token) + " B = " + BinaryUnits(e.bytes_per_token) +
          "   (2 x L x H_kv x d_h x b)\n";
   out += "per sequence   " + WithCommas(e.bytes_per_sequence) + " B = " + BinaryUnits(e.bytes_per_sequence) + " = " +

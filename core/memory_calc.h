@@ -19,9 +19,11 @@ struct MemoryEstimate {
   int bits = 16;
   int64_t tokens = 0;
   int64_t bytes_per_token = 0;        // 2 * L * H_kv(stored) * d_h * bits / 8
-  int64_t bytes_per_sequence = 0;     // bytes_per_token * tokens
+  int64_t bytes_per_sequence = 0;     // bytes_per_token * tokens, less what an encoding saves
   int64_t mha_shortcut_bytes = 0;     // 2 * L * d_model * S * b: what the MHA formula claims
   std::string policy;                 // stack description
+  std::string encoding;               // sealed-block encoding, if the stack has one
+  int64_t encoded_tokens = 0;         // tokens in sealed encoded blocks
 };
 
 // `bits` is the storage width per number (16, 8, 4, 2; or 32).

@@ -247,6 +247,7 @@ at::Tensor LlamaModel::ForwardPaged(const PagedForward& in) const {
     k = MergeHeads(k).contiguous();
     at::Tensor v = MergeHeads(at::linear(h, l.v_proj).view({T, Hkv, d})).contiguous();
     const PagedKV kv = in.page_table->Layer(static_cast<int>(li));
+    if (in.before_attention) in.before_attention(static_cast<int>(li));
     AppendKV(kv, qo_indptr.data(), B, stored_kv_heads_, k.data_ptr<float>(), v.data_ptr<float>());
     at::Tensor o = at::empty({T, Hq, d});
     AttentionParams p;

@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,6 +37,8 @@ struct PagedForward {
   // per (layer, stream) in the page table's [layer][seq][head] order.
   float* slot_attn = nullptr;
   const int64_t* slot_attn_offsets = nullptr;
+  // Called before each layer's attention reads the cache (offload staging).
+  std::function<void(int layer)> before_attention;
 };
 
 // A contiguous per-sequence cache: per layer, K and V as [S, H_kv, d] tensors

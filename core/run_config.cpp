@@ -1,5 +1,7 @@
 #include "core/run_config.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -16,10 +18,14 @@ namespace {
 bool ScalarText(const toml::node& n, std::string* out) {
   if (auto v = n.as_integer()) { *out = std::to_string(v->get()); return true; }
   if (auto v = n.as_floating_point()) {
-    std::ostringstream s;
-    s.precision(17);
-    s << v->get();
-    *out = s.str();
+    // Shortest text that reads back as the same double, so `ratio = 0.2`
+    // is recorded as "0.2", exactly as it is from the command line.
+    char buf[32];
+    for (int prec = 1; prec <= 17; ++prec) {
+      std::snprintf(buf, sizeof(buf), "%.*g", prec, v->get());
+      if (std::strtod(buf, nullptr) == v->get()) break;
+    }
+    *out = buf;
     return true;
   }
   if (auto v = n.as_boolean()) { *out = v->get() ? "true" : "false"; return true; }

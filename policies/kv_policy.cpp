@@ -98,6 +98,11 @@ Status PolicyStack::CheckShape(int model_kv_heads, int head_dim, int block_size)
   return Status::OK();
 }
 
+bool PolicyStack::Placement(PlacementOptions* o) const {
+  const KVPolicy* p = For(kConcernPlacement);
+  return p != nullptr && p->Placement(o);
+}
+
 HeadMerge PolicyStack::MergeMode() const {
   const KVPolicy* p = For(kConcernHeadSharing);
   return p ? p->MergeMode() : HeadMerge::kMean;

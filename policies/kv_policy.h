@@ -35,6 +35,13 @@ std::string ConcernList(uint32_t concerns);
 enum class Tier : uint8_t { kDevice = 0, kHost = 1, kDisk = 2 };
 enum class HeadMerge : uint8_t { kMean = 0, kFirst = 1 };
 
+// Where blocks may live when a placement policy moves them off the device.
+struct PlacementOptions {
+  int64_t device_budget_bytes = 0;  // resident KV bytes the device may hold after each step
+  int64_t host_budget_bytes = 0;    // then host memory up to this; the rest goes to disk
+  std::string disk_path;            // directory for the disk tier's files ("" = system temp)
+};
+
 // A declared parameter of a policy: its name, type, default and meaning.
 struct ParamSpec {
   enum class Type { kInt, kFloat, kBool, kString };
@@ -120,10 +127,16 @@ class KVPolicy {
   }
 
   // --- placement ---
-  // Core keeps the highest-priority blocks on the device up to
-  // DeviceBudgetBytes() (< 0: no limit) and moves the rest down a tier.
-  virtual int64_t DeviceBudgetBytes() const { return -1; }
-  virtual double BlockPriority(const StreamState& /*s*/, int64_t /*block_index*/) const { return 0.0; }
+  // Returns false for no placement. Else fills *o; after each step core keeps
+  // the highest-priority blocks on the device within the budget and moves
+  // the rest to host memory, then disk; what a step reads is brought back
+  // into staging blocks before it is read.
+  virtual bool Placement(PlacementOptions* /*o*/) const { return false; }
+  // Priority of keeping slots [first_slot, first_slot + num_slots) of a
+  // stream (one block) on the device; higher stays.
+  virtual double BlockPriority(const StreamState& /*s*/, int64_t /*first_slot*/, int64_t /*num_slots*/) const {
+    return 0.0;
+  }
 
  protected:
   explicit KVPolicy(PolicyParams params) : params_(std::move(params)) {}
@@ -160,6 +173,7 @@ class PolicyStack {
   bool NeedsAttentionScores() const;
   bool KeysBeforeRope() const;
   bool SealedEncoding(int head_dim, int block_size, KvEncoding* enc, int64_t* residual_tokens) const;
+  bool Placement(PlacementOptions* o) const;
   // Every policy's CheckShape, first error wins.
   Status CheckShape(int model_kv_heads, int head_dim, int block_size) const;
 

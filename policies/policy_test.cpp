@@ -104,7 +104,114 @@ TEST(PolicyConformanceTest, EveryRegisteredPolicy) {
       StreamState s;
       s.num_tokens = 100;
       EXPECT_FALSE(p->SelectSlots(s, &keep));
+      // The stack asks only its selection policy for KeysBeforeRope.
+      EXPECT_FALSE(p->KeysBeforeRope()) << "KeysBeforeRope outside the selection concern is ignored by the stack";
     }
+  }
+}
+
+// A stream of n slots as core hands it over: positions 0..n-1, seeded random
+// scores (only when the policy asked for them), a sequence of n tokens.
+struct ConformanceStream {
+  std::vector<int32_t> positions;
+  std::vector<float> score;
+  StreamState state;
+  ConformanceStream(int64_t n, bool with_scores, int layer, int kv_head) {
+    uint64_t x = 0x243F6A8885A308D3ull ^ static_cast<uint64_t>(layer * 131 + kv_head);
+    for (int64_t i = 0; i < n; ++i) {
+      positions.push_back(static_cast<int32_t>(i));
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;  // xorshift64
+      score.push_back(static_cast<float>(x >> 40) / static_cast<float>(1 << 24));
+    }
+    state.layer = layer;
+    state.kv_head = kv_head;
+    state.num_tokens = n;
+    state.positions = positions.data();
+    state.score = with_scores ? score.data() : nullptr;  // a policy must not read scores it did not ask for
+    state.seq_length = n;
+  }
+  // The stream after core compacts it to `keep` (the sequence length stays).
+  ConformanceStream(const ConformanceStream& from, const std::vector<int64_t>& keep) : state(from.state) {
+    for (int64_t k : keep) {
+      positions.push_back(from.positions[static_cast<size_t>(k)]);
+      score.push_back(from.score[static_cast<size_t>(k)]);
+    }
+    state.num_tokens = static_cast<int64_t>(keep.size());
+    state.positions = positions.data();
+    state.score = from.state.score ? score.data() : nullptr;
+  }
+};
+
+// Conformance of every registered selection policy with its default params on
+// a stream longer than any default budget: the kept set is strictly
+// increasing and in range, non-empty, holds the token just written, drops
+// something (no silent no-op), is deterministic, and is within the policy's
+// own budget: selecting again on the compacted stream returns false.
+TEST(PolicyConformanceTest, EverySelectionPolicyOnALongStream) {
+  const int64_t n = 5000;
+  int checked = 0;
+  for (const PolicyInfo& info : PolicyRegistry::Global().infos()) {
+    if (!(info.concerns & kConcernSelection)) continue;
+    SCOPED_TRACE(info.name);
+    ++checked;
+    std::unique_ptr<KVPolicy> p;
+    ASSERT_TRUE(PolicyRegistry::Global().Create(PolicySpec{info.name, {}, "t"}, &p).ok());
+    for (auto [layer, head] : std::vector<std::pair<int, int>>{{0, 0}, {5, 3}}) {
+      SCOPED_TRACE("layer " + std::to_string(layer) + " head " + std::to_string(head));
+      ConformanceStream s(n, p->NeedsAttentionScores(), layer, head);
+      std::vector<int64_t> keep;
+      ASSERT_TRUE(p->SelectSlots(s.state, &keep)) << "keeps all 5000 slots with default params: a silent no-op";
+      ASSERT_FALSE(keep.empty()) << "keeps nothing";
+      ASSERT_LT(static_cast<int64_t>(keep.size()), n) << "drops nothing";
+      for (size_t i = 0; i < keep.size(); ++i) {
+        ASSERT_GE(keep[i], 0);
+        ASSERT_LT(keep[i], n);
+        if (i > 0) {
+          ASSERT_LT(keep[i - 1], keep[i]) << "not strictly increasing at " << i;
+        }
+      }
+      EXPECT_EQ(keep.back(), n - 1) << "drops the token just written";
+
+      std::vector<int64_t> again = {-1};  // a stale vector must be overwritten, not appended to
+      ASSERT_TRUE(p->SelectSlots(s.state, &again));
+      EXPECT_EQ(again, keep) << "not deterministic";
+      std::unique_ptr<KVPolicy> twin;
+      ASSERT_TRUE(PolicyRegistry::Global().Create(PolicySpec{info.name, {}, "t"}, &twin).ok());
+      std::vector<int64_t> from_twin;
+      ASSERT_TRUE(twin->SelectSlots(s.state, &from_twin));
+      EXPECT_EQ(from_twin, keep) << "a second instance with the same params chooses differently";
+
+      // Within budget a policy returns false: returning true with every slot
+      // would make core compact for nothing, and with fewer it would mean the
+      // first choice kept more than the policy's own budget.
+      ConformanceStream compacted(s, keep);
+      std::vector<int64_t> second;
+      EXPECT_FALSE(p->SelectSlots(compacted.state, &second))
+          << "kept " << keep.size() << " slots, then on those slots chose " << second.size()
+          << ": the first choice was not within the policy's budget";
+    }
+  }
+  EXPECT_GE(checked, 1) << "no selection policy registered";
+}
+
+// Conformance of every head-sharing policy with its default params: for every
+// H_kv its CheckShape accepts, the stored heads divide H_kv, and for some H_kv
+// fewer heads are stored (no silent no-op).
+TEST(PolicyConformanceTest, EveryHeadSharingPolicy) {
+  for (const PolicyInfo& info : PolicyRegistry::Global().infos()) {
+    if (!(info.concerns & kConcernHeadSharing)) continue;
+    SCOPED_TRACE(info.name);
+    std::unique_ptr<KVPolicy> p;
+    ASSERT_TRUE(PolicyRegistry::Global().Create(PolicySpec{info.name, {}, "t"}, &p).ok());
+    bool shrinks = false;
+    for (int h : {1, 2, 4, 8, 16, 32, 64}) {
+      if (!p->CheckShape(h, 128, 16).ok()) continue;
+      const int stored = p->StoredKvHeads(h);
+      ASSERT_GE(stored, 1) << h;
+      EXPECT_EQ(h % stored, 0) << stored << " stored heads do not divide " << h;
+      shrinks = shrinks || stored < h;
+    }
+    EXPECT_TRUE(shrinks) << "stores every head for every H_kv: a silent no-op";
   }
 }
 

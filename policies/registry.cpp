@@ -9,6 +9,14 @@ namespace kvlab {
 void RegisterBuiltinPolicies(PolicyRegistry* registry) {
   // One line per policy.
   RegisterFullPolicy(registry);
+  RegisterSinkPolicy(registry);
+  RegisterWindowPolicy(registry);
+  RegisterH2OPolicy(registry);
+  RegisterRandomPolicy(registry);
+  RegisterGqaReusePolicy(registry);
+  RegisterKiviPolicy(registry);
+  RegisterQuantPolicy(registry);
+  RegisterOffloadPolicy(registry);
 }
 
 PolicyRegistry& PolicyRegistry::Global() {
@@ -119,7 +127,9 @@ Status PolicyRegistry::Create(const PolicySpec& spec, std::unique_ptr<KVPolicy>*
   for (const ParamSpec& p : info->params) {
     if (!params.values_.count(p.name)) params.values_[p.name] = p.default_value;
   }
-  return info->create(std::move(params), out);
+  Status st = info->create(std::move(params), out);
+  if (!st.ok()) return Status::InvalidArgument(where + ": " + st.message());
+  return st;
 }
 
 }  // namespace kvlab

@@ -46,5 +46,13 @@ void RegisterBuiltinPolicies(PolicyRegistry* registry);
 
 // One registration function per policy file.
 void RegisterFullPolicy(PolicyRegistry* registry);
+void RegisterSinkPolicy(PolicyRegistry* registry);      // sink.cpp
+void RegisterWindowPolicy(PolicyRegistry* registry);    // sink.cpp
+void RegisterH2OPolicy(PolicyRegistry* registry);       // h2o.cpp
+void RegisterRandomPolicy(PolicyRegistry* registry);    // random_evict.cpp
+void RegisterGqaReusePolicy(PolicyRegistry* registry);  // gqa_reuse.cpp
+void RegisterKiviPolicy(PolicyRegistry* registry);      // kivi.cpp
+void RegisterQuantPolicy(PolicyRegistry* registry);     // quant.cpp
+void RegisterOffloadPolicy(PolicyRegistry* registry);   // offload.cpp
 
 }  // namespace kvlab

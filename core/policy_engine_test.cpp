@@ -1,0 +1,161 @@
+// Policies running in the engine: what they keep and what the pools then
+// hold, measured against the `full` baseline on the same model.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "core/engine.h"
+#include "core/model.h"
+
+namespace kvlab {
+namespace {
+
+std::string TinyModelDir() {
+  static const std::string dir = [] {
+    ModelConfig c;
+    c.name = "tiny-policy-test";
+    c.vocab_size = 300;
+    c.hidden_size = 64;
+    c.intermediate_size = 128;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = 8;
+    c.num_key_value_heads = 2;
+    c.head_dim = 32;
+    c.max_position_embeddings = 4096;
+    std::string d = ::testing::TempDir() + "kvlab_policy_engine_model";
+    std::filesystem::remove_all(d);
+    EXPECT_TRUE(WriteRandomCheckpoint(c, 21, 0.08, d).ok());
+    return d;
+  }();
+  return dir;
+}
+
+std::unique_ptr<Engine> MakeEngine(const std::vector<PolicySpec>& policies, DType dtype = DType::kF32) {
+  EngineOptions o;
+  o.model = TinyModelDir();
+  o.kv_dtype = dtype;
+  o.max_context = 512;
+  std::unique_ptr<Engine> e;
+  Status s = Engine::Create(o, policies, &e);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return e;
+}
+
+std::vector<int32_t> Tokens(int n) {
+  std::vector<int32_t> t;
+  for (int i = 0; i < n; ++i) t.push_back((i * 37 + 11) % 300);
+  return t;
+}
+
+// Teacher-forced: a prefill chunk, then one token per step; returns every
+// step's logits concatenated.
+std::vector<float> TeacherForce(Engine* e, const std::vector<int32_t>& tokens, int prefill) {
+  EXPECT_TRUE(e->AddSequence(0).ok());
+  std::vector<std::vector<float>> logits;
+  std::vector<float> all;
+  EXPECT_TRUE(e->Forward({SeqChunk{0, std::vector<int32_t>(tokens.begin(), tokens.begin() + prefill)}}, false, &logits).ok());
+  all = logits[0];
+  for (size_t i = static_cast<size_t>(prefill); i < tokens.size(); ++i) {
+    Status s = e->Forward({SeqChunk{0, {tokens[i]}}}, false, &logits);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    all.insert(all.end(), logits[0].begin(), logits[0].end());
+  }
+  return all;
+}
+
+// Offloading is lossless: with a device budget of one block, host memory for
+// two blocks and the rest on disk, the logits are bit-identical to full's.
+TEST(PolicyEngineTest, OffloadIsBitIdenticalToFull) {
+  auto full = MakeEngine({PolicySpec{"full", {}, "t"}}, DType::kBF16);
+  const int64_t block = full->cache().pool().block_bytes();
+  auto off = MakeEngine({PolicySpec{"offload",
+                                    {{"device_budget", std::to_string(block)},
+                                     {"host_budget", std::to_string(2 * block)},
+                                     {"keep_sinks", "0"},
+                                     {"keep_recent", "0"}},
+                                    "t"}},
+                        DType::kBF16);
+  const auto tokens = Tokens(120);
+  const auto a = TeacherForce(full.get(), tokens, 30);
+  const auto b = TeacherForce(off.get(), tokens, 30);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  const MemoryStats mf = full->Memory(), mo = off->Memory();
+  // Same bytes in all, but only each stream's open tail block stays resident.
+  EXPECT_EQ(mo.bytes_in_use, mf.bytes_in_use);
+  const int64_t streams = 2 * 2;
+  EXPECT_EQ(mo.device_bytes, streams * block);
+  EXPECT_EQ(mo.host_bytes, 2 * block);
+  EXPECT_EQ(mo.disk_bytes, mf.bytes_in_use - mo.device_bytes - mo.host_bytes);
+  EXPECT_GT(mo.disk_bytes, 0);
+}
+
+// Per-head eviction frees memory: H2O keeps a different set in each head, and
+// the pools hold exactly the blocks those sets need.
+TEST(PolicyEngineTest, H2OPerHeadEvictionFreesBlocks) {
+  auto full = MakeEngine({PolicySpec{"full", {}, "t"}});
+  auto h2o = MakeEngine({PolicySpec{"h2o", {{"budget", "40"}}, "t"}});
+  const auto tokens = Tokens(150);
+  TeacherForce(full.get(), tokens, 20);
+  TeacherForce(h2o.get(), tokens, 20);
+  const KVCache& c = h2o->cache();
+  int64_t blocks = 0;
+  bool heads_differ = false;
+  for (int l = 0; l < 2; ++l) {
+    const Stream& s0 = c.stream(0, l, 0);
+    const Stream& s1 = c.stream(0, l, 1);
+    heads_differ = heads_differ || s0.positions != s1.positions;
+    for (int h = 0; h < 2; ++h) {
+      const Stream& s = c.stream(0, l, h);
+      EXPECT_LE(s.num_tokens, 40);
+      blocks += (s.num_tokens + 15) / 16;
+    }
+  }
+  EXPECT_TRUE(heads_differ) << "H2O should keep different tokens in different heads";
+  EXPECT_EQ(c.pool().num_used(), blocks);
+  EXPECT_LT(h2o->Memory().bytes_in_use, full->Memory().bytes_in_use / 3);
+}
+
+// gqa-reuse with merge = mean stores, in layer 0, the mean of the two K heads
+// that full stores (layer 0's inputs do not depend on the cache).
+TEST(PolicyEngineTest, GqaReusePoolsHeadsByMean) {
+  auto full = MakeEngine({PolicySpec{"full", {}, "t"}});
+  auto mean = MakeEngine({PolicySpec{"gqa-reuse", {{"group", "2"}, {"merge", "mean"}}, "t"}});
+  auto first = MakeEngine({PolicySpec{"gqa-reuse", {{"group", "2"}, {"merge", "first"}}, "t"}});
+  const auto tokens = Tokens(20);
+  TeacherForce(full.get(), tokens, 20);
+  TeacherForce(mean.get(), tokens, 20);
+  TeacherForce(first.get(), tokens, 20);
+  EXPECT_EQ(mean->cache().shape().num_kv_heads, 1);
+  EXPECT_EQ(mean->Memory().bytes_in_use * 2, full->Memory().bytes_in_use);
+  std::vector<float> k0(32), v0(32), k1(32), v1(32), km(32), vm(32), kf(32), vf(32);
+  for (int64_t t = 0; t < 20; ++t) {
+    full->cache().ReadSlot(0, 0, 0, t, k0.data(), v0.data());
+    full->cache().ReadSlot(0, 0, 1, t, k1.data(), v1.data());
+    mean->cache().ReadSlot(0, 0, 0, t, km.data(), vm.data());
+    first->cache().ReadSlot(0, 0, 0, t, kf.data(), vf.data());
+    for (int d = 0; d < 32; ++d) {
+      EXPECT_NEAR(km[d], 0.5f * (k0[d] + k1[d]), 1e-5);
+      EXPECT_NEAR(vm[d], 0.5f * (v0[d] + v1[d]), 1e-5);
+      EXPECT_EQ(kf[d], k0[d]);
+    }
+  }
+}
+
+// sink keeps n_sink + window slots whatever the length; memory stops growing.
+TEST(PolicyEngineTest, SinkBoundsMemoryWhileStreaming) {
+  auto e = MakeEngine({PolicySpec{"sink", {{"n_sink", "4"}, {"window", "28"}, {"positions", "original"}}, "t"}});
+  const auto tokens = Tokens(200);
+  TeacherForce(e.get(), tokens, 10);
+  const Stream& s = e->cache().stream(0, 1, 1);
+  ASSERT_EQ(s.num_tokens, 32);
+  EXPECT_EQ(s.positions[3], 3);
+  EXPECT_EQ(s.positions[4], 200 - 28);
+  EXPECT_EQ(s.positions[31], 199);
+  EXPECT_EQ(e->Memory().blocks_in_use, 4 * 2);
+  EXPECT_EQ(e->SequenceLength(0), 200);
+}
+
+}  // namespace
+}  // namespace kvlab

@@ -1,0 +1,344 @@
+// Decode attention speed: the paged CPU kernel and the dense libtorch path on
+// the Llama-3.1-8B layer shape (32 query heads, 8 KV heads, head_dim 128, bf16
+// K/V, block size 16), against the machine's memory read bandwidth measured in
+// the same run. Run: ./<build dir>/attention_bench --benchmark_min_time=0.5
+//
+// Counters: kv_read = bytes of K/V the call must read per second; frac_bw =
+// kv_read / read_bw (read_bw: a 1 GiB all-core sum, measured once at start-up).
+// Each benchmark rotates over enough distinct caches (>= kRotateBytes in all,
+// above the 32 MiB L3) that K/V come from memory, as in a real model step where
+// the other layers have evicted this one.
+//
+// Paged layouts (the `layout` argument): 0 = blocks shuffled over a pool on 4 KiB
+// pages (core's BlockPool maps without MADV_HUGEPAGE today); 1 = shuffled, pool
+// on transparent huge pages; 2 = each stream's blocks contiguous, huge pages
+// (best case). Scattered 8 KiB blocks defeat the hardware prefetcher and, on
+// 4 KiB pages, miss the TLB twice per block, so they read slower than a plain
+// sequential sum whatever the kernel does; BM_PagedGatherRead measures that
+// ceiling for each layout.
+#include <benchmark/benchmark.h>
+#include <omp.h>
+#include <sys/mman.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "kernels/attention_cpu.h"
+#include "kernels/attention_reference.h"
+#include "kernels/dense_attention.h"
+
+namespace kvlab {
+namespace {
+
+constexpr int kHq = 32, kHkv = 8, kHeadDim = 128, kBlockSize = 16;
+constexpr int64_t kRotateBytes = 256LL << 20;
+constexpr int64_t kBandwidthBytes = 1LL << 30;
+
+// ---- memory read bandwidth ----
+
+const std::vector<uint64_t>& BandwidthBuffer() {
+  static const std::vector<uint64_t> buf = [] {
+    std::vector<uint64_t> b(static_cast<size_t>(kBandwidthBytes / 8));
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < b.size(); ++i) b[i] = i;
+    return b;
+  }();
+  return buf;
+}
+
+// Integer sum: the compiler vectorises it (no fp reassociation needed) and it
+// is bound by memory, not by the adds.
+uint64_t SumBuffer(const std::vector<uint64_t>& b) {
+  uint64_t total = 0;
+  const int64_t n = static_cast<int64_t>(b.size());
+#pragma omp parallel for schedule(static) reduction(+ : total)
+  for (int64_t i = 0; i < n; ++i) total += b[i];
+  return total;
+}
+
+// Best of several passes, in bytes per second; measured once and cached.
+double ReadBandwidth() {
+  static const double bw = [] {
+    const std::vector<uint64_t>& b = BandwidthBuffer();
+    double best = 0.0;
+    for (int pass = 0; pass < 4; ++pass) {
+      const auto t0 = std::chrono::steady_clock::now();
+      benchmark::DoNotOptimize(SumBuffer(b));
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      best = std::max(best, static_cast<double>(kBandwidthBytes) / s);
+    }
+    return best;
+  }();
+  return bw;
+}
+
+void BM_ReadBandwidth(benchmark::State& state) {
+  const std::vector<uint64_t>& b = BandwidthBuffer();
+  for (auto _ : state) benchmark::DoNotOptimize(SumBuffer(b));
+  const double bytes = static_cast<double>(kBandwidthBytes) * static_cast<double>(state.iterations());
+  state.counters["read"] = benchmark::Counter(bytes, benchmark::Counter::kIsRate);
+  state.counters["frac_bw"] = benchmark::Counter(bytes / ReadBandwidth(), benchmark::Counter::kIsRate);
+}
+
+void SetCounters(benchmark::State& state, int64_t kv_bytes_per_call) {
+  const double bytes = static_cast<double>(kv_bytes_per_call) * static_cast<double>(state.iterations());
+  state.counters["kv_read"] = benchmark::Counter(bytes, benchmark::Counter::kIsRate);
+  state.counters["frac_bw"] = benchmark::Counter(bytes / ReadBandwidth(), benchmark::Counter::kIsRate);
+  state.counters["kv_MB"] = static_cast<double>(kv_bytes_per_call) / 1e6;
+}
+
+// Random bf16 in [-0.5, 0.5); xorshift because std::mt19937 takes seconds per GB.
+void FillBF16(uint16_t* dst, int64_t n, uint64_t seed) {
+#pragma omp parallel
+  {
+    uint64_t x = seed * 0x9e3779b97f4a7c15ULL + static_cast<uint64_t>(omp_get_thread_num()) + 1;
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      const uint32_t bits = 0x3f800000u | static_cast<uint32_t>(x >> 41);  // [1, 2)
+      float f;
+      std::memcpy(&f, &bits, 4);
+      dst[i] = F32ToBF16(f - 1.5f);
+    }
+  }
+}
+
+int64_t KvBytesPerCall(int64_t context, int batch) {
+  return static_cast<int64_t>(batch) * kHkv * context * kHeadDim * 2 * DTypeBytes(DType::kBF16);
+}
+
+int NumCopies(int64_t bytes_per_call) {
+  return static_cast<int>(std::max<int64_t>(1, (kRotateBytes + bytes_per_call - 1) / bytes_per_call));
+}
+
+// ---- paged cache: `copies` independent caches in one pool ----
+
+enum Layout { kShuffled = 0, kShuffledHugePages = 1, kContiguousHugePages = 2 };
+
+// An anonymous mapping, like the engine's BlockPool, optionally on huge pages.
+class Mapping {
+ public:
+  Mapping(size_t bytes, bool huge_pages) : bytes_(bytes) {
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    data_ = p == MAP_FAILED ? nullptr : static_cast<uint8_t*>(p);
+    if (data_ != nullptr && huge_pages) madvise(data_, bytes, MADV_HUGEPAGE);
+  }
+  ~Mapping() {
+    if (data_ != nullptr) munmap(data_, bytes_);
+  }
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  uint8_t* data() const { return data_; }
+
+ private:
+  size_t bytes_;
+  uint8_t* data_;
+};
+
+struct PagedSetup {
+  Mapping pool;
+  std::vector<int32_t> indptr, last_block_len;
+  std::vector<std::vector<int32_t>> indices;  // per copy
+  std::vector<int32_t> qo_indptr;
+  std::vector<float> q, o;
+
+  static constexpr int64_t kBlockBytes = 2LL * kBlockSize * kHeadDim * 2;
+
+  static int64_t NumBlocks(int64_t context, int batch) {
+    const int64_t blocks_per_stream = (context + kBlockSize - 1) / kBlockSize;
+    return blocks_per_stream * batch * kHkv * NumCopies(KvBytesPerCall(context, batch));
+  }
+
+  PagedSetup(int64_t context, int batch, Layout layout)
+      : pool(static_cast<size_t>(NumBlocks(context, batch) * kBlockBytes), layout != kShuffled) {
+    const int streams = batch * kHkv;
+    const int blocks_per_stream = static_cast<int>((context + kBlockSize - 1) / kBlockSize);
+    const int copies = NumCopies(KvBytesPerCall(context, batch));
+    const int64_t blocks_per_copy = static_cast<int64_t>(streams) * blocks_per_stream;
+    if (pool.data() == nullptr) return;
+    FillBF16(reinterpret_cast<uint16_t*>(pool.data()), NumBlocks(context, batch) * kBlockBytes / 2, 1);
+    std::vector<int32_t> perm(static_cast<size_t>(blocks_per_copy * copies));
+    std::iota(perm.begin(), perm.end(), 0);
+    if (layout != kContiguousHugePages) std::shuffle(perm.begin(), perm.end(), std::mt19937(2));
+    for (int c = 0; c < copies; ++c) {
+      indices.emplace_back(perm.begin() + c * blocks_per_copy, perm.begin() + (c + 1) * blocks_per_copy);
+    }
+    for (int s = 0; s <= streams; ++s) indptr.push_back(s * blocks_per_stream);
+    last_block_len.assign(static_cast<size_t>(streams), static_cast<int32_t>((context - 1) % kBlockSize + 1));
+    for (int i = 0; i <= batch; ++i) qo_indptr.push_back(i);
+    q.resize(static_cast<size_t>(batch) * kHq * kHeadDim);
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (float& x : q) x = u(rng);
+    o.resize(q.size());
+  }
+
+  PagedKV View(int copy) {
+    PagedKV kv;
+    kv.base = pool.data();
+    kv.block_bytes = kBlockBytes;
+    kv.dtype = DType::kBF16;
+    kv.block_size = kBlockSize;
+    kv.head_dim = kHeadDim;
+    kv.num_streams = static_cast<int>(last_block_len.size());
+    kv.indptr = indptr.data();
+    kv.indices = indices[static_cast<size_t>(copy)].data();
+    kv.last_block_len = last_block_len.data();
+    return kv;
+  }
+
+  AttentionParams Params() {
+    AttentionParams p;
+    p.num_seqs = static_cast<int>(qo_indptr.size()) - 1;
+    p.num_qo_heads = kHq;
+    p.num_kv_heads = kHkv;
+    p.head_dim = kHeadDim;
+    p.sm_scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+    p.qo_indptr = qo_indptr.data();
+    p.q = q.data();
+    p.o = o.data();
+    return p;
+  }
+};
+
+void BM_PagedDecodeCpu(benchmark::State& state) {
+  const int64_t context = state.range(0);
+  const int batch = static_cast<int>(state.range(1));
+  PagedSetup setup(context, batch, static_cast<Layout>(state.range(2)));
+  if (setup.pool.data() == nullptr) {
+    state.SkipWithError("cannot map the pool");
+    return;
+  }
+  const AttentionParams p = setup.Params();
+  const int copies = static_cast<int>(setup.indices.size());
+  if (Status st = AttentionParamsCheck(setup.View(0), p); !st.ok()) {
+    state.SkipWithError(st.ToString().c_str());
+    return;
+  }
+  PagedAttentionCpu(setup.View(0), p);  // warm-up: OpenMP thread pool
+  int copy = 0;
+  for (auto _ : state) {
+    PagedAttentionCpu(setup.View(copy), p);
+    benchmark::DoNotOptimize(setup.o.data());
+    copy = (copy + 1) % copies;
+  }
+  SetCounters(state, KvBytesPerCall(context, batch));
+  state.counters["caches"] = copies;
+}
+
+// The paged layout's own read ceiling: every K/V byte of the call summed in
+// the kernel's block order with a line-by-line prefetch two blocks ahead, and
+// no attention math. frac_bw of the kernel over frac_bw of this is how close it
+// gets to what the memory system gives scattered blocks.
+uint64_t GatherSum(const PagedKV& kv) {
+  uint64_t total = 0;
+  const int64_t words = kv.block_bytes / 8;
+#pragma omp parallel for schedule(static) reduction(+ : total)
+  for (int s = 0; s < kv.num_streams; ++s) {
+    const int first = kv.indptr[s], nb = kv.indptr[s + 1] - first;
+    for (int b = 0; b < nb; ++b) {
+      const uint64_t* block = reinterpret_cast<const uint64_t*>(kv.base + kv.indices[first + b] * kv.block_bytes);
+      const uint8_t* next = b + 2 < nb ? kv.base + kv.indices[first + b + 2] * kv.block_bytes : nullptr;
+      for (int64_t i = 0; i < words; i += 8) {
+        if (next != nullptr) __builtin_prefetch(next + i * 8);
+        for (int j = 0; j < 8; ++j) total += block[i + j];
+      }
+    }
+  }
+  return total;
+}
+
+void BM_PagedGatherRead(benchmark::State& state) {
+  const int64_t context = state.range(0);
+  const int batch = static_cast<int>(state.range(1));
+  PagedSetup setup(context, batch, static_cast<Layout>(state.range(2)));
+  if (setup.pool.data() == nullptr) {
+    state.SkipWithError("cannot map the pool");
+    return;
+  }
+  const int copies = static_cast<int>(setup.indices.size());
+  int copy = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(GatherSum(setup.View(copy)));
+    copy = (copy + 1) % copies;
+  }
+  SetCounters(state, KvBytesPerCall(context, batch));
+}
+
+// Dense path: per sequence, contiguous bf16 K/V [S, Hkv, d] through DenseAttention.
+void BM_DenseDecodeTorch(benchmark::State& state) {
+  const int64_t context = state.range(0);
+  const int batch = static_cast<int>(state.range(1));
+  const int copies = NumCopies(KvBytesPerCall(context, batch));
+  std::vector<at::Tensor> k, v;  // [copy * batch + seq]
+  for (int i = 0; i < copies * batch; ++i) {
+    for (std::vector<at::Tensor>* t : {&k, &v}) {
+      t->push_back(torch::empty({context, kHkv, kHeadDim}, torch::kBFloat16));
+      FillBF16(static_cast<uint16_t*>(t->back().data_ptr()), t->back().numel(), 10 + i);
+    }
+  }
+  const at::Tensor q = torch::rand({batch, 1, kHq, kHeadDim}) * 2 - 1;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(kHeadDim));
+  // Warm-up: thread pools and the allocator's first large blocks.
+  benchmark::DoNotOptimize(DenseAttention(q[0], k[0], v[0], scale, /*causal=*/true));
+  int copy = 0;
+  for (auto _ : state) {
+    for (int i = 0; i < batch; ++i) {
+      const size_t at = static_cast<size_t>(copy * batch + i);
+      benchmark::DoNotOptimize(DenseAttention(q[i], k[at], v[at], scale, /*causal=*/true));
+    }
+    copy = (copy + 1) % copies;
+  }
+  SetCounters(state, KvBytesPerCall(context, batch));
+  state.counters["caches"] = copies;
+}
+
+void PagedArgs(benchmark::internal::Benchmark* b) {
+  for (int batch : {1, 4}) {
+    for (int64_t context : {1024, 4096, 16384}) b->Args({context, batch, kShuffledHugePages});
+  }
+  b->Args({16384, 1, kShuffled})->Args({16384, 1, kContiguousHugePages});
+  b->ArgNames({"ctx", "batch", "layout"})->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
+void DenseArgs(benchmark::internal::Benchmark* b) {
+  for (int batch : {1, 4}) {
+    for (int64_t context : {1024, 4096, 16384}) b->Args({context, batch});
+  }
+  b->ArgNames({"ctx", "batch"})->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
+BENCHMARK(BM_ReadBandwidth)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PagedGatherRead)
+    ->ArgNames({"ctx", "batch", "layout"})
+    ->Args({16384, 1, kShuffled})
+    ->Args({16384, 1, kShuffledHugePages})
+    ->Args({16384, 1, kContiguousHugePages})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PagedDecodeCpu)->Apply(PagedArgs);
+BENCHMARK(BM_DenseDecodeTorch)->Apply(DenseArgs);
+
+}  // namespace
+}  // namespace kvlab
+
+int main(int argc, char** argv) {
+  at::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::AddCustomContext("read_bw_GBps", std::to_string(kvlab::ReadBandwidth() / 1e9));
+  benchmark::AddCustomContext("omp_threads", std::to_string(omp_get_max_threads()));
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

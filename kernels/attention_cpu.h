@@ -1,0 +1,21 @@
+// Optimised CPU paged attention (OpenMP + AVX2/FMA/F16C when compiled for
+// them, portable loops otherwise). Same contract as PagedAttentionReference,
+// to float rounding. Decode is memory-bound: each stored KV head is read once
+// per call for its whole group of query heads, and long streams are split
+// over threads (flash-decoding) and merged by log-sum-exp.
+#pragma once
+
+#include "kernels/paged_kv.h"
+
+namespace kvlab {
+
+// Writes p.o and, when p.slot_attn is set, adds to it (a second pass over the
+// cache, so requesting it roughly doubles the cost). Uses omp_get_max_threads()
+// threads; safe to call from several threads on disjoint outputs.
+// With p.rope_inv_freq, rotates q and each key tile at read time (about twice
+// the score cost). head_dim not a multiple of 16 (of 32 with RoPE) falls back
+// to PagedAttentionReference.
+// REQUIRES: AttentionParamsCheck(kv, p).ok().
+void PagedAttentionCpu(const PagedKV& kv, const AttentionParams& p);
+
+}  // namespace kvlab

@@ -1,0 +1,94 @@
+// Device helpers shared by kvlab's CUDA kernels: storage-dtype conversion of
+// 16-byte vectors and cp.async wrappers. Included by .cu files only.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace kvlab {
+namespace cuda {
+
+// The storage element types, and how 16 bytes of them become fp32.
+template <typename T>
+struct Storage;
+
+template <>
+struct Storage<float> {
+  static constexpr int kVec = 4;  // elements per 16 bytes
+  static constexpr DType kDType = DType::kF32;
+  __device__ __forceinline__ static void ToF32(const uint4& raw, float* out) {
+    out[0] = __uint_as_float(raw.x);
+    out[1] = __uint_as_float(raw.y);
+    out[2] = __uint_as_float(raw.z);
+    out[3] = __uint_as_float(raw.w);
+  }
+  __device__ __forceinline__ static float One(const void* p) { return *static_cast<const float*>(p); }
+};
+
+template <>
+struct Storage<__half> {
+  static constexpr int kVec = 8;
+  static constexpr DType kDType = DType::kF16;
+  __device__ __forceinline__ static void ToF32(const uint4& raw, float* out) {
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const __half2 h = *reinterpret_cast<const __half2*>(&w[i]);
+      const float2 f = __half22float2(h);
+      out[2 * i] = f.x;
+      out[2 * i + 1] = f.y;
+    }
+  }
+  __device__ __forceinline__ static float One(const void* p) { return __half2float(*static_cast<const __half*>(p)); }
+};
+
+template <>
+struct Storage<__nv_bfloat16> {
+  static constexpr int kVec = 8;
+  static constexpr DType kDType = DType::kBF16;
+  __device__ __forceinline__ static void ToF32(const uint4& raw, float* out) {
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      // bf16 -> fp32 is a 16-bit shift: exact, as in BF16ToF32.
+      out[2 * i] = __uint_as_float(w[i] << 16);
+      out[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+  }
+  __device__ __forceinline__ static float One(const void* p) {
+    return __uint_as_float(static_cast<uint32_t>(*static_cast<const uint16_t*>(p)) << 16);
+  }
+};
+
+// 16-byte global -> shared copy that does not wait (sm_80+: cp.async.cg, which
+// also bypasses L1; older targets fall back to a synchronous copy).
+__device__ __forceinline__ void CpAsync16(void* smem_dst, const void* gmem_src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned saddr = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(saddr), "l"(gmem_src) : "memory");
+#else
+  *static_cast<uint4*>(smem_dst) = *static_cast<const uint4*>(gmem_src);
+#endif
+}
+
+__device__ __forceinline__ void CpAsyncCommit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+}  // namespace cuda
+}  // namespace kvlab

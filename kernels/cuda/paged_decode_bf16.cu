@@ -1,0 +1,14 @@
+// PagedDecodeKernel instantiations for bf16 storage (see paged_decode_kernel.cuh).
+#include "kernels/cuda/paged_decode_kernel.cuh"
+
+namespace kvlab {
+namespace cuda {
+namespace detail {
+
+DecodeKernelFn SelectDecodeKernelBF16(int head_dim, int heads_per_thread) {
+  return SelectByDim<__nv_bfloat16>(head_dim, heads_per_thread);
+}
+
+}  // namespace detail
+}  // namespace cuda
+}  // namespace kvlab

@@ -1,0 +1,506 @@
+// The paged decode attention kernel (flash-decoding over the PagedKV page
+// table), included by one .cu per storage dtype so that they compile in
+// parallel. Host code: paged_decode.cu.
+//
+// Grid: one CTA per (stream, split); a stream is (sequence, KV head), so a CTA
+// serves ALL query heads of the KV head's group and reads each K/V row once.
+// A CTA walks its token range in tiles staged through shared memory by
+// cp.async (two stages: the next tile loads while this one is computed): the
+// stream's KIVI-encoded blocks first (a tile = one encoded block, dequantised
+// in registers), then its plain blocks. Threads: head_slices x rows x TPR,
+// where TPR = head_dim / (16 / sizeof(T)) threads share one row with one
+// 16-byte vector each, `rows` row groups take different rows of the tile and
+// keep their own online-softmax state, and head slices split the group's query
+// heads (heads_per_thread each). Row groups merge by log-sum-exp at the end;
+// splits of a stream merge in MergeSplitsKernel. docs/kernels.md has the picture.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace kvlab {
+namespace cuda {
+namespace detail {
+
+constexpr int kRowsPerThread = 4;      // rows one row group takes per sub-tile (RPT)
+constexpr int kMaxThreads = 256;       // CTA size bound; with min 1 CTA/SM ptxas may use 255 registers
+constexpr int kTargetSliceThreads = 128;
+constexpr int kMinChunkTokens = 128;   // smallest split worth its combine
+constexpr int kChunkGranule = 64;
+constexpr float kLog2e = 1.4426950408889634f;
+
+struct DecodeArgs {
+  // Plain segment (PagedKV).
+  const uint8_t* base;
+  int64_t block_bytes;
+  const int32_t* indptr;
+  const int32_t* indices;
+  const int32_t* last_block_len;
+  int block_size;
+  // Encoded segment; enc_base == nullptr when there is none.
+  const uint8_t* enc_base;
+  int64_t enc_block_bytes;
+  const int32_t* enc_indptr;
+  const int32_t* enc_indices;
+  int enc_tpb;             // tokens per encoded block
+  int enc_bits;            // 2 or 4
+  int enc_vgroup_shift;    // log2(value channel group)
+  int enc_copy_bytes;      // BlockBytes(), a multiple of 16
+  int64_t enc_code_bytes;  // bytes of K codes (== V codes)
+  int64_t enc_kscale_off, enc_kzero_off, enc_vscale_off, enc_vzero_off;
+  // Queries and outputs.
+  const float* q;
+  float* o;
+  float* tmp_o;    // [rows][max_splits][D] when max_splits > 1
+  float* tmp_lse;  // [rows][max_splits]
+  float* lse;      // [rows]: final log2-sum-exp2 of the scaled scores
+  float* slot_attn;
+  const int64_t* slot_offsets;
+  int num_kv_heads, num_qo_heads, group;
+  int head_slices, rows, tile;
+  int chunk, max_splits;
+  int64_t stage_bytes;
+  int part_stride;  // floats per head slice in the slot_attn partial buffer
+  float scale_log2;  // sm_scale * log2(e)
+  int slot_pass;     // 0: attention, 1: slot_attn pass (needs lse)
+};
+
+// A thread's online-softmax state for its heads_per_thread query heads over
+// its VEC channels (scores in log2 units).
+template <int GPT, int VEC>
+struct SoftmaxState {
+  float m[GPT];
+  float l[GPT];
+  float acc[GPT][VEC];
+};
+
+// Rows of a plain tile in shared memory: K[tile][D] then V[tile][D].
+template <typename T, int D>
+struct PlainRows {
+  const uint8_t* k;
+  const uint8_t* v;
+  __device__ __forceinline__ void Key(int row, int c, float* out) const {
+    const uint4 raw = *reinterpret_cast<const uint4*>(k + (static_cast<int64_t>(row) * D) * sizeof(T) + c * 16);
+    Storage<T>::ToF32(raw, out);
+  }
+  __device__ __forceinline__ void Value(int row, int c, float* out) const {
+    const uint4 raw = *reinterpret_cast<const uint4*>(v + (static_cast<int64_t>(row) * D) * sizeof(T) + c * 16);
+    Storage<T>::ToF32(raw, out);
+  }
+};
+
+// Loads the NB-byte little-endian word holding VEC consecutive codes.
+template <int NB>
+__device__ __forceinline__ uint32_t LoadCodeWord(const uint8_t* p) {
+  if constexpr (NB == 4) {
+    return *reinterpret_cast<const uint32_t*>(p);
+  } else if constexpr (NB == 2) {
+    return *reinterpret_cast<const uint16_t*>(p);
+  } else {
+    return *p;
+  }
+}
+
+// Rows of one KIVI block in shared memory (layout of kv_encoding.h: K codes,
+// V codes, K scales, K zeros, V scales, V zeros); keys per channel, values per
+// token over runs of 2^vgroup_shift channels. x = code * scale + zero, as
+// DecodeKvBlock (here one fused multiply-add: within 1 ulp of it).
+template <int D, int VEC, int BITS>
+struct KiviRows {
+  static constexpr int kBytes = VEC * BITS / 8;  // 1, 2 or 4
+  static constexpr uint32_t kMask = (1u << BITS) - 1u;
+  const uint8_t* kcodes;
+  const uint8_t* vcodes;
+  const __half* kscale;
+  const __half* kzero;
+  const __half* vscale;
+  const __half* vzero;
+  int vgroup_shift;
+
+  __device__ __forceinline__ void Init(const uint8_t* blk, const DecodeArgs& a) {
+    kcodes = blk;
+    vcodes = blk + a.enc_code_bytes;
+    kscale = reinterpret_cast<const __half*>(blk + a.enc_kscale_off);
+    kzero = reinterpret_cast<const __half*>(blk + a.enc_kzero_off);
+    vscale = reinterpret_cast<const __half*>(blk + a.enc_vscale_off);
+    vzero = reinterpret_cast<const __half*>(blk + a.enc_vzero_off);
+    vgroup_shift = a.enc_vgroup_shift;
+  }
+  // Key parameters are per channel: the same for every row of the block
+  // (re-read from shared memory rather than held in registers).
+  __device__ __forceinline__ void Key(int row, int c, float* out) const {
+    const uint32_t w = LoadCodeWord<kBytes>(kcodes + (row * D * BITS) / 8 + c * kBytes);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      out[e] = fmaf(static_cast<float>((w >> (e * BITS)) & kMask), __half2float(kscale[c * VEC + e]),
+                    __half2float(kzero[c * VEC + e]));
+    }
+  }
+  __device__ __forceinline__ void Value(int row, int c, float* out) const {
+    const uint32_t w = LoadCodeWord<kBytes>(vcodes + (row * D * BITS) / 8 + c * kBytes);
+    const int groups_per_token = D >> vgroup_shift;
+    if ((1 << vgroup_shift) >= VEC) {  // all VEC channels in one value group
+      const int g = row * groups_per_token + ((c * VEC) >> vgroup_shift);
+      const float sc = __half2float(vscale[g]), zr = __half2float(vzero[g]);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) out[e] = fmaf(static_cast<float>((w >> (e * BITS)) & kMask), sc, zr);
+    } else {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const int g = row * groups_per_token + ((c * VEC + e) >> vgroup_shift);
+        out[e] = fmaf(static_cast<float>((w >> (e * BITS)) & kMask), __half2float(vscale[g]), __half2float(vzero[g]));
+      }
+    }
+  }
+};
+
+// Scores of rows base + r + k*rows (k < RPT) for the thread's GPT heads,
+// reduced over the TPR threads of the row group; -inf for rows >= row_end.
+// Every thread of the CTA calls it the same number of times (shuffles).
+template <int D, int VEC, int GPT, class Rows>
+__device__ __forceinline__ void ScoreRows(const Rows& src, int base, int row_end, int r, int rows, int c,
+                                          const float (&q)[GPT][VEC], float scale_log2,
+                                          float (&s)[kRowsPerThread][GPT]) {
+  constexpr int TPR = D / VEC;
+#pragma unroll
+  for (int k = 0; k < kRowsPerThread; ++k) {
+    const int row = base + r + k * rows;
+    const bool valid = row < row_end;
+    float kf[VEC];
+    if (valid) {
+      src.Key(row, c, kf);
+    } else {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) kf[e] = 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < GPT; ++j) {
+      float dot = 0.0f;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) dot = fmaf(q[j][e], kf[e], dot);
+#pragma unroll
+      for (int off = TPR / 2; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+      s[k][j] = valid ? dot * scale_log2 : -INFINITY;
+    }
+  }
+}
+
+// Online softmax over rows [row_begin, row_end) of a tile for one thread.
+template <int D, int VEC, int GPT, class Rows>
+__device__ __forceinline__ void AttendRows(const Rows& src, int row_begin, int row_end, int r, int rows, int c,
+                                           const float (&q)[GPT][VEC], float scale_log2, SoftmaxState<GPT, VEC>& st) {
+  for (int base = row_begin; base < row_end; base += rows * kRowsPerThread) {
+    float s[kRowsPerThread][GPT];
+    ScoreRows<D, VEC, GPT>(src, base, row_end, r, rows, c, q, scale_log2, s);
+    float p[kRowsPerThread][GPT];
+#pragma unroll
+    for (int j = 0; j < GPT; ++j) {
+      float mt = s[0][j];
+#pragma unroll
+      for (int k = 1; k < kRowsPerThread; ++k) mt = fmaxf(mt, s[k][j]);
+      const float m_new = fmaxf(st.m[j], mt);
+      const bool any = m_new != -INFINITY;  // else no valid row yet: keep the state
+      const float alpha = any ? exp2f(st.m[j] - m_new) : 1.0f;
+      float psum = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kRowsPerThread; ++k) {
+        p[k][j] = any ? exp2f(s[k][j] - m_new) : 0.0f;
+        psum += p[k][j];
+      }
+      st.m[j] = m_new;
+      st.l[j] = st.l[j] * alpha + psum;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) st.acc[j][e] *= alpha;
+    }
+#pragma unroll
+    for (int k = 0; k < kRowsPerThread; ++k) {
+      const int row = base + r + k * rows;
+      if (row < row_end) {
+        float vf[VEC];
+        src.Value(row, c, vf);
+#pragma unroll
+        for (int j = 0; j < GPT; ++j) {
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) st.acc[j][e] = fmaf(p[k][j], vf[e], st.acc[j][e]);
+        }
+      }
+    }
+  }
+}
+
+// slot_attn pass over rows [0, row_end) of a tile: each row group writes
+// sum_j exp2(s_j - lse_j) over its heads into part[hs * part_stride + row].
+template <int D, int VEC, int GPT, class Rows>
+__device__ __forceinline__ void SlotRows(const Rows& src, int row_end, int r, int rows, int c,
+                                         const float (&q)[GPT][VEC], const float (&lse)[GPT], float scale_log2,
+                                         float* part) {
+  for (int base = 0; base < row_end; base += rows * kRowsPerThread) {
+    float s[kRowsPerThread][GPT];
+    ScoreRows<D, VEC, GPT>(src, base, row_end, r, rows, c, q, scale_log2, s);
+#pragma unroll
+    for (int k = 0; k < kRowsPerThread; ++k) {
+      const int row = base + r + k * rows;
+      if (row < row_end && c == 0) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int j = 0; j < GPT; ++j) sum += exp2f(s[k][j] - lse[j]);
+        part[row] = sum;
+      }
+    }
+  }
+}
+
+// Issues the cp.async copies of tile i of a CTA's range into a stage: an
+// encoded block verbatim, or a.tile plain rows (K then V; rows past the range
+// are zero-filled so that no stale value meets a zero weight).
+template <typename T, int D>
+struct TileLoader {
+  const DecodeArgs* a;
+  int tid, n_enc_tiles;
+  int64_t start, plain_start, end, n_enc;
+  int32_t pb0, eb0;
+  int kinds;  // 2: K and V; 1: K only
+
+  __device__ __forceinline__ void Load(int i, uint8_t* stage) const {
+    constexpr int TPR = D * static_cast<int>(sizeof(T)) / 16;
+    if (i < n_enc_tiles) {
+      const int64_t e = start / a->enc_tpb + i;
+      const uint8_t* src = a->enc_base + static_cast<int64_t>(a->enc_indices[eb0 + e]) * a->enc_block_bytes;
+      for (int piece = tid; piece < a->enc_copy_bytes / 16; piece += blockDim.x) {
+        CpAsync16(stage + piece * 16, src + piece * 16);
+      }
+      return;
+    }
+    const int64_t t0 = plain_start + static_cast<int64_t>(i - n_enc_tiles) * a->tile;
+    const int64_t p0 = t0 - n_enc;  // plain slot of the tile's first row
+    const int nvalid = static_cast<int>(min(static_cast<int64_t>(a->tile), end - t0));
+    const int pieces_per_kind = a->tile * TPR;
+    for (int piece = tid; piece < pieces_per_kind * kinds; piece += blockDim.x) {
+      const int kv = piece / pieces_per_kind;
+      const int rem = piece - kv * pieces_per_kind;
+      const int row = rem / TPR, pc = rem % TPR;
+      uint8_t* dst = stage + (static_cast<int64_t>(kv) * a->tile + row) * D * sizeof(T) + pc * 16;
+      if (row < nvalid) {
+        const int64_t slot = p0 + row;
+        const int32_t blk = a->indices[pb0 + static_cast<int32_t>(slot / a->block_size)];
+        const uint8_t* src = a->base + static_cast<int64_t>(blk) * a->block_bytes +
+                             (static_cast<int64_t>(kv) * a->block_size + slot % a->block_size) * D * sizeof(T) + pc * 16;
+        CpAsync16(dst, src);
+      } else {
+        *reinterpret_cast<uint4*>(dst) = make_uint4(0u, 0u, 0u, 0u);
+      }
+    }
+  }
+};
+
+template <typename T, int D, int GPT>
+__global__ void __launch_bounds__(kMaxThreads, 1) PagedDecodeKernel(const __grid_constant__ DecodeArgs a) {
+  constexpr int VEC = Storage<T>::kVec;
+  constexpr int TPR = D / VEC;
+  extern __shared__ __align__(16) uint8_t smem[];
+
+  const int tid = threadIdx.x;
+  const int c = tid % TPR;
+  const int slice_threads = a.rows * TPR;
+  const int hs = tid / slice_threads;
+  const int r = (tid % slice_threads) / TPR;
+  const int s = blockIdx.x / a.max_splits;
+  const int split = blockIdx.x % a.max_splits;
+  const int seq = s / a.num_kv_heads, kvh = s % a.num_kv_heads;
+  const int64_t qrow0 = static_cast<int64_t>(seq) * a.num_qo_heads + kvh * a.group + hs * GPT;
+
+  // The stream's segments: encoded slots [0, n_enc), plain [n_enc, len).
+  const int32_t pb0 = a.indptr[s];
+  const int32_t nb = a.indptr[s + 1] - pb0;
+  const int64_t n_plain = nb == 0 ? 0 : static_cast<int64_t>(nb - 1) * a.block_size + a.last_block_len[s];
+  int32_t eb0 = 0;
+  int64_t n_enc = 0;
+  if (a.enc_base != nullptr) {
+    eb0 = a.enc_indptr[s];
+    n_enc = static_cast<int64_t>(a.enc_indptr[s + 1] - eb0) * a.enc_tpb;
+  }
+  const int64_t len = n_enc + n_plain;
+  const int64_t start = static_cast<int64_t>(split) * a.chunk;
+  // The last split takes everything left, so a stale plan loses no tokens.
+  const int64_t end = split == a.max_splits - 1 ? len : min(len, start + a.chunk);
+
+  if (start >= end) {  // empty split (or empty stream): mark it for the merge
+    if (a.slot_pass || r != 0) return;
+#pragma unroll
+    for (int j = 0; j < GPT; ++j) {
+      if (a.max_splits > 1) {
+        if (c == 0) a.tmp_lse[(qrow0 + j) * a.max_splits + split] = -INFINITY;
+      } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) a.o[(qrow0 + j) * D + c * VEC + e] = 0.0f;
+        if (c == 0) a.lse[qrow0 + j] = -INFINITY;
+      }
+    }
+    return;
+  }
+
+  float q[GPT][VEC];
+#pragma unroll
+  for (int j = 0; j < GPT; ++j) {
+    const float4* qp = reinterpret_cast<const float4*>(a.q + (qrow0 + j) * D + c * VEC);
+#pragma unroll
+    for (int v = 0; v < VEC / 4; ++v) {
+      const float4 x = qp[v];
+      q[j][4 * v] = x.x;
+      q[j][4 * v + 1] = x.y;
+      q[j][4 * v + 2] = x.z;
+      q[j][4 * v + 3] = x.w;
+    }
+  }
+  float lse[GPT];
+#pragma unroll
+  for (int j = 0; j < GPT; ++j) lse[j] = a.slot_pass ? a.lse[qrow0 + j] : 0.0f;
+
+  // Tiles: encoded blocks of [start, min(end, n_enc)) (start is a multiple of
+  // enc_tpb: chunk is), then plain tiles of a.tile tokens.
+  const int64_t enc_end = min(end, n_enc);
+  const int n_enc_tiles = start < enc_end ? static_cast<int>((enc_end - start) / a.enc_tpb) : 0;
+  const int64_t plain_start = max(start, n_enc);
+  const int64_t plain_rows = end > plain_start ? end - plain_start : 0;
+  const int n_tiles = n_enc_tiles + static_cast<int>((plain_rows + a.tile - 1) / a.tile);
+  const int kinds = a.slot_pass ? 1 : 2;  // the slot pass needs keys only
+
+  const TileLoader<T, D> loader{&a, tid, n_enc_tiles, start, plain_start, end, n_enc, pb0, eb0, kinds};
+  SoftmaxState<GPT, VEC> st;
+#pragma unroll
+  for (int j = 0; j < GPT; ++j) {
+    st.m[j] = -INFINITY;
+    st.l[j] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) st.acc[j][e] = 0.0f;
+  }
+  float* part = reinterpret_cast<float*>(smem + 2 * a.stage_bytes);
+
+  if (n_tiles > 0) loader.Load(0, smem);
+  CpAsyncCommit();
+  for (int i = 0; i < n_tiles; ++i) {
+    if (i + 1 < n_tiles) loader.Load(i + 1, smem + ((i + 1) & 1) * a.stage_bytes);
+    CpAsyncCommit();
+    CpAsyncWait<1>();  // this thread's copies of tile i are done
+    __syncthreads();   // ... and everyone's
+    const uint8_t* stage = smem + (i & 1) * a.stage_bytes;
+    int64_t tok0;  // logical slot of the tile's row 0
+    int nrows;
+    if (i < n_enc_tiles) {
+      tok0 = start + static_cast<int64_t>(i) * a.enc_tpb;
+      nrows = a.enc_tpb;
+      if (a.enc_bits == 2) {
+        KiviRows<D, VEC, 2> src;
+        src.Init(stage, a);
+        if (a.slot_pass) {
+          SlotRows<D, VEC, GPT>(src, nrows, r, a.rows, c, q, lse, a.scale_log2, part + hs * a.part_stride);
+        } else {
+          AttendRows<D, VEC, GPT>(src, 0, nrows, r, a.rows, c, q, a.scale_log2, st);
+        }
+      } else {
+        KiviRows<D, VEC, 4> src;
+        src.Init(stage, a);
+        if (a.slot_pass) {
+          SlotRows<D, VEC, GPT>(src, nrows, r, a.rows, c, q, lse, a.scale_log2, part + hs * a.part_stride);
+        } else {
+          AttendRows<D, VEC, GPT>(src, 0, nrows, r, a.rows, c, q, a.scale_log2, st);
+        }
+      }
+    } else {
+      tok0 = plain_start + static_cast<int64_t>(i - n_enc_tiles) * a.tile;
+      nrows = static_cast<int>(min(static_cast<int64_t>(a.tile), end - tok0));
+      PlainRows<T, D> src{stage, stage + static_cast<int64_t>(a.tile) * D * sizeof(T)};
+      if (a.slot_pass) {
+        SlotRows<D, VEC, GPT>(src, nrows, r, a.rows, c, q, lse, a.scale_log2, part + hs * a.part_stride);
+      } else {
+        AttendRows<D, VEC, GPT>(src, 0, nrows, r, a.rows, c, q, a.scale_log2, st);
+      }
+    }
+    if (a.slot_pass) {
+      __syncthreads();  // partials of every head slice are in
+      float* out = a.slot_attn + a.slot_offsets[s] + tok0;
+      for (int row = tid; row < nrows; row += blockDim.x) {
+        float sum = 0.0f;
+        for (int h = 0; h < a.head_slices; ++h) sum += part[h * a.part_stride + row];
+        out[row] += sum;  // this CTA is the only writer of these slots
+      }
+    }
+    __syncthreads();  // the stage (and part) may be overwritten next
+  }
+  if (a.slot_pass) return;
+
+  // Merge the row groups of each head slice (log-sum-exp), through shared
+  // memory that the stages no longer use.
+  const int row_groups = blockDim.x / TPR;
+  const int rg = tid / TPR;  // == hs * rows + r
+  float* red_acc = reinterpret_cast<float*>(smem);            // [row_groups][GPT][D]
+  float* red_ml = red_acc + static_cast<int64_t>(row_groups) * GPT * D;  // [row_groups][GPT][2]
+#pragma unroll
+  for (int j = 0; j < GPT; ++j) {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) red_acc[(rg * GPT + j) * D + c * VEC + e] = st.acc[j][e];
+    if (c == 0) {
+      red_ml[(rg * GPT + j) * 2] = st.m[j];
+      red_ml[(rg * GPT + j) * 2 + 1] = st.l[j];
+    }
+  }
+  __syncthreads();
+  for (int x = tid % slice_threads; x < GPT * D; x += slice_threads) {
+    const int j = x / D, d = x % D;
+    float M = -INFINITY;
+    for (int rr = 0; rr < a.rows; ++rr) M = fmaxf(M, red_ml[((hs * a.rows + rr) * GPT + j) * 2]);
+    float L = 0.0f, O = 0.0f;
+    if (M != -INFINITY) {
+      for (int rr = 0; rr < a.rows; ++rr) {
+        const int g = (hs * a.rows + rr) * GPT + j;
+        const float m = red_ml[g * 2];
+        if (m == -INFINITY) continue;
+        const float w = exp2f(m - M);
+        L = fmaf(red_ml[g * 2 + 1], w, L);
+        O = fmaf(red_acc[g * D + d], w, O);
+      }
+    }
+    const float out = L > 0.0f ? O / L : 0.0f;
+    const float lse_out = L > 0.0f ? M + log2f(L) : -INFINITY;
+    const int64_t row = qrow0 + j;
+    if (a.max_splits == 1) {
+      a.o[row * D + d] = out;
+      if (d == 0) a.lse[row] = lse_out;
+    } else {
+      a.tmp_o[(row * a.max_splits + split) * D + d] = out;
+      if (d == 0) a.tmp_lse[row * a.max_splits + split] = lse_out;
+    }
+  }
+}
+
+using DecodeKernelFn = void (*)(DecodeArgs);
+
+template <typename T, int D>
+DecodeKernelFn SelectByHeads(int gpt) {
+  switch (gpt) {
+    case 1: return PagedDecodeKernel<T, D, 1>;
+    case 2: return PagedDecodeKernel<T, D, 2>;
+    case 4: return PagedDecodeKernel<T, D, 4>;
+  }
+  return nullptr;
+}
+
+template <typename T>
+DecodeKernelFn SelectByDim(int d, int gpt) {
+  switch (d) {
+    case 64: return SelectByHeads<T, 64>(gpt);
+    case 128: return SelectByHeads<T, 128>(gpt);
+  }
+  return nullptr;
+}
+
+// One per storage dtype, each in its own translation unit; nullptr when the
+// head_dim / heads_per_thread pair has no instantiation.
+DecodeKernelFn SelectDecodeKernelF32(int head_dim, int heads_per_thread);
+DecodeKernelFn SelectDecodeKernelF16(int head_dim, int heads_per_thread);
+DecodeKernelFn SelectDecodeKernelBF16(int head_dim, int heads_per_thread);
+
+}  // namespace detail
+}  // namespace cuda
+}  // namespace kvlab

@@ -1,0 +1,77 @@
+// kivi: KIVI (Liu et al. 2024, "KIVI: A Tuning-Free Asymmetric 2bit
+// Quantization for KV Cache"). Representation.
+// Parameters: bits (2 | 4, default 2), group (tokens per key group and
+// channels per value group, default 32), residual (most recent tokens kept in
+// full precision, default 128), key_axis (channel | token, default channel),
+// value_axis (channel | token, default token).
+// Definition: every sealed group of `group` tokens outside the residual is
+// stored as asymmetric `bits`-bit integers with an fp16 scale and zero point,
+// keys per channel and values per token; the residual stays at the cache dtype.
+#include "policies/registry.h"
+
+namespace kvlab {
+namespace {
+
+QuantAxis Axis(const std::string& s) { return s == "token" ? QuantAxis::kToken : QuantAxis::kChannel; }
+
+class KiviPolicy : public KVPolicy {
+ public:
+  explicit KiviPolicy(PolicyParams p) : KVPolicy(std::move(p)) {}
+  const char* Name() const override { return "kivi"; }
+  uint32_t Concerns() const override { return kConcernRepresentation; }
+
+  Status CheckShape(int /*kv_heads*/, int head_dim, int block_size) const override {
+    KvEncoding e;
+    int64_t residual = 0;
+    SealedEncoding(head_dim, block_size, &e, &residual);
+    const std::string err = e.Validate();
+    if (!err.empty()) return Status::InvalidArgument(err);
+    if (e.group % block_size != 0) {
+      return Status::InvalidArgument("kivi: 'group' " + std::to_string(e.group) + " must be a multiple of the block size " +
+                                     std::to_string(block_size) + " (groups are sealed from whole blocks)");
+    }
+    return Status::OK();
+  }
+
+  bool SealedEncoding(int head_dim, int /*block_size*/, KvEncoding* enc, int64_t* residual) const override {
+    enc->kind = EncodingKind::kKivi;
+    enc->bits = static_cast<int>(params().GetInt("bits"));
+    enc->group = static_cast<int>(params().GetInt("group"));
+    enc->tokens_per_block = enc->group;
+    enc->head_dim = head_dim;
+    enc->key_axis = Axis(params().GetString("key_axis"));
+    enc->value_axis = Axis(params().GetString("value_axis"));
+    *residual = params().GetInt("residual");
+    return true;
+  }
+};
+
+}  // namespace
+
+void RegisterKiviPolicy(PolicyRegistry* registry) {
+  PolicyInfo info;
+  info.name = "kivi";
+  info.summary = "sealed groups outside the residual as 2/4-bit integers, keys per channel, values per token";
+  info.paper = "Liu et al. 2024, KIVI: A Tuning-Free Asymmetric 2bit Quantization for KV Cache";
+  info.concerns = kConcernRepresentation;
+  info.params = {
+      {"bits", ParamSpec::Type::kInt, "2", "bits per number: 2 or 4", {}},
+      {"group", ParamSpec::Type::kInt, "32", "tokens per key group / channels per value group", {}},
+      {"residual", ParamSpec::Type::kInt, "128", "most recent tokens kept at full precision", {}},
+      {"key_axis", ParamSpec::Type::kString, "channel", "key statistics per channel (over tokens) or per token",
+       {"channel", "token"}},
+      {"value_axis", ParamSpec::Type::kString, "token", "value statistics per token (over channels) or per channel",
+       {"channel", "token"}},
+  };
+  info.create = [](PolicyParams p, std::unique_ptr<KVPolicy>* out) {
+    const int64_t bits = p.GetInt("bits"), group = p.GetInt("group"), residual = p.GetInt("residual");
+    if (bits != 2 && bits != 4) return Status::InvalidArgument("kivi: 'bits' must be 2 or 4, got " + std::to_string(bits));
+    if (group <= 0) return Status::InvalidArgument("kivi: 'group' must be positive, got " + std::to_string(group));
+    if (residual < 0) return Status::InvalidArgument("kivi: 'residual' must be >= 0, got " + std::to_string(residual));
+    out->reset(new KiviPolicy(std::move(p)));
+    return Status::OK();
+  };
+  registry->Register(std::move(info));
+}
+
+}  // namespace kvlab
