@@ -70,10 +70,16 @@ void PrintEngineMemory(const Engine& engine, const MemoryStats& m, int64_t token
               static_cast<long long>(m.blocks_in_use), WithCommas(m.block_bytes).c_str());
   std::printf("  peak      %s B\n", WithCommas(m.peak_bytes_in_use).c_str());
   std::printf("  reserved  %s B (pool capacity)\n", WithCommas(m.bytes_reserved).c_str());
-  const int64_t formula = 2LL * s.num_layers * s.num_kv_heads * s.head_dim * DTypeBytes(s.dtype) * tokens_per_seq_total;
-  std::printf("  formula   2 x L x H_kv x d_h x S x b = %s B for S = %lld tokens held; pools hold %s B more (unfilled last blocks)\n",
+  if (m.host_bytes + m.disk_bytes > 0) {
+    std::printf("  tiers     device %s B (peak %s B), host %s B, disk %s B\n", WithCommas(m.device_bytes).c_str(),
+                WithCommas(m.peak_device_bytes).c_str(), WithCommas(m.host_bytes).c_str(),
+                WithCommas(m.disk_bytes).c_str());
+  }
+  const int64_t formula = 2LL * s.num_layers * engine.model_config().num_key_value_heads * s.head_dim *
+                          DTypeBytes(s.dtype) * tokens_per_seq_total;
+  std::printf("  uncompressed 2 x L x H_kv x d_h x S x b = %s B for the S = %lld tokens seen; held/uncompressed = %.3f\n",
               WithCommas(formula).c_str(), static_cast<long long>(tokens_per_seq_total),
-              WithCommas(m.bytes_in_use - formula).c_str());
+              formula > 0 ? static_cast<double>(m.bytes_in_use) / static_cast<double>(formula) : 0.0);
 }
 
 int Fail(const Status& s) {
@@ -108,6 +114,8 @@ int Main(int argc, char** argv) {
   gen->add_option("--seed", go.sampling.seed, "Sampling seed")->capture_default_str();
   gen->add_option("--batch", batch, "Decode this many copies of the prompt together")->capture_default_str();
   gen->add_option("--layers", eo.num_layers, "Keep only this many layers of a preset");
+  gen->add_option("--prefill-chunk", eo.prefill_chunk, "Prompt tokens per prefill step")->capture_default_str();
+  gen->add_option("--weight-seed", eo.weight_seed, "Seed of a preset's random weights")->capture_default_str();
   gen->add_option("--attention", eo.attention, "cpu or reference")->capture_default_str();
   gen->add_option("--threads", eo.num_threads, "Threads (0 = all cores)")->capture_default_str();
 
