@@ -45,9 +45,9 @@ expect_err() {
 }
 
 # --- the seed article's table ---
-expect_out "memory llama-3.1-8b" "131,072 B = 128 KiB" "1,073,741,824 B = 1 GiB" "overstates by 4.00x" -- \
+expect_out "memory llama-3.1-8b" "131,072 B = 128 KiB" "1,073,741,824 B = 1 GiB" "overstates the uncompressed cache by 4.00x" -- \
   "$KVLAB" memory --model llama-3.1-8b --tokens 8192
-expect_out "memory llama-3.1-70b" "327,680 B = 320 KiB" "= 10 GiB" "overstates by 8.00x" -- \
+expect_out "memory llama-3.1-70b" "327,680 B = 320 KiB" "= 10 GiB" "overstates the uncompressed cache by 8.00x" -- \
   "$KVLAB" memory --model llama-3.1-70b --tokens 32768
 expect_out "memory llama-2-7b" "524,288 B = 512 KiB" "= 2 GiB" -- "$KVLAB" memory --model llama-2-7b --tokens 4096
 expect_out "memory 70b scenario" "9.83 GB at 30,000 tokens" "65.5% of a 15.0 GB pool" -- \

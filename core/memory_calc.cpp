@@ -94,10 +94,12 @@ std::string FormatMemoryReport(const MemoryEstimate& e, int64_t pool_bytes) {
          "   (2 x L x H_kv x d_h x b)\n";
   out += "per sequence   " + WithCommas(e.bytes_per_sequence) + " B = " + BinaryUnits(e.bytes_per_sequence) + " = " +
          DecimalUnits(e.bytes_per_sequence) + " at " + WithCommas(e.tokens) + " tokens\n";
-  if (e.mha_shortcut_bytes != e.bytes_per_sequence && e.bytes_per_sequence > 0) {
-    std::snprintf(buf, sizeof(buf), "MHA shortcut   2 x L x d_model x S x b = %s B, overstates by %.2fx\n",
+  // Against the model's own uncompressed GQA cache, not the policy's.
+  const int64_t gqa_bytes = 2 * e.num_layers * e.kv_heads * e.head_dim * e.tokens * e.bits / 8;
+  if (e.mha_shortcut_bytes != gqa_bytes && gqa_bytes > 0) {
+    std::snprintf(buf, sizeof(buf), "MHA shortcut   2 x L x d_model x S x b = %s B, overstates the uncompressed cache by %.2fx\n",
                   WithCommas(e.mha_shortcut_bytes).c_str(),
-                  static_cast<double>(e.mha_shortcut_bytes) / static_cast<double>(e.bytes_per_sequence));
+                  static_cast<double>(e.mha_shortcut_bytes) / static_cast<double>(gqa_bytes));
     out += buf;
   }
   if (pool_bytes > 0) {
