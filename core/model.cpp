@@ -7,6 +7,7 @@
 
 #include "core/safetensors.h"
 #include "kernels/append_kv.h"
+#include "kernels/attention_encoded.h"
 #include "kernels/attention_cpu.h"
 #include "kernels/attention_reference.h"
 #include "kernels/dense_attention.h"
@@ -264,7 +265,14 @@ at::Tensor LlamaModel::ForwardPaged(const PagedForward& in) const {
       p.slot_attn = in.slot_attn;
       p.slot_attn_offsets = in.slot_attn_offsets + li * static_cast<size_t>(kv.num_streams);
     }
-    if (in.backend == AttentionBackend::kReference) {
+    const EncodedKV* enc = in.page_table->Encoded(static_cast<int>(li));
+    if (enc != nullptr) {
+      if (in.backend == AttentionBackend::kReference) {
+        PagedAttentionEncodedReference(kv, *enc, p);
+      } else {
+        PagedAttentionEncodedCpu(kv, *enc, p);
+      }
+    } else if (in.backend == AttentionBackend::kReference) {
       PagedAttentionReference(kv, p);
     } else {
       PagedAttentionCpu(kv, p);

@@ -2,11 +2,13 @@
 // hold, measured against the `full` baseline on the same model.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 
 #include "core/engine.h"
 #include "core/model.h"
+#include "policies/registry.h"
 
 namespace kvlab {
 namespace {
@@ -155,6 +157,62 @@ TEST(PolicyEngineTest, SinkBoundsMemoryWhileStreaming) {
   EXPECT_EQ(s.positions[31], 199);
   EXPECT_EQ(e->Memory().blocks_in_use, 4 * 2);
   EXPECT_EQ(e->SequenceLength(0), 200);
+}
+
+// Blocks the streams of sequence 0 reference on the device, over all pools.
+int64_t DeviceBlocksReferenced(const KVCache& c) {
+  int64_t n = 0;
+  for (int l = 0; l < c.shape().num_layers; ++l) {
+    for (int h = 0; h < c.shape().num_kv_heads; ++h) {
+      const Stream& s = c.stream(0, l, h);
+      for (int32_t b : s.blocks) n += !IsOffloaded(b);
+      for (int32_t b : s.enc_blocks) n += !IsOffloaded(b);
+    }
+  }
+  return n;
+}
+
+// Conformance over every registered policy, in the engine, so a new policy is
+// checked the day it is registered: with its test_params on a 200-token
+// teacher-forced run it is deterministic, it is not a silent no-op (the
+// device holds fewer bytes than under full), the pools hold exactly the
+// blocks its streams reference (the savings are real), no stream exceeds
+// its length, and a placement policy changes no output bit.
+TEST(PolicyEngineConformanceTest, EveryRegisteredPolicy) {
+  const auto tokens = Tokens(200);
+  auto full = MakeEngine({PolicySpec{"full", {}, "t"}}, DType::kBF16);
+  const std::vector<float> base = TeacherForce(full.get(), tokens, 40);
+  const MemoryStats full_mem = full->Memory();
+  for (const PolicyInfo& info : PolicyRegistry::Global().infos()) {
+    if (info.name == "full") continue;
+    SCOPED_TRACE(info.name);
+    const PolicySpec spec{info.name, info.test_params, "conformance"};
+    auto a = MakeEngine({spec}, DType::kBF16);
+    auto b = MakeEngine({spec}, DType::kBF16);
+    ASSERT_TRUE(a && b);
+    const std::vector<float> la = TeacherForce(a.get(), tokens, 40);
+    const std::vector<float> lb = TeacherForce(b.get(), tokens, 40);
+    ASSERT_EQ(la.size(), base.size());
+    EXPECT_EQ(std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)), 0) << "not deterministic";
+    const MemoryStats m = a->Memory();
+    EXPECT_EQ(m.bytes_in_use, b->Memory().bytes_in_use);
+    EXPECT_LT(m.device_bytes, full_mem.device_bytes) << "a silent no-op: the device holds as much as under full";
+    const KVCache& c = a->cache();
+    const int64_t pool_blocks = c.pool().num_used() + (c.encoded_pool() ? c.encoded_pool()->num_used() : 0);
+    EXPECT_EQ(pool_blocks, DeviceBlocksReferenced(c)) << "pools hold blocks no stream references";
+    for (int l = 0; l < c.shape().num_layers; ++l) {
+      for (int h = 0; h < c.shape().num_kv_heads; ++h) EXPECT_LE(c.stream(0, l, h).num_tokens, 200);
+    }
+    bool finite = true;
+    for (float x : la) finite = finite && std::isfinite(x);
+    EXPECT_TRUE(finite);
+    if (info.concerns == kConcernPlacement) {
+      EXPECT_EQ(std::memcmp(la.data(), base.data(), la.size() * sizeof(float)), 0) << "placement changed the output";
+      EXPECT_EQ(m.bytes_in_use, full_mem.bytes_in_use);
+    } else {
+      EXPECT_LT(m.bytes_in_use, full_mem.bytes_in_use);
+    }
+  }
 }
 
 }  // namespace

@@ -115,6 +115,7 @@ void RegisterH2OPolicy(PolicyRegistry* registry) {
     out->reset(new H2OPolicy(std::move(p), budget, ratio, heavy_fraction));
     return Status::OK();
   };
+  info.test_params = {{"budget", "64"}};
   registry->Register(std::move(info));
 }
 

@@ -71,6 +71,7 @@ void RegisterKiviPolicy(PolicyRegistry* registry) {
     out->reset(new KiviPolicy(std::move(p)));
     return Status::OK();
   };
+  info.test_params = {{"residual", "32"}};
   registry->Register(std::move(info));
 }
 

@@ -69,6 +69,7 @@ void RegisterOffloadPolicy(PolicyRegistry* registry) {
     out->reset(new OffloadPolicy(std::move(p)));
     return Status::OK();
   };
+  info.test_params = {{"device_budget", "65536"}, {"host_budget", "65536"}, {"keep_recent", "32"}};
   registry->Register(std::move(info));
 }
 

@@ -105,6 +105,7 @@ void RegisterRandomPolicy(PolicyRegistry* registry) {
     out->reset(new RandomEvictPolicy(std::move(p), budget, ratio, seed));
     return Status::OK();
   };
+  info.test_params = {{"budget", "64"}};
   registry->Register(std::move(info));
 }
 

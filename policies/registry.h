@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +20,10 @@ struct PolicyInfo {
   std::string paper;    // citation
   uint32_t concerns = 0;
   std::vector<ParamSpec> params;
+  // Parameters that make the policy act on a short sequence (a few hundred
+  // tokens of a small model), for the engine conformance test; defaults
+  // where empty. Not a different policy: only budgets scaled down.
+  std::map<std::string, std::string> test_params;
   // Builds an instance from validated params; may reject combinations of
   // values with an error naming the parameter.
   std::function<Status(PolicyParams, std::unique_ptr<KVPolicy>*)> create;

@@ -83,6 +83,7 @@ void RegisterSinkPolicy(PolicyRegistry* registry) {
     out->reset(new SinkWindowPolicy("sink", std::move(p), n_sink, window, cache_positions));
     return Status::OK();
   };
+  info.test_params = {{"window", "60"}};
   registry->Register(std::move(info));
 }
 
@@ -103,6 +104,7 @@ void RegisterWindowPolicy(PolicyRegistry* registry) {
     out->reset(new SinkWindowPolicy("window", std::move(p), 0, window, cache_positions));
     return Status::OK();
   };
+  info.test_params = {{"window", "64"}};
   registry->Register(std::move(info));
 }
 
