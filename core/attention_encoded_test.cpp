@@ -94,7 +94,9 @@ TEST_P(EncodedAttentionTest, CpuAndReferenceMatchDenseOnGatheredKV) {
     AppendKV(pt.Layer(0), qo, 1, cs.hkv, k.data(), v.data());
     c->Seal(static_cast<int64_t>(i));
   }
-  if (cs.encoded) ASSERT_GT(c->stream(3, 0, 0).num_encoded, 0);
+  if (cs.encoded) {
+    ASSERT_GT(c->stream(3, 0, 0).num_encoded, 0);
+  }
   std::vector<int64_t> seqs = {0, 1, 2, 3};
   PageTable pt;
   c->BuildPageTable(seqs, &pt);
