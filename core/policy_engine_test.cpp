@@ -159,6 +159,58 @@ TEST(PolicyEngineTest, SinkBoundsMemoryWhileStreaming) {
   EXPECT_EQ(e->SequenceLength(0), 200);
 }
 
+// The design card's compositions run, and each saves at least what its
+// parts save alone.
+TEST(PolicyEngineTest, StacksCompose) {
+  const auto tokens = Tokens(150);
+  const std::vector<std::vector<PolicySpec>> stacks = {
+      {{"sink", {{"window", "60"}}, "t"}, {"kivi", {{"residual", "32"}}, "t"}},
+      {{"h2o", {{"budget", "64"}}, "t"}, {"kivi", {{"residual", "32"}}, "t"}},
+      {{"gqa-reuse", {}, "t"}, {"kivi", {{"residual", "32"}}, "t"}, {"offload", {{"device_budget", "8192"}, {"keep_recent", "16"}}, "t"}},
+      {{"h2o", {{"budget", "64"}}, "t"}, {"offload", {{"device_budget", "8192"}, {"keep_recent", "16"}}, "t"}},
+  };
+  auto full = MakeEngine({PolicySpec{"full", {}, "t"}}, DType::kBF16);
+  TeacherForce(full.get(), tokens, 40);
+  for (const auto& stack : stacks) {
+    auto e = MakeEngine(stack, DType::kBF16);
+    ASSERT_TRUE(e);
+    SCOPED_TRACE(e->policies().Describe());
+    const auto logits = TeacherForce(e.get(), tokens, 40);
+    bool finite = true;
+    for (float x : logits) finite = finite && std::isfinite(x);
+    EXPECT_TRUE(finite);
+    EXPECT_LT(e->Memory().device_bytes, full->Memory().device_bytes / 2);
+  }
+  // Two policies of one concern: an error naming both.
+  EngineOptions o;
+  o.model = TinyModelDir();
+  std::unique_ptr<Engine> e;
+  Status st = Engine::Create(o, {{"sink", {}, "x.toml:3:1"}, {"h2o", {}, "x.toml:6:1"}}, &e);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("'sink' and 'h2o'"), std::string::npos) << st.message();
+  st = Engine::Create(o, {{"kivi", {}, "t"}, {"quant", {}, "t"}}, &e);
+  EXPECT_NE(st.message().find("'kivi' and 'quant'"), std::string::npos) << st.message();
+}
+
+// Shape-dependent bad parameters are errors naming the parameter.
+TEST(PolicyEngineTest, ShapeErrorsNameTheParameter) {
+  EngineOptions o;
+  o.model = TinyModelDir();  // 2 KV heads, head_dim 32
+  std::unique_ptr<Engine> e;
+  Status st = Engine::Create(o, {{"gqa-reuse", {{"group", "3"}}, "t"}}, &e);
+  EXPECT_NE(st.message().find("'group'"), std::string::npos) << st.message();
+  st = Engine::Create(o, {{"kivi", {{"group", "48"}}, "t"}}, &e);  // per-token values need group | head_dim
+  EXPECT_NE(st.message().find("'group'"), std::string::npos) << st.message();
+  st = Engine::Create(o, {{"kivi", {{"group", "8"}}, "t"}}, &e);  // not a multiple of block_size 16
+  EXPECT_NE(st.message().find("'group'"), std::string::npos) << st.message();
+  st = Engine::Create(o, {{"kivi", {{"bits", "3"}}, "t"}}, &e);
+  EXPECT_NE(st.message().find("'bits'"), std::string::npos) << st.message();
+  st = Engine::Create(o, {{"sink", {{"window", "0"}}, "t"}}, &e);
+  EXPECT_NE(st.message().find("window"), std::string::npos) << st.message();
+  st = Engine::Create(o, {{"offload", {{"device_budget", "-1"}}, "t"}}, &e);
+  EXPECT_NE(st.message().find("'device_budget'"), std::string::npos) << st.message();
+}
+
 // Blocks the streams of sequence 0 reference on the device, over all pools.
 int64_t DeviceBlocksReferenced(const KVCache& c) {
   int64_t n = 0;
