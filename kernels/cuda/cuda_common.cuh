@@ -1,5 +1,7 @@
 // Device helpers shared by kvlab's CUDA kernels: storage-dtype conversion of
-// 16-byte vectors and cp.async wrappers. Included by .cu files only.
+// 16-byte vectors, cp.async wrappers, the CTA's dynamic shared memory and the
+// typed launch helper. Included by .cu files only. With KVLAB_CUDA_EMULATION
+// (emu/: the CPU emulation the tests also run on) the same code compiles as C++.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -87,6 +89,31 @@ template <int N>
 __device__ __forceinline__ void CpAsyncWait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+// The CTA's dynamic shared memory (the launch's smem bytes, 16-byte aligned).
+__device__ __forceinline__ uint8_t* DynamicSmem() {
+#ifdef KVLAB_CUDA_EMULATION
+  return ::kvlab_emu::DynamicSmem();
+#else
+  extern __shared__ __align__(16) uint8_t kvlab_dynamic_smem[];
+  return kvlab_dynamic_smem;
+#endif
+}
+
+// Launches a kernel whose one parameter is an argument struct; returns the
+// launch error (cudaSuccess does not mean the kernel ran without faults).
+template <class Args>
+cudaError_t LaunchKernel(void (*kernel)(Args), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
+                         const Args& args) {
+#ifdef KVLAB_CUDA_EMULATION
+  (void)stream;  // everything runs at the call
+  return ::kvlab_emu::RunGrid(reinterpret_cast<const void*>(kernel), grid, block, smem_bytes,
+                              [&] { kernel(args); });
+#else
+  void* argv[] = {const_cast<Args*>(&args)};
+  return cudaLaunchKernel(reinterpret_cast<const void*>(kernel), grid, block, argv, smem_bytes, stream);
 #endif
 }
 

@@ -21,12 +21,27 @@ using detail::kChunkGranule;
 using detail::kLog2e;
 using detail::kMaxThreads;
 using detail::kMinChunkTokens;
+
+constexpr int64_t kSplitCostTokens = 128;     // a CTA's fixed cost (pipeline fill, merge) in tokens
+constexpr int64_t kMaxSplitCandidates = 1024;
 using detail::kRowsPerThread;
 using detail::kTargetSliceThreads;
 
 // Merges the splits of each query row: one warp per row, lanes over channels.
-__global__ void MergeSplitsKernel(const float* __restrict__ tmp_o, const float* __restrict__ tmp_lse, int num_rows,
-                                  int max_splits, int head_dim, float* __restrict__ o, float* __restrict__ lse) {
+struct MergeArgs {
+  const float* tmp_o;
+  const float* tmp_lse;
+  int num_rows, max_splits, head_dim;
+  float* o;
+  float* lse;
+};
+
+__global__ void MergeSplitsKernel(const __grid_constant__ MergeArgs a) {
+  const float* tmp_o = a.tmp_o;
+  const float* tmp_lse = a.tmp_lse;
+  const int num_rows = a.num_rows, max_splits = a.max_splits, head_dim = a.head_dim;
+  float* o = a.o;
+  float* lse = a.lse;
   const int warps = blockDim.x / 32;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * warps + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -192,20 +207,27 @@ cudaError_t PlanPagedDecode(const PagedDecodeShape& shape, const int64_t* stream
         if (per_sm <= 0) return cudaErrorNotSupported;  // does not fit on an SM
       }
     }
-    const int64_t target = static_cast<int64_t>(num_sms) * per_sm;
-    if (num_streams < target && max_len > kMinChunkTokens) {
-      // Smallest chunk (in granules) whose CTA count fits in one wave.
-      int64_t lo = std::max<int64_t>(1, RoundUp(kMinChunkTokens, granule) / granule), hi = chunk / granule;
-      if (lo < hi) {
-        while (lo < hi) {
-          const int64_t mid = (lo + hi) / 2;
-          if (ctas_for(mid * granule) <= target) {
-            hi = mid;
-          } else {
-            lo = mid + 1;
-          }
+    const int64_t slots = static_cast<int64_t>(num_sms) * per_sm;  // CTAs resident at once: one wave
+    if (max_len > kMinChunkTokens) {
+      // Model: CTAs of one wave run side by side and a CTA's time is its
+      // tokens plus a fixed cost, so a split size costs waves * (chunk +
+      // kSplitCostTokens). Candidates: each split count of the longest
+      // stream (up to kMaxSplitCandidates); ties go to fewer splits. This
+      // splits short batches over the whole GPU and also splits a large
+      // batch whose CTAs would leave most of a last wave idle.
+      const int64_t min_chunk = RoundUp(kMinChunkTokens, granule);
+      int64_t best_cost = INT64_MAX, prev_chunk = -1;
+      for (int64_t splits = 1; splits <= kMaxSplitCandidates; ++splits) {
+        const int64_t c = std::max(min_chunk, RoundUp((max_len + splits - 1) / splits, granule));
+        if (c == prev_chunk) continue;
+        prev_chunk = c;
+        const int64_t waves = (ctas_for(c) + slots - 1) / slots;
+        const int64_t cost = waves * (std::min(c, max_len) + kSplitCostTokens);
+        if (cost < best_cost) {
+          best_cost = cost;
+          chunk = c;
         }
-        chunk = lo * granule;
+        if (c == min_chunk) break;
       }
     }
   }
@@ -373,22 +395,18 @@ cudaError_t PagedDecode(const PagedDecodePlan& plan, const PagedKV& kv, const En
   cudaError_t err = AllowSmem(fn, plan.smem_bytes);
   if (err != cudaSuccess) return err;
   const unsigned grid = static_cast<unsigned>(static_cast<int64_t>(kv.num_streams) * plan.max_splits);
-  void* args[] = {&a};
-  err = cudaLaunchKernel(reinterpret_cast<const void*>(fn), dim3(grid), dim3(plan.threads), args,
-                         static_cast<size_t>(plan.smem_bytes), stream);
+  err = LaunchKernel(fn, dim3(grid), dim3(plan.threads), static_cast<size_t>(plan.smem_bytes), stream, a);
   if (err != cudaSuccess) return err;
   if (plan.max_splits > 1) {
     constexpr int kMergeWarps = 4;
     const unsigned mgrid = static_cast<unsigned>((num_rows + kMergeWarps - 1) / kMergeWarps);
-    MergeSplitsKernel<<<mgrid, kMergeWarps * 32, 0, stream>>>(a.tmp_o, a.tmp_lse, static_cast<int>(num_rows),
-                                                              plan.max_splits, sh.head_dim, p.o, a.lse);
-    err = cudaGetLastError();
+    const MergeArgs m{a.tmp_o, a.tmp_lse, static_cast<int>(num_rows), plan.max_splits, sh.head_dim, p.o, a.lse};
+    err = LaunchKernel(MergeSplitsKernel, dim3(mgrid), dim3(kMergeWarps * 32), 0, stream, m);
     if (err != cudaSuccess) return err;
   }
   if (p.slot_attn != nullptr) {
     a.slot_pass = 1;
-    err = cudaLaunchKernel(reinterpret_cast<const void*>(fn), dim3(grid), dim3(plan.threads), args,
-                           static_cast<size_t>(plan.smem_bytes), stream);
+    err = LaunchKernel(fn, dim3(grid), dim3(plan.threads), static_cast<size_t>(plan.smem_bytes), stream, a);
     if (err != cudaSuccess) return err;
   }
   return cudaSuccess;

@@ -54,13 +54,14 @@ struct PagedDecodePlan {
 // Empty when `shape` is supported, else why not (names the field).
 std::string PagedDecodeShapeCheck(const PagedDecodeShape& shape);
 
-// Chooses the split size so that about one wave of CTAs fills the GPU:
-// no split when the streams alone fill it, else the smallest chunk (a multiple
-// of max(64, enc_tokens_per_block), at least 128 tokens) whose CTA count
-// fits in num_sms * ctas_per_sm. stream_len[s] (host) is each stream's total
-// length, encoded plus plain, s in [0, num_seqs * num_kv_heads).
-// Returns cudaErrorInvalidValue / cudaErrorNotSupported for a bad shape, or
-// the error of the device query when options leave num_sms or ctas_per_sm 0.
+// Chooses the split size (flash-decoding) so that the CTAs fill the GPU: the
+// split count of the longest stream minimising waves * (chunk + a fixed cost),
+// where a wave is num_sms * ctas_per_sm CTAs; chunks are multiples of
+// max(64, enc_tokens_per_block) and at least 128 tokens. stream_len[s] (host)
+// is each stream's total length, encoded plus plain, s in [0, num_seqs *
+// num_kv_heads). Returns cudaErrorInvalidValue / cudaErrorNotSupported for a
+// bad shape, or the error of the device query when options leave num_sms or
+// ctas_per_sm 0.
 cudaError_t PlanPagedDecode(const PagedDecodeShape& shape, const int64_t* stream_len,
                             const PagedDecodeOptions& options, PagedDecodePlan* plan);
 

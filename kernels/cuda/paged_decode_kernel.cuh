@@ -298,7 +298,7 @@ template <typename T, int D, int GPT>
 __global__ void __launch_bounds__(kMaxThreads, 1) PagedDecodeKernel(const __grid_constant__ DecodeArgs a) {
   constexpr int VEC = Storage<T>::kVec;
   constexpr int TPR = D / VEC;
-  extern __shared__ __align__(16) uint8_t smem[];
+  uint8_t* smem = DynamicSmem();
 
   const int tid = threadIdx.x;
   const int c = tid % TPR;

@@ -1,0 +1,214 @@
+// The CUDA cache writers against the CPU, byte for byte: AppendKv against
+// AppendKV, EncodeSealKivi against EncodeKvBlock; and their argument checks,
+// which run anywhere. Device tests skip when no GPU is present. The same file
+// runs on the CPU emulation of CUDA (paged_decode_emu_test).
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/append_kv.h"
+#include "kernels/cuda/append_kv.h"
+#include "kernels/cuda/cuda_test_util.h"
+#include "kernels/kv_encoding.h"
+
+namespace kvlab {
+namespace cuda_test {
+namespace {
+
+TEST(AppendKvCudaTest, MatchesCpuAppendKV) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(7);
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (int bs : {1, 16}) {
+      for (int d : {64, 128}) {
+        SCOPED_TRACE(std::string(DTypeName(dtype)) + " block_size " + std::to_string(bs) + " d " + std::to_string(d));
+        const int hkv = 3;
+        const std::vector<int> q_lens = {1, 5, 0, 17, 1};
+        const std::vector<int> lens = {9, 5, 3, 40, 1};
+        std::vector<int64_t> plain_len;
+        for (size_t i = 0; i < lens.size(); ++i) {
+          for (int h = 0; h < hkv; ++h) plain_len.push_back(lens[i]);
+        }
+        HostCache hc = MakePlainCache(dtype, bs, d, plain_len, &rng);
+        std::vector<int32_t> qo_indptr = {0};
+        for (int ql : q_lens) qo_indptr.push_back(qo_indptr.back() + ql);
+        const int nseq = static_cast<int>(q_lens.size()), total_q = qo_indptr.back();
+        std::vector<float> k(static_cast<size_t>(total_q) * hkv * d), v(k.size());
+        std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+        for (float& x : k) x = u(rng);
+        for (float& x : v) x = u(rng);
+        // Rounding corner cases: bf16 and fp16 ties, fp16 overflow and subnormals, -0.
+        const float special[] = {1.0f + 1.0f / 256.0f, 1.0f + 3.0f / 256.0f, 65520.0f, -65519.0f, 1e-8f,
+                                 -3e-6f, -0.0f, 1.0f + 1.0f / 2048.0f};
+        for (size_t i = 0; i < sizeof(special) / sizeof(special[0]); ++i) k[i * 3] = v[i * 5 + 1] = special[i];
+        PagedKV host_kv = HostView(hc, dtype, bs, d);
+        ASSERT_TRUE(AppendKVCheck(host_kv, qo_indptr.data(), nseq, hkv).ok());
+
+        DeviceBuffer d_pool, d_indptr, d_indices, d_last, d_qo, d_k, d_v;
+        CUDA_ASSERT(d_pool.Upload(hc.pool));
+        CUDA_ASSERT(d_indptr.Upload(hc.indptr));
+        CUDA_ASSERT(d_indices.Upload(hc.indices));
+        CUDA_ASSERT(d_last.Upload(hc.last));
+        CUDA_ASSERT(d_qo.Upload(qo_indptr));
+        CUDA_ASSERT(d_k.Upload(k));
+        CUDA_ASSERT(d_v.Upload(v));
+        AppendKV(host_kv, qo_indptr.data(), nseq, hkv, k.data(), v.data());  // expected, in place
+
+        PagedKV kv = host_kv;
+        kv.base = d_pool.as<uint8_t>();
+        kv.indptr = d_indptr.as<int32_t>();
+        kv.indices = d_indices.as<int32_t>();
+        kv.last_block_len = d_last.as<int32_t>();
+        CUDA_ASSERT(cuda::AppendKv(kv, d_qo.as<int32_t>(), nseq, hkv, total_q, d_k.as<float>(), d_v.as<float>(), nullptr));
+        CUDA_ASSERT(cudaDeviceSynchronize());
+        std::vector<uint8_t> got;
+        CUDA_ASSERT(d_pool.Download(&got));
+        ASSERT_EQ(got.size(), hc.pool.size());
+        size_t first_bad = got.size();
+        for (size_t i = 0; i < got.size(); ++i) {
+          if (got[i] != hc.pool[i]) {
+            first_bad = i;
+            break;
+          }
+        }
+        EXPECT_EQ(first_bad, got.size()) << "first differing byte of the pool";
+      }
+    }
+  }
+}
+
+TEST(EncodeSealCudaTest, MatchesEncodeKvBlock) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(11);
+  struct Fmt {
+    int bits, group;
+    QuantAxis key_axis, value_axis;
+  };
+  const Fmt fmts[] = {{2, 32, QuantAxis::kChannel, QuantAxis::kToken},
+                      {4, 64, QuantAxis::kChannel, QuantAxis::kToken},
+                      {2, 4, QuantAxis::kChannel, QuantAxis::kToken},
+                      {4, 16, QuantAxis::kToken, QuantAxis::kChannel},
+                      {2, 128, QuantAxis::kChannel, QuantAxis::kToken}};
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (int bs : {1, 16}) {
+      for (const Fmt& f : fmts) {
+        const int d = f.group > 64 ? 128 : 64;
+        SCOPED_TRACE(std::string(DTypeName(dtype)) + " block_size " + std::to_string(bs) + " bits " +
+                     std::to_string(f.bits) + " group " + std::to_string(f.group));
+        KvEncoding e;
+        e.kind = EncodingKind::kKivi;
+        e.bits = f.bits;
+        e.head_dim = d;
+        e.tokens_per_block = f.group;
+        e.group = f.group;
+        e.key_axis = f.key_axis;
+        e.value_axis = f.value_axis;
+        ASSERT_EQ(e.Validate(), "");
+        const int tpb = e.tokens_per_block;
+        std::vector<int64_t> plain_len = {2LL * tpb + 3, tpb, tpb + 16, 3LL * tpb};
+        HostCache hc = MakePlainCache(dtype, bs, d, plain_len, &rng);
+        PagedKV host_kv = HostView(hc, dtype, bs, d);
+        // Constant channels (scale 0), signed zeros, wide ranges.
+        for (int s = 0; s < host_kv.num_streams; ++s) {
+          for (int64_t t = 0; t < plain_len[s]; ++t) {
+            std::vector<float> row(static_cast<size_t>(d));
+            ConvertToF32(dtype, host_kv.KeyPtr(s, t), row.data(), d);
+            row[0] = 0.5f;
+            row[1] = (t % 2 == 0) ? 0.0f : -0.0f;
+            row[2] *= 1000.0f;
+            ConvertFromF32(dtype, row.data(), host_kv.KeyPtr(s, t), d);
+          }
+        }
+        const std::vector<int32_t> job_stream = {0, 0, 1, 2, 3};
+        const std::vector<int32_t> job_first = {0, tpb, 0, 16, 2 * tpb};
+        const std::vector<int32_t> job_dst = {3, 0, 4, 1, 2};
+        const int64_t bb = e.BlockBytes();
+        std::vector<uint8_t> want(static_cast<size_t>(5 * bb), 0xab);
+        std::vector<float> k(static_cast<size_t>(tpb) * d), v(k.size());
+        for (size_t j = 0; j < job_stream.size(); ++j) {
+          for (int t = 0; t < tpb; ++t) {
+            ConvertToF32(dtype, host_kv.KeyPtr(job_stream[j], job_first[j] + t), k.data() + static_cast<size_t>(t) * d, d);
+            ConvertToF32(dtype, host_kv.ValuePtr(job_stream[j], job_first[j] + t), v.data() + static_cast<size_t>(t) * d, d);
+          }
+          EncodeKvBlock(e, k.data(), v.data(), want.data() + job_dst[j] * bb);
+        }
+
+        DeviceBuffer d_pool, d_indptr, d_indices, d_last, d_enc, d_js, d_jf, d_jd;
+        CUDA_ASSERT(d_pool.Upload(hc.pool));
+        CUDA_ASSERT(d_indptr.Upload(hc.indptr));
+        CUDA_ASSERT(d_indices.Upload(hc.indices));
+        CUDA_ASSERT(d_last.Upload(hc.last));
+        CUDA_ASSERT(d_enc.Upload(std::vector<uint8_t>(want.size(), 0xab)));
+        CUDA_ASSERT(d_js.Upload(job_stream));
+        CUDA_ASSERT(d_jf.Upload(job_first));
+        CUDA_ASSERT(d_jd.Upload(job_dst));
+        PagedKV kv = host_kv;
+        kv.base = d_pool.as<uint8_t>();
+        kv.indptr = d_indptr.as<int32_t>();
+        kv.indices = d_indices.as<int32_t>();
+        kv.last_block_len = d_last.as<int32_t>();
+        cuda::SealJobs jobs;
+        jobs.num_jobs = static_cast<int>(job_stream.size());
+        jobs.stream = d_js.as<int32_t>();
+        jobs.first_slot = d_jf.as<int32_t>();
+        jobs.dst_block = d_jd.as<int32_t>();
+        CUDA_ASSERT(cuda::EncodeSealKivi(kv, e, d_enc.as<uint8_t>(), bb, jobs, nullptr));
+        CUDA_ASSERT(cudaDeviceSynchronize());
+        std::vector<uint8_t> got;
+        CUDA_ASSERT(d_enc.Download(&got));
+        ASSERT_EQ(got.size(), want.size());
+        int64_t first_bad = -1;
+        for (size_t i = 0; i < got.size(); ++i) {
+          if (got[i] != want[i]) {
+            first_bad = static_cast<int64_t>(i);
+            break;
+          }
+        }
+        EXPECT_EQ(first_bad, -1) << "block " << first_bad / bb << " byte " << first_bad % bb << " of " << bb;
+      }
+    }
+  }
+}
+
+TEST(AppendKvArgsTest, RejectsBadCallsBeforeLaunching) {
+  alignas(16) static float fake[64];
+  static int32_t fake_i[8];
+  PagedKV kv;
+  kv.base = reinterpret_cast<uint8_t*>(fake);
+  kv.block_bytes = 2 * 16 * 64 * 2;
+  kv.dtype = DType::kF16;
+  kv.block_size = 16;
+  kv.head_dim = 64;
+  kv.num_streams = 2;
+  kv.indptr = kv.indices = kv.last_block_len = fake_i;
+  EXPECT_EQ(cuda::AppendKvCheck(kv, fake_i, 1, 2, 1, fake, fake), "");
+  EXPECT_EQ(cuda::AppendKv(kv, fake_i, 2, 2, 1, fake, fake, nullptr), cudaErrorInvalidValue);  // 4 streams expected
+  EXPECT_EQ(cuda::AppendKv(kv, fake_i, 1, 2, 1, nullptr, fake, nullptr), cudaErrorInvalidValue);
+  PagedKV odd = kv;
+  odd.head_dim = 6;
+  EXPECT_EQ(cuda::AppendKv(odd, fake_i, 1, 2, 1, fake, fake, nullptr), cudaErrorNotSupported);
+
+  KvEncoding int8;
+  int8.kind = EncodingKind::kInt8;
+  int8.bits = 8;
+  int8.head_dim = 64;
+  int8.tokens_per_block = 16;
+  cuda::SealJobs jobs;
+  jobs.num_jobs = 1;
+  jobs.stream = jobs.first_slot = jobs.dst_block = fake_i;
+  EXPECT_EQ(cuda::EncodeSealKivi(kv, int8, reinterpret_cast<uint8_t*>(fake), 4096, jobs, nullptr),
+            cudaErrorNotSupported);
+  KvEncoding kivi;
+  kivi.bits = 3;  // invalid
+  kivi.head_dim = 64;
+  EXPECT_EQ(cuda::EncodeSealKivi(kv, kivi, reinterpret_cast<uint8_t*>(fake), 4096, jobs, nullptr),
+            cudaErrorInvalidValue);
+}
+
+}  // namespace
+}  // namespace cuda_test
+}  // namespace kvlab

@@ -1,0 +1,3 @@
+// Emulation stand-in for CUDA's <cuda_fp16.h> (see kvlab_cuda_emu.h).
+#pragma once
+#include "kernels/cuda/emu/kvlab_cuda_emu.h"

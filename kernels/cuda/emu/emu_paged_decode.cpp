@@ -1,0 +1,2 @@
+// paged_decode.cu compiled as C++ against the CUDA emulation (see kvlab_cuda_emu.h).
+#include "kernels/cuda/paged_decode.cu"

@@ -1,0 +1,567 @@
+// The CUDA paged decode against the CPU specification: PagedDecode (plain and
+// KIVI-encoded segments, splits, slot_attn) against PagedAttentionReference,
+// or PagedAttentionEncodedReference when the streams have an encoded segment;
+// and the planner and the argument checks, which run anywhere. Device tests skip when no GPU is present.
+// The same file runs on the CPU emulation of CUDA (paged_decode_emu_test).
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/attention_encoded.h"
+#include "kernels/attention_reference.h"
+#include "kernels/cuda/cuda_test_util.h"
+#include "kernels/cuda/paged_decode.h"
+#include "kernels/kv_encoding.h"
+
+namespace kvlab {
+namespace cuda_test {
+namespace {
+
+// ---------------------------------------------------------------------------
+// PagedDecode against the reference.
+
+struct DecodeCase {
+  std::string name;
+  DType dtype = DType::kBF16;
+  int block_size = 16, hq = 8, hkv = 2, d = 128;
+  std::vector<int> lens;        // plain slots of each sequence's streams
+  int head_jitter = 0;          // stream (i, h) holds lens[i] - (h % 3) * head_jitter plain slots
+  int kivi_bits = 0;            // 0: no encoded segment
+  int kivi_group = 32;          // tokens per KIVI block and value channel group
+  std::vector<int> enc_blocks;  // encoded blocks of each sequence's streams
+  int force_chunk = 0;          // > 0: split size (tests the split path on any GPU)
+  bool expect_split = false;
+  bool slot_attn = false;
+  float q_scale = 1.0f;
+  int stale_plan_divisor = 1;  // > 1: plan with lengths / this (the cache grew since planning)
+};
+
+void PrintTo(const DecodeCase& c, std::ostream* os) { *os << c.name; }
+
+// Adds KIVI segments of enc_blocks[s] blocks per stream (keys with a per-channel
+// offset, as real keys have; values centred).
+void AddKivi(HostCache* hc, int bits, int group, int d, const std::vector<int>& enc_blocks, std::mt19937* rng) {
+  KvEncoding& e = hc->enc;
+  e.kind = EncodingKind::kKivi;
+  e.bits = bits;
+  e.head_dim = d;
+  e.tokens_per_block = group;
+  e.group = group;
+  e.key_axis = QuantAxis::kChannel;
+  e.value_axis = QuantAxis::kToken;
+  ASSERT_EQ(e.Validate(), "");
+  const int64_t bb = e.BlockBytes();
+  hc->enc_indptr.assign(1, 0);
+  for (int nb : enc_blocks) {
+    hc->enc_indptr.push_back(hc->enc_indptr.back() + nb);
+    hc->enc_len.push_back(static_cast<int64_t>(nb) * group);
+  }
+  const int num_blocks = hc->enc_indptr.back() + 2;
+  hc->enc_indices.resize(static_cast<size_t>(num_blocks));
+  std::iota(hc->enc_indices.begin(), hc->enc_indices.end(), 0);
+  std::shuffle(hc->enc_indices.begin(), hc->enc_indices.end(), *rng);
+  hc->enc_pool.assign(static_cast<size_t>(num_blocks * bb), 0xff);  // fp16 0xffff: NaN scales in spares
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f), bias(-2.0f, 2.0f);
+  std::vector<float> chan_bias(static_cast<size_t>(d));
+  for (float& b : chan_bias) b = bias(*rng);
+  std::vector<float> k(static_cast<size_t>(group) * d), v(k.size());
+  for (int b = 0; b < hc->enc_indptr.back(); ++b) {
+    for (size_t i = 0; i < k.size(); ++i) {
+      k[i] = u(*rng) + chan_bias[i % d];
+      v[i] = u(*rng);
+    }
+    EncodeKvBlock(e, k.data(), v.data(), hc->enc_pool.data() + static_cast<int64_t>(hc->enc_indices[b]) * bb);
+  }
+}
+
+std::vector<DecodeCase> DecodeCases() {
+  std::vector<DecodeCase> cs;
+  auto add = [&](DecodeCase c) { cs.push_back(std::move(c)); };
+  {
+    DecodeCase c;  // block size 1, MHA, lengths that are not multiples of anything
+    c.name = "f32_bs1_gqa1_d64";
+    c.dtype = DType::kF32, c.block_size = 1, c.hq = 4, c.hkv = 4, c.d = 64;
+    c.lens = {1, 7, 33, 100};
+    c.slot_attn = true;
+    add(c);
+  }
+  {
+    DecodeCase c;  // partly filled last blocks around the block boundary, GQA 4
+    c.name = "bf16_bs16_gqa4_d128_partial";
+    c.dtype = DType::kBF16, c.block_size = 16, c.hq = 16, c.hkv = 4, c.d = 128;
+    c.lens = {1, 15, 16, 17, 300, 1000};
+    c.slot_attn = true;
+    c.q_scale = 4.0f;  // peaky softmax: the running max moves
+    add(c);
+  }
+  {
+    DecodeCase c;  // GQA 8, forced splits, one split shorter than a tile
+    c.name = "f16_bs16_gqa8_d128_split";
+    c.dtype = DType::kF16, c.block_size = 16, c.hq = 32, c.hkv = 4, c.d = 128;
+    c.lens = {5000, 1234, 77, 257};
+    c.force_chunk = 256;
+    c.expect_split = true;
+    c.slot_attn = true;
+    add(c);
+  }
+  {
+    DecodeCase c;  // long context, natural plan (small batch: splits)
+    c.name = "bf16_bs16_gqa4_d128_long32k";
+    c.dtype = DType::kBF16, c.block_size = 16, c.hq = 8, c.hkv = 2, c.d = 128;
+    c.lens = {32768, 20001};
+    c.expect_split = true;
+    add(c);
+  }
+  {
+    DecodeCase c;  // long context, fp32, GQA 8, head_dim 64
+    c.name = "f32_bs16_gqa8_d64_long32k";
+    c.dtype = DType::kF32, c.block_size = 16, c.hq = 8, c.hkv = 1, c.d = 64;
+    c.lens = {32768};
+    c.expect_split = true;
+    c.slot_attn = true;
+    add(c);
+  }
+  {
+    DecodeCase c;  // different lengths per KV head (per-head budgets)
+    c.name = "f16_bs1_gqa4_d64_jitter";
+    c.dtype = DType::kF16, c.block_size = 1, c.hq = 12, c.hkv = 3, c.d = 64;
+    c.lens = {50, 513, 9};
+    c.head_jitter = 4;
+    c.force_chunk = 128;
+    c.slot_attn = true;
+    add(c);
+  }
+  {
+    DecodeCase c;  // GQA 2 (two heads per thread)
+    c.name = "bf16_bs16_gqa2_d64";
+    c.dtype = DType::kBF16, c.block_size = 16, c.hq = 4, c.hkv = 2, c.d = 64;
+    c.lens = {3, 64, 65, 2049};
+    add(c);
+  }
+  {
+    DecodeCase c;  // GQA 6: three head slices of two heads
+    c.name = "f32_bs16_gqa6_d128";
+    c.dtype = DType::kF32, c.block_size = 16, c.hq = 12, c.hkv = 2, c.d = 128;
+    c.lens = {700, 31};
+    c.force_chunk = 192;
+    c.slot_attn = true;
+    add(c);
+  }
+  {
+    DecodeCase c;  // GQA 3: three head slices of one head
+    c.name = "bf16_bs1_gqa3_d128";
+    c.dtype = DType::kBF16, c.block_size = 1, c.hq = 3, c.hkv = 1, c.d = 128;
+    c.lens = {129, 2};
+    add(c);
+  }
+  {
+    DecodeCase c;  // a large batch: the streams alone fill the GPU, no split
+    c.name = "bf16_bs16_gqa4_d128_batch64";
+    c.dtype = DType::kBF16, c.block_size = 16, c.hq = 32, c.hkv = 8, c.d = 128;
+    for (int i = 0; i < 64; ++i) c.lens.push_back(1 + (i * 37) % 300);
+    add(c);
+  }
+  {
+    DecodeCase c;  // a plan made for shorter streams: the last split takes the excess
+    c.name = "bf16_bs16_gqa4_d128_stale_plan";
+    c.dtype = DType::kBF16, c.block_size = 16, c.hq = 8, c.hkv = 2, c.d = 128;
+    c.lens = {3000, 900};
+    c.force_chunk = 256;
+    c.stale_plan_divisor = 3;
+    c.expect_split = true;
+    c.slot_attn = true;
+    add(c);
+  }
+  {
+    DecodeCase c;  // KIVI-2 with a plain residual, forced splits inside the encoded segment
+    c.name = "kivi2_bf16_bs16_gqa4_d128";
+    c.dtype = DType::kBF16, c.block_size = 16, c.hq = 16, c.hkv = 4, c.d = 128;
+    c.kivi_bits = 2, c.kivi_group = 32;
+    c.enc_blocks = {40, 3, 0, 10};
+    c.lens = {20, 5, 1, 33};
+    c.force_chunk = 128;
+    c.expect_split = true;
+    c.slot_attn = true;
+    add(c);
+  }
+  {
+    DecodeCase c;  // KIVI-4, group 64 over head_dim 64, MHA; one stream with no plain slot
+    c.name = "kivi4_f16_bs16_gqa1_d64";
+    c.dtype = DType::kF16, c.block_size = 16, c.hq = 2, c.hkv = 2, c.d = 64;
+    c.kivi_bits = 4, c.kivi_group = 64;
+    c.enc_blocks = {16, 1, 3};
+    c.lens = {3, 128, 0};
+    c.slot_attn = true;
+    add(c);
+  }
+  {
+    DecodeCase c;  // KIVI-2 at 32K, GQA 8, fp32 residual
+    c.name = "kivi2_f32_bs16_gqa8_d128_long32k";
+    c.dtype = DType::kF32, c.block_size = 16, c.hq = 8, c.hkv = 1, c.d = 128;
+    c.kivi_bits = 2, c.kivi_group = 32;
+    c.enc_blocks = {1020};
+    c.lens = {128};
+    c.expect_split = true;
+    add(c);
+  }
+  {
+    DecodeCase c;  // KIVI-4, block size 1, group 128 (a tile larger than the plain tile)
+    c.name = "kivi4_bf16_bs1_gqa4_d128_g128";
+    c.dtype = DType::kBF16, c.block_size = 1, c.hq = 8, c.hkv = 2, c.d = 128;
+    c.kivi_bits = 4, c.kivi_group = 128;
+    c.enc_blocks = {2, 5};
+    c.lens = {7, 1};
+    c.slot_attn = true;
+    add(c);
+  }
+  {
+    DecodeCase c;  // KIVI-2 with value groups of 4 channels (several groups per thread)
+    c.name = "kivi2_f16_bs16_gqa4_d64_g4";
+    c.dtype = DType::kF16, c.block_size = 16, c.hq = 4, c.hkv = 1, c.d = 64;
+    c.kivi_bits = 2, c.kivi_group = 4;
+    c.enc_blocks = {100, 7};
+    c.lens = {9, 16};
+    c.force_chunk = 64;
+    c.slot_attn = true;
+    add(c);
+  }
+  return cs;
+}
+
+class PagedDecodeCudaTest : public ::testing::TestWithParam<DecodeCase> {};
+
+TEST_P(PagedDecodeCudaTest, MatchesReference) {
+  SKIP_WITHOUT_GPU();
+  const DecodeCase& c = GetParam();
+  std::mt19937 rng(1234 + static_cast<unsigned>(c.name.size()) * 77);
+  const int nseq = static_cast<int>(c.lens.size());
+  const int S = nseq * c.hkv;
+  std::vector<int64_t> plain_len;
+  for (int s = 0; s < S; ++s) {
+    plain_len.push_back(std::max<int64_t>(0, c.lens[s / c.hkv] - ((s % c.hkv) % 3) * c.head_jitter));
+  }
+  HostCache hc = MakePlainCache(c.dtype, c.block_size, c.d, plain_len, &rng);
+  std::vector<int> enc_blocks;
+  if (c.kivi_bits > 0) {
+    for (int s = 0; s < S; ++s) enc_blocks.push_back(c.enc_blocks[s / c.hkv]);
+    ASSERT_NO_FATAL_FAILURE(AddKivi(&hc, c.kivi_bits, c.kivi_group, c.d, enc_blocks, &rng));
+  }
+  std::vector<int64_t> total_len(static_cast<size_t>(S));
+  std::vector<int64_t> slot_offsets(static_cast<size_t>(S));
+  int64_t total_slots = 0;
+  for (int s = 0; s < S; ++s) {
+    total_len[s] = plain_len[s] + (c.kivi_bits > 0 ? hc.enc_len[s] : 0);
+    slot_offsets[s] = total_slots;
+    total_slots += total_len[s];
+  }
+
+  // Reference on the host copy of the cache (the specification).
+  std::vector<int32_t> qo_indptr(static_cast<size_t>(nseq) + 1);
+  std::iota(qo_indptr.begin(), qo_indptr.end(), 0);
+  std::vector<float> q(static_cast<size_t>(nseq) * c.hq * c.d);
+  std::uniform_real_distribution<float> uq(-c.q_scale, c.q_scale);
+  for (float& x : q) x = uq(rng);
+  std::vector<float> want_o(q.size()), want_slots(static_cast<size_t>(total_slots), 0.0f);
+  AttentionParams p;
+  p.num_seqs = nseq;
+  p.num_qo_heads = c.hq;
+  p.num_kv_heads = c.hkv;
+  p.head_dim = c.d;
+  p.sm_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.d)));
+  p.qo_indptr = qo_indptr.data();
+  p.q = q.data();
+  p.o = want_o.data();
+  if (c.slot_attn) {
+    p.slot_attn = want_slots.data();
+    p.slot_attn_offsets = slot_offsets.data();
+  }
+  const PagedKV host_kv = HostView(hc, c.dtype, c.block_size, c.d);
+  EncodedKV host_enc;
+  if (c.kivi_bits > 0) {
+    host_enc.base = hc.enc_pool.data();
+    host_enc.block_bytes = hc.enc.BlockBytes();
+    host_enc.enc = hc.enc;
+    host_enc.num_streams = S;
+    host_enc.indptr = hc.enc_indptr.data();
+    host_enc.indices = hc.enc_indices.data();
+    PagedAttentionEncodedReference(host_kv, host_enc, p);
+  } else {
+    const Status st = AttentionParamsCheck(host_kv, p);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    PagedAttentionReference(host_kv, p);
+  }
+
+  // Plan.
+  cuda::PagedDecodeShape shape;
+  shape.num_seqs = nseq;
+  shape.num_qo_heads = c.hq;
+  shape.num_kv_heads = c.hkv;
+  shape.head_dim = c.d;
+  shape.dtype = c.dtype;
+  if (c.kivi_bits > 0) {
+    shape.enc_tokens_per_block = hc.enc.tokens_per_block;
+    shape.enc_block_bytes = hc.enc.BlockBytes();
+  }
+  cuda::PagedDecodeOptions opt;
+  opt.force_chunk_tokens = c.force_chunk;
+  std::vector<int64_t> plan_len = total_len;
+  for (int64_t& x : plan_len) x = std::max<int64_t>(1, x / c.stale_plan_divisor);
+  cuda::PagedDecodePlan plan;
+  CUDA_ASSERT(cuda::PlanPagedDecode(shape, plan_len.data(), opt, &plan));
+  if (c.expect_split) {
+    EXPECT_GT(plan.max_splits, 1) << "chunk " << plan.chunk_tokens;
+  }
+
+  // Device copies.
+  DeviceBuffer d_pool, d_indptr, d_indices, d_last, d_enc_pool, d_enc_indptr, d_enc_indices;
+  DeviceBuffer d_q, d_o, d_slots, d_offsets, d_ws;
+  CUDA_ASSERT(d_pool.Upload(hc.pool));
+  CUDA_ASSERT(d_indptr.Upload(hc.indptr));
+  CUDA_ASSERT(d_indices.Upload(hc.indices));
+  CUDA_ASSERT(d_last.Upload(hc.last));
+  CUDA_ASSERT(d_q.Upload(q));
+  CUDA_ASSERT(d_o.Alloc(q.size() * sizeof(float)));
+  CUDA_ASSERT(cudaMemset(d_o.as<void>(), 0xff, q.size() * sizeof(float)));  // NaN: every element must be written
+  const float kSlotBase = 0.25f;                                              // slot_attn is ADDED to
+  CUDA_ASSERT(d_slots.Upload(std::vector<float>(static_cast<size_t>(total_slots), kSlotBase)));
+  CUDA_ASSERT(d_offsets.Upload(slot_offsets));
+  CUDA_ASSERT(d_ws.Alloc(static_cast<size_t>(plan.workspace_bytes)));
+  CUDA_ASSERT(cudaMemset(d_ws.as<void>(), 0xff, static_cast<size_t>(plan.workspace_bytes)));
+
+  PagedKV kv = host_kv;
+  kv.base = d_pool.as<uint8_t>();
+  kv.indptr = d_indptr.as<int32_t>();
+  kv.indices = d_indices.as<int32_t>();
+  kv.last_block_len = d_last.as<int32_t>();
+  EncodedKV enc = host_enc;
+  if (c.kivi_bits > 0) {
+    CUDA_ASSERT(d_enc_pool.Upload(hc.enc_pool));
+    CUDA_ASSERT(d_enc_indptr.Upload(hc.enc_indptr));
+    CUDA_ASSERT(d_enc_indices.Upload(hc.enc_indices));
+    enc.base = d_enc_pool.as<uint8_t>();
+    enc.indptr = d_enc_indptr.as<int32_t>();
+    enc.indices = d_enc_indices.as<int32_t>();
+  }
+  AttentionParams dp = p;
+  dp.qo_indptr = nullptr;  // decode: ignored by the CUDA backend
+  dp.q = d_q.as<float>();
+  dp.o = d_o.as<float>();
+  dp.slot_attn = c.slot_attn ? d_slots.as<float>() : nullptr;
+  dp.slot_attn_offsets = c.slot_attn ? d_offsets.as<int64_t>() : nullptr;
+  const EncodedKV* encp = c.kivi_bits > 0 ? &enc : nullptr;
+  EXPECT_EQ(cuda::PagedDecodeCheck(plan, kv, encp, dp, d_ws.as<void>(), plan.workspace_bytes), "");
+  CUDA_ASSERT(cuda::PagedDecode(plan, kv, encp, dp, d_ws.as<void>(), plan.workspace_bytes, nullptr));
+  CUDA_ASSERT(cudaDeviceSynchronize());
+  CUDA_ASSERT(cudaGetLastError());
+
+  std::vector<float> got_o, got_slots;
+  CUDA_ASSERT(d_o.Download(&got_o));
+  EXPECT_EQ(CountMismatches(got_o, want_o, kAtol, Rtol(c.dtype), "o"), 0)
+      << c.name << ": splits " << plan.max_splits << " x " << plan.chunk_tokens << " tokens";
+  if (c.slot_attn) {
+    CUDA_ASSERT(d_slots.Download(&got_slots));
+    for (float& x : got_slots) x -= kSlotBase;
+    EXPECT_EQ(CountMismatches(got_slots, want_slots, 1e-6, 1e-4, "slot_attn"), 0) << c.name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, PagedDecodeCudaTest, ::testing::ValuesIn(DecodeCases()),
+                         [](const ::testing::TestParamInfo<DecodeCase>& info) { return info.param.name; });
+
+// ---------------------------------------------------------------------------
+// Host-side logic: runs without a GPU.
+
+cuda::PagedDecodeShape LlamaShape(int num_seqs) {
+  cuda::PagedDecodeShape sh;
+  sh.num_seqs = num_seqs;
+  sh.num_qo_heads = 32;
+  sh.num_kv_heads = 8;
+  sh.head_dim = 128;
+  sh.dtype = DType::kBF16;
+  return sh;
+}
+
+cuda::PagedDecodeOptions H200Like() {
+  cuda::PagedDecodeOptions o;
+  o.num_sms = 132;
+  o.ctas_per_sm = 3;
+  return o;
+}
+
+TEST(PagedDecodePlanTest, NoSplitWhenTheStreamsFillWholeWaves) {
+  const cuda::PagedDecodeShape sh = LlamaShape(99);  // 792 streams: two full waves of 396
+  std::vector<int64_t> len(99 * 8, 4096);
+  cuda::PagedDecodePlan plan;
+  ASSERT_EQ(cuda::PlanPagedDecode(sh, len.data(), H200Like(), &plan), cudaSuccess);
+  EXPECT_EQ(plan.max_splits, 1);
+  EXPECT_GE(plan.chunk_tokens, 4096);
+  EXPECT_EQ(plan.heads_per_thread, 4);
+  EXPECT_EQ(plan.head_slices, 1);
+  EXPECT_EQ(plan.threads, 128);
+  EXPECT_EQ(plan.tile_tokens, 32);  // 8 rows of 16 threads x 4 rows each
+  EXPECT_LE(plan.smem_bytes, 48 * 1024);
+  EXPECT_GE(plan.workspace_bytes, 99 * 32 * 4);
+}
+
+TEST(PagedDecodePlanTest, SplitsRatherThanLeaveMostOfAWaveIdle) {
+  const cuda::PagedDecodeShape sh = LlamaShape(64);  // 512 streams: 1.3 waves unsplit
+  std::vector<int64_t> len(64 * 8, 4096);
+  cuda::PagedDecodePlan plan;
+  ASSERT_EQ(cuda::PlanPagedDecode(sh, len.data(), H200Like(), &plan), cudaSuccess);
+  EXPECT_GT(plan.max_splits, 1);
+  const int64_t ctas = 512LL * plan.max_splits, waves = (ctas + 395) / 396;
+  EXPECT_GE(static_cast<double>(ctas) / (waves * 396), 0.85) << plan.max_splits << " splits";
+}
+
+TEST(PagedDecodePlanTest, SplitsLongStreamsIntoAboutOneWave) {
+  const cuda::PagedDecodeShape sh = LlamaShape(1);
+  std::vector<int64_t> len(8, 32768);
+  cuda::PagedDecodePlan plan;
+  ASSERT_EQ(cuda::PlanPagedDecode(sh, len.data(), H200Like(), &plan), cudaSuccess);
+  const int64_t target = 132 * 3;
+  EXPECT_GT(plan.max_splits, 1);
+  EXPECT_EQ(plan.chunk_tokens % 64, 0);
+  EXPECT_LE(8 * plan.max_splits, target);
+  EXPECT_GT(8 * ((32768 + plan.chunk_tokens - 64 - 1) / (plan.chunk_tokens - 64)), target);  // smallest such chunk
+  EXPECT_GE(plan.workspace_bytes, 32LL * plan.max_splits * (128 + 1) * 4);
+}
+
+TEST(PagedDecodePlanTest, ShortStreamsAreNotSplitBelowTheMinimumChunk) {
+  const cuda::PagedDecodeShape sh = LlamaShape(1);
+  std::vector<int64_t> len(8, 100);
+  cuda::PagedDecodePlan plan;
+  ASSERT_EQ(cuda::PlanPagedDecode(sh, len.data(), H200Like(), &plan), cudaSuccess);
+  EXPECT_EQ(plan.max_splits, 1);
+  std::vector<int64_t> len2(8, 1000);
+  ASSERT_EQ(cuda::PlanPagedDecode(sh, len2.data(), H200Like(), &plan), cudaSuccess);
+  EXPECT_GE(plan.chunk_tokens, 128);
+}
+
+TEST(PagedDecodePlanTest, EncodedSplitsAreWholeBlocks) {
+  cuda::PagedDecodeShape sh = LlamaShape(1);
+  KvEncoding e;
+  e.bits = 2, e.head_dim = 128, e.tokens_per_block = 128, e.group = 128;
+  sh.enc_tokens_per_block = 128;
+  sh.enc_block_bytes = e.BlockBytes();
+  std::vector<int64_t> len(8, 20000);
+  cuda::PagedDecodePlan plan;
+  ASSERT_EQ(cuda::PlanPagedDecode(sh, len.data(), H200Like(), &plan), cudaSuccess);
+  EXPECT_EQ(plan.chunk_tokens % 128, 0);
+  cuda::PagedDecodeOptions forced = H200Like();
+  forced.force_chunk_tokens = 100;
+  ASSERT_EQ(cuda::PlanPagedDecode(sh, len.data(), forced, &plan), cudaSuccess);
+  EXPECT_EQ(plan.chunk_tokens, 128);
+  EXPECT_EQ(plan.max_splits, (20000 + 127) / 128);
+  EXPECT_GE(plan.smem_bytes, 2 * e.BlockBytes());
+}
+
+TEST(PagedDecodePlanTest, LayoutForLargeGroups) {
+  cuda::PagedDecodeShape sh = LlamaShape(2);
+  sh.num_qo_heads = 64;  // group 8: two slices of four heads
+  std::vector<int64_t> len(16, 10);
+  cuda::PagedDecodePlan plan;
+  ASSERT_EQ(cuda::PlanPagedDecode(sh, len.data(), H200Like(), &plan), cudaSuccess);
+  EXPECT_EQ(plan.heads_per_thread, 4);
+  EXPECT_EQ(plan.head_slices, 2);
+  EXPECT_EQ(plan.threads, 128);
+  sh.num_qo_heads = 56;  // group 7: seven slices of one head
+  ASSERT_EQ(cuda::PlanPagedDecode(sh, len.data(), H200Like(), &plan), cudaSuccess);
+  EXPECT_EQ(plan.heads_per_thread, 1);
+  EXPECT_EQ(plan.threads, 7 * 32);
+}
+
+TEST(PagedDecodePlanTest, RejectsUnsupportedShapes) {
+  cuda::PagedDecodeShape sh = LlamaShape(1);
+  std::vector<int64_t> len(64, 10);
+  cuda::PagedDecodePlan plan;
+  sh.head_dim = 96;
+  EXPECT_EQ(cuda::PlanPagedDecode(sh, len.data(), H200Like(), &plan), cudaErrorNotSupported);
+  EXPECT_NE(cuda::PagedDecodeShapeCheck(sh).find("head_dim"), std::string::npos);
+  sh = LlamaShape(1);
+  sh.num_qo_heads = 12;  // not a multiple of 8
+  EXPECT_EQ(cuda::PlanPagedDecode(sh, len.data(), H200Like(), &plan), cudaErrorInvalidValue);
+  sh.num_qo_heads = 72;  // group 9
+  EXPECT_EQ(cuda::PlanPagedDecode(sh, len.data(), H200Like(), &plan), cudaErrorNotSupported);
+  sh = LlamaShape(1);
+  EXPECT_EQ(cuda::PlanPagedDecode(sh, nullptr, H200Like(), &plan), cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::PlanPagedDecode(sh, len.data(), H200Like(), nullptr), cudaErrorInvalidValue);
+}
+
+// The launchers check their arguments before touching the device, so these
+// run (and must fail cleanly) on a machine without a GPU.
+TEST(PagedDecodeArgsTest, RejectsBadCallsBeforeLaunching) {
+  const cuda::PagedDecodeShape sh = LlamaShape(1);
+  std::vector<int64_t> len(8, 64);
+  cuda::PagedDecodePlan plan;
+  ASSERT_EQ(cuda::PlanPagedDecode(sh, len.data(), H200Like(), &plan), cudaSuccess);
+  alignas(256) static float fake[1024];
+  static int32_t fake_i[16];
+  PagedKV kv;
+  kv.base = reinterpret_cast<uint8_t*>(fake);
+  kv.block_bytes = 2 * 16 * 128 * 2;
+  kv.dtype = DType::kBF16;
+  kv.block_size = 16;
+  kv.head_dim = 128;
+  kv.num_streams = 8;
+  kv.indptr = kv.indices = kv.last_block_len = fake_i;
+  AttentionParams p;
+  p.num_seqs = 1;
+  p.num_qo_heads = 32;
+  p.num_kv_heads = 8;
+  p.head_dim = 128;
+  p.sm_scale = 0.1f;
+  p.q = fake;
+  p.o = fake;
+  void* ws = fake;
+  EXPECT_EQ(cuda::PagedDecodeCheck(plan, kv, nullptr, p, ws, plan.workspace_bytes), "");
+
+  AttentionParams bad = p;
+  bad.q = nullptr;
+  EXPECT_EQ(cuda::PagedDecode(plan, kv, nullptr, bad, ws, plan.workspace_bytes, nullptr), cudaErrorInvalidValue);
+  bad = p;
+  bad.rope_inv_freq = fake;
+  EXPECT_EQ(cuda::PagedDecode(plan, kv, nullptr, bad, ws, plan.workspace_bytes, nullptr), cudaErrorNotSupported);
+  bad = p;
+  bad.slot_attn = fake;
+  EXPECT_EQ(cuda::PagedDecode(plan, kv, nullptr, bad, ws, plan.workspace_bytes, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::PagedDecode(plan, kv, nullptr, p, ws, plan.workspace_bytes - 4, nullptr), cudaErrorInvalidValue);
+  PagedKV bad_kv = kv;
+  bad_kv.block_bytes = 100;
+  EXPECT_EQ(cuda::PagedDecode(plan, bad_kv, nullptr, p, ws, plan.workspace_bytes, nullptr), cudaErrorInvalidValue);
+  bad_kv = kv;
+  bad_kv.num_streams = 7;
+  EXPECT_NE(cuda::PagedDecodeCheck(plan, bad_kv, nullptr, p, ws, plan.workspace_bytes).find("streams"),
+            std::string::npos);
+
+  // An encoded view the plan does not expect, and axes the kernel does not read.
+  EncodedKV enc;
+  enc.base = reinterpret_cast<uint8_t*>(fake);
+  enc.enc.bits = 2, enc.enc.head_dim = 128, enc.enc.tokens_per_block = 32, enc.enc.group = 32;
+  enc.block_bytes = enc.enc.BlockBytes();
+  enc.num_streams = 8;
+  enc.indptr = enc.indices = fake_i;
+  EXPECT_EQ(cuda::PagedDecode(plan, kv, &enc, p, ws, plan.workspace_bytes, nullptr), cudaErrorInvalidValue);
+  cuda::PagedDecodeShape esh = sh;
+  esh.enc_tokens_per_block = 32;
+  esh.enc_block_bytes = enc.enc.BlockBytes();
+  cuda::PagedDecodePlan eplan;
+  ASSERT_EQ(cuda::PlanPagedDecode(esh, len.data(), H200Like(), &eplan), cudaSuccess);
+  EXPECT_EQ(cuda::PagedDecodeCheck(eplan, kv, &enc, p, ws, eplan.workspace_bytes), "");
+  enc.enc.value_axis = QuantAxis::kChannel;
+  enc.enc.key_axis = QuantAxis::kToken;
+  esh.enc_block_bytes = enc.enc.BlockBytes();
+  ASSERT_EQ(cuda::PlanPagedDecode(esh, len.data(), H200Like(), &eplan), cudaSuccess);
+  EXPECT_EQ(cuda::PagedDecode(eplan, kv, &enc, p, ws, eplan.workspace_bytes, nullptr), cudaErrorNotSupported);
+}
+
+}  // namespace
+}  // namespace cuda_test
+}  // namespace kvlab
