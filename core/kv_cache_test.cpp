@@ -279,5 +279,32 @@ TEST(KVCacheEncodedTest, Kivi2BytesMatchTheAnalyticSizeAtLlama31_8BShape) {
   EXPECT_NEAR(static_cast<double>(c->BytesInUse()) / (streams * S * 2 * 128 * 2), 0.278, 0.003);
 }
 
+// quant (int8 / fp8, per-token or per-block fp16 scales) at llama-3.1-8b
+// shape: pool bytes equal the analytic size within 1%.
+TEST(KVCacheEncodedTest, QuantBytesMatchTheAnalyticSizeAtLlama31_8BShape) {
+  for (EncodingKind kind : {EncodingKind::kInt8, EncodingKind::kFp8}) {
+    for (bool per_token : {true, false}) {
+      CacheShape sh = KiviShape(32, 8, 128, 0);
+      sh.dtype = DType::kBF16;
+      sh.enc.kind = kind;
+      sh.enc.bits = 8;
+      sh.enc.tokens_per_block = 16;
+      sh.enc.group = 16;
+      sh.enc.scale_per_token = per_token;
+      std::unique_ptr<KVCache> c;
+      ASSERT_TRUE(KVCache::Create(sh, 256 * 40, false, &c, 256 * 40).ok());  // accounting only
+      ASSERT_TRUE(c->AddSequence(0).ok());
+      const int64_t S = 512 + 5;  // 32 sealed blocks and an open tail of 5
+      auto pos = Iota(0, S);
+      ASSERT_TRUE(c->Reserve(0, S, pos.data()).ok());
+      c->Seal(0);
+      const double streams = 256;
+      const double scales = per_token ? 2.0 * 512 * 2 : 2.0 * 32 * 2;  // fp16 scales for K and V
+      const double analytic = streams * (2.0 * 512 * 128 * 1 + scales + 16 * 2 * 128 * 2);
+      EXPECT_NEAR(static_cast<double>(c->BytesInUse()) / analytic, 1.0, 0.01) << sh.enc.Describe();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvlab
