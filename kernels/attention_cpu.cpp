@@ -587,10 +587,13 @@ void Run(const PagedKV& kv, const AttentionParams& p) {
   }
   const int max_vecs = sh.q_tile * sh.group;
 
-#pragma omp parallel
+  // Barriers only where a later step reads an earlier one's results: a thread
+  // that is descheduled at a barrier stalls the whole call.
+  const int team = static_cast<int>(std::min<size_t>(threads, std::max(jobs.size(), slot_jobs.size())));
+#pragma omp parallel num_threads(team)
   {
     Scratch sc(max_vecs, sh.d);
-#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(dynamic, 1) nowait
     for (size_t j = 0; j < jobs.size(); ++j) {
       const Job& job = jobs[j];
       RunJob<DT>(kv, p, sh, job, &sc);
@@ -606,14 +609,19 @@ void Run(const PagedKV& kv, const AttentionParams& p) {
         std::copy(sc.acc.begin(), sc.acc.begin() + static_cast<size_t>(nq) * sh.d, rec + 2 * nq);
       }
     }
-    std::vector<float> acc;
-#pragma omp for schedule(dynamic, 1)
-    for (size_t g = 0; g < splits.size(); ++g) CombineSplit<DT>(p, sh, splits[g], parts.data(), &acc, lse2_ptr);
-
-#pragma omp for schedule(dynamic, 1)
-    for (size_t j = 0; j < slot_jobs.size(); ++j) {
-      const SlotJob& sj = slot_jobs[j];
-      SlotAttnJob<DT>(kv, p, sh, sj.stream / sh.hkv, sj.stream % sh.hkv, sj.blk_begin, sj.blk_end, lse2_ptr, &sc);
+    if (!splits.empty()) {
+#pragma omp barrier
+      std::vector<float> acc;
+#pragma omp for schedule(dynamic, 1) nowait
+      for (size_t g = 0; g < splits.size(); ++g) CombineSplit<DT>(p, sh, splits[g], parts.data(), &acc, lse2_ptr);
+    }
+    if (!slot_jobs.empty()) {  // needs every query's lse2
+#pragma omp barrier
+#pragma omp for schedule(dynamic, 1) nowait
+      for (size_t j = 0; j < slot_jobs.size(); ++j) {
+        const SlotJob& sj = slot_jobs[j];
+        SlotAttnJob<DT>(kv, p, sh, sj.stream / sh.hkv, sj.stream % sh.hkv, sj.blk_begin, sj.blk_end, lse2_ptr, &sc);
+      }
     }
   }
 }

@@ -1,6 +1,6 @@
 // 8-lane fp32 vectors (AVX2/FMA/F16C when compiled for them, portable loops
 // otherwise) and loads of 16 stored K/V elements as fp32, for the CPU
-// attention kernels. Private to attention_cpu.cpp; everything here is inline.
+// attention kernels in kernels/ (not a public API); everything here is inline.
 #pragma once
 
 #include <algorithm>
