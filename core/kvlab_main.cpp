@@ -13,6 +13,7 @@
 #include "core/memory_calc.h"
 #include "core/model_config.h"
 #include "core/run_config.h"
+#include "core/serve_bench.h"
 #include "core/tokenizer.h"
 #include "policies/registry.h"
 
@@ -153,6 +154,17 @@ int Main(int argc, char** argv) {
   init->add_option("--seed", init_seed, "Weight seed")->capture_default_str();
   init->add_option("--std", init_std, "Standard deviation of the weights")->capture_default_str();
 
+  // --- serve-bench ---
+  CLI::App* sb = app.add_subcommand(
+      "serve-bench", "Serve a seeded chat workload through the scheduler (engine or model-free pools) and report "
+                     "throughput, TTFT, TPOT, preemptions and KV occupancy");
+  std::string sb_config;
+  ServeBenchOverrides sb_over;
+  sb->add_option("config", sb_config, "serve-bench TOML config (docs/scenarios.md)")->required();
+  sb->add_option("--csv", sb_over.csv_path, "Write pool occupancy per step to this CSV");
+  sb->add_option("--json", sb_over.json_path, "Append the summary as one JSON line to this file");
+  sb->add_option("--max-steps", sb_over.max_steps, "Stop after this many steps (replaces the config's max_steps)");
+
   CLI::App* models = app.add_subcommand("models", "List model presets");
   CLI::App* pols = app.add_subcommand("policies", "List registered policies and their parameters");
 
@@ -277,6 +289,14 @@ int Main(int argc, char** argv) {
     if (s.ok()) s = WriteRandomCheckpoint(mc, init_seed, init_std, init_out);
     if (!s.ok()) return Fail(s);
     std::printf("wrote %s (config.json, model.safetensors)\n", init_out.c_str());
+    return 0;
+  }
+
+  if (*sb) {
+    std::string report;
+    Status s = RunServeBench(sb_config, sb_over, &report);
+    if (!s.ok()) return Fail(s);
+    std::printf("%s", report.c_str());
     return 0;
   }
 

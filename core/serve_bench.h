@@ -1,0 +1,116 @@
+// serve-bench: runs a seeded chat workload through the scheduler over a KV
+// pool of a given size and policy stack, on the real engine or model-free at
+// real model shapes, and reports throughput, time to first token, time per
+// output token, preemptions, recomputed tokens, pool occupancy over time and
+// the share of KV memory holding real tokens. Configs are TOML; every
+// unknown key or bad value is an error naming file:line:column. The CLI's
+// `kvlab serve-bench` calls RunServeBench.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/engine.h"
+#include "core/model_free_executor.h"
+#include "core/scheduler.h"
+#include "core/workload.h"
+
+namespace kvlab {
+
+// A serve-bench config (see docs/scenarios.md for a commented example):
+//   model = "llama-3.1-70b"   preset, or HF directory (relative to the config's directory)
+//   model_free = true         true: memory-only pools and dummy tokens, time in steps
+//   kv_dtype = "bf16"         block_size = 16
+//   pool_gb = 15.0            or pool_blocks = N (plain blocks; encoded_pool_blocks with an encoding)
+//   plain_pool_gb = 1.0       optional, with an encoding stack: the plain pool's share of pool_gb
+//   max_num_batched_tokens = 2048   max_num_seqs = 64   max_prefill_chunk = 0   watermark = 0.01
+//   max_context = 0           per-request cap on prompt + answer: the client drops the oldest history
+//   max_steps = 100000
+//   weight_seed = 0   attention = "cpu"   threads = 0        (engine only)
+//   [[policy]]  name = "quant" ...                          (the stack; default full)
+//   [workload]  seed = 1
+//   [[workload.users]]  name, count, start, arrival_rate, turns, user_tokens,
+//                       output_tokens, think_steps, system_tokens
+// A distribution is a number (fixed) or a table: {dist = "lognormal",
+// median, sigma, min, max}, {dist = "pareto", alpha, scale, max},
+// {dist = "exponential", mean, min, max}, {dist = "uniform", min, max}.
+struct ServeBenchConfig {
+  std::string path;              // the config file, for messages
+  bool model_free = true;
+  EngineOptions engine;          // model, block_size, kv_dtype; weight_seed, attention, num_threads for the engine
+  std::vector<PolicySpec> policies;
+  ServePoolSpec pool;
+  SchedulerOptions scheduler;
+  int64_t max_context = 0;
+  int64_t max_steps = 100000;
+  WorkloadSpec workload;
+};
+
+struct ServeBenchOverrides {
+  std::string csv_path;   // pool occupancy per step; "" = none
+  std::string json_path;  // appends the summary as one JSON line; "" = none
+  int64_t max_steps = 0;  // > 0 replaces the config's
+};
+
+struct Percentiles {
+  int64_t count = 0;
+  double median = 0, p90 = 0, p99 = 0, mean = 0;
+};
+// Nearest-rank percentiles of `values` (sorted in place).
+Percentiles ComputePercentiles(std::vector<double>* values);
+
+struct ServeBenchResult {
+  std::string executor, model, policy;
+  CacheShape shape;
+  int64_t plain_pool_bytes = 0, encoded_pool_bytes = 0;
+  int64_t kv_bytes_per_token = 0;  // uncompressed, stored heads: 2 * L * H_kv * d_h * b
+  int64_t steps = 0;               // steps that ran a batch
+  double end_time = 0;             // clock at the end, in steps (idle gaps included)
+  bool hit_max_steps = false;
+  double wall_ms = 0;              // engine: time inside steps
+  int64_t conversations = 0, requests = 0, finished = 0, rejected = 0, aborted = 0, truncated_turns = 0;
+  int64_t unfinished = 0;
+  std::vector<std::string> reject_reasons;  // the first few
+  int64_t prompt_tokens = 0, output_tokens = 0, batched_tokens = 0;
+  int64_t preemptions = 0, preempted_requests = 0, recomputed_tokens = 0;
+  Percentiles ttft_steps, tpot_steps, ttft_ms, tpot_ms;
+  double mean_running = 0;
+  int64_t peak_running = 0;
+  int64_t peak_bytes_in_use = 0;
+  int64_t peak_plain_bytes = 0, peak_encoded_bytes = 0;  // each pool's own peak
+  double mean_occupancy = 0;       // bytes in use / pool bytes, averaged over steps
+  double token_share_of_used = 0;  // bytes of real token slots / bytes in use (blocks held), step average
+  double token_share_of_pool = 0;  // bytes of real token slots / pool bytes, step average
+  // The request that held the most KV memory at any step.
+  int64_t largest_request_bytes = 0, largest_request_tokens = 0;
+  std::string largest_request_class;
+  struct ClassStats {
+    std::string name;
+    int64_t requests = 0, finished = 0, preemptions = 0, recomputed_tokens = 0, max_tokens = 0;
+    Percentiles ttft_steps, tpot_steps;
+  };
+  std::vector<ClassStats> classes;
+};
+
+Status ParseServeBenchConfig(const std::string& text, const std::string& path, ServeBenchConfig* out);
+Status LoadServeBenchConfig(const std::string& path, ServeBenchConfig* out);
+
+// A preset, or a directory with config.json.
+Status ResolveServeModel(const std::string& model, ModelConfig* out);
+// Runs the config's workload on `executor` (built for the config).
+Status RunServeBenchWith(const ServeBenchConfig& config, StepExecutor* executor, const ServeBenchOverrides& overrides,
+                         ServeBenchResult* out);
+// The report `kvlab serve-bench` prints.
+std::string FormatServeBenchReport(const ServeBenchConfig& config, const ServeBenchResult& result);
+// The model-free executor of a config (REQUIRES: config.model_free).
+Status NewModelFreeServeExecutor(const ServeBenchConfig& config, std::unique_ptr<StepExecutor>* out);
+
+// --- Defined in engine_executor.cpp (kvlab_model), as they may create an Engine. ---
+// The executor a config asks for: model-free, or the engine.
+Status NewServeExecutor(const ServeBenchConfig& config, std::unique_ptr<StepExecutor>* out);
+// Loads the config, runs it, and writes the human-readable report (and the
+// CSV / JSON line the overrides ask for).
+Status RunServeBench(const std::string& toml_path, const ServeBenchOverrides& overrides, std::string* report);
+
+}  // namespace kvlab

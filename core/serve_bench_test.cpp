@@ -1,0 +1,148 @@
+// serve-bench: config errors with file:line:column, and model-free runs
+// (the engine run is in engine_executor_test.cpp).
+#include "core/serve_bench.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace kvlab {
+namespace {
+
+const char* kUsers = R"(
+[workload]
+seed = 1
+[[workload.users]]
+name = "chat"
+count = 6
+arrival_rate = 0.2
+turns = {dist = "uniform", min = 1, max = 3}
+user_tokens = {dist = "lognormal", median = 200, sigma = 0.8, min = 8, max = 1500}
+output_tokens = {dist = "pareto", alpha = 1.5, scale = 20, max = 200}
+think_steps = {dist = "exponential", mean = 10}
+system_tokens = 16
+)";
+
+Status Parse(const std::string& text, ServeBenchConfig* cfg) { return ParseServeBenchConfig(text, "cfg.toml", cfg); }
+
+std::string ErrorOf(const std::string& text) {
+  ServeBenchConfig cfg;
+  Status s = Parse(text, &cfg);
+  EXPECT_FALSE(s.ok()) << text;
+  return s.message();
+}
+
+TEST(ServeBenchConfigTest, ParsesAFullConfig) {
+  ServeBenchConfig cfg;
+  Status s = Parse(std::string("model = \"llama-3.1-8b\"\npool_gb = 2.5\nmax_num_seqs = 32\nmax_context = 4096\n"
+                               "[[policy]]\nname = \"quant\"\nformat = \"int8\"\n") + kUsers, &cfg);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(cfg.model_free);
+  EXPECT_EQ(cfg.engine.model, "llama-3.1-8b");
+  EXPECT_EQ(cfg.pool.pool_bytes, 2'500'000'000);
+  EXPECT_EQ(cfg.scheduler.max_num_seqs, 32);
+  EXPECT_EQ(cfg.pool.max_num_seqs, 32);
+  EXPECT_EQ(cfg.max_context, 4096);
+  ASSERT_EQ(cfg.policies.size(), 1u);
+  EXPECT_EQ(cfg.policies[0].params.at("format"), "int8");
+  ASSERT_EQ(cfg.workload.classes.size(), 1u);
+  const UserClass& uc = cfg.workload.classes[0];
+  EXPECT_EQ(uc.name, "chat");
+  EXPECT_EQ(uc.user_tokens.kind, Distribution::Kind::kLogNormal);
+  EXPECT_EQ(uc.user_tokens.max, 1500);
+  EXPECT_EQ(uc.output_tokens.kind, Distribution::Kind::kPareto);
+  EXPECT_EQ(uc.system_tokens, 16);
+}
+
+TEST(ServeBenchConfigTest, UnknownKeysAndBadValuesNameFileLineColumn) {
+  EXPECT_NE(ErrorOf(std::string("pool_gb = 1\npool_gbs = 2\n") + kUsers).find("cfg.toml:2:12: unknown key 'pool_gbs'"),
+            std::string::npos);
+  std::string e = ErrorOf(std::string("pool_gb = 1\n") + kUsers + "arival_rate = 3\n");
+  EXPECT_NE(e.find("cfg.toml:14:15: unknown key 'arival_rate' in [[workload.users]]"), std::string::npos) << e;
+  e = ErrorOf("pool_gb = 1\n[workload]\n[[workload.users]]\nuser_tokens = {dist = \"lognormal\", mean = 3}\n");
+  EXPECT_NE(e.find("cfg.toml:4:43: unknown key 'mean' in lognormal 'user_tokens'; valid keys: dist, median, sigma, min, max"),
+            std::string::npos) << e;
+  e = ErrorOf("pool_gb = 1\n[workload]\n[[workload.users]]\nturns = {dist = \"zipf\"}\n");
+  EXPECT_NE(e.find("cfg.toml:4:9: 'turns' needs dist = "), std::string::npos) << e;
+  EXPECT_NE(e.find("got 'zipf'"), std::string::npos) << e;
+  e = ErrorOf("pool_gb = 1\n[workload]\n[[workload.users]]\ncount = -2\n");
+  EXPECT_NE(e.find("cfg.toml:4:9: 'count' must be >= 0"), std::string::npos) << e;
+  e = ErrorOf(std::string("pool_gb = 1\nkv_dtype = \"fp8\"\n") + kUsers);
+  EXPECT_NE(e.find("cfg.toml:2:12: 'kv_dtype' must be f32, f16 or bf16, got 'fp8' (8-bit storage is the quant policy"),
+            std::string::npos) << e;
+  EXPECT_NE(ErrorOf(std::string("pool_gb = 1\npool_blocks = 100\n") + kUsers).find("exactly one of pool_gb and pool_blocks"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("pool_gb = 1\n").find("missing [workload]"), std::string::npos);
+  EXPECT_NE(ErrorOf(std::string("pool_gb = 1\nmax_num_seqs = 4096\n") + kUsers).find("must not exceed max_num_batched_tokens"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("pool_gb = 1\n[workload\n").find("cfg.toml:2:"), std::string::npos);
+}
+
+// RunServeBench without the engine: the model-free executor.
+Status RunModelFree(const std::string& path, const ServeBenchOverrides& ov, std::string* report) {
+  ServeBenchConfig cfg;
+  KVLAB_RETURN_IF_ERROR(LoadServeBenchConfig(path, &cfg));
+  std::unique_ptr<StepExecutor> ex;
+  KVLAB_RETURN_IF_ERROR(NewModelFreeServeExecutor(cfg, &ex));
+  ServeBenchResult res;
+  KVLAB_RETURN_IF_ERROR(RunServeBenchWith(cfg, ex.get(), ov, &res));
+  *report = FormatServeBenchReport(cfg, res);
+  return Status::OK();
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string WriteTemp(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(ServeBenchRunTest, ModelFreeRunReportsAndWritesTheOccupancyCsv) {
+  const std::string path = WriteTemp("serve_mf.toml", std::string("model = \"llama-3.1-8b\"\npool_gb = 0.5\nmax_num_seqs = 16\n"
+                                                                  "max_num_batched_tokens = 512\n") + kUsers);
+  ServeBenchOverrides ov;
+  ov.csv_path = ::testing::TempDir() + "serve_mf.csv";
+  ov.json_path = ::testing::TempDir() + "serve_mf.jsonl";
+  std::remove(ov.json_path.c_str());
+  std::string report;
+  Status s = RunModelFree(path, ov, &report);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_NE(report.find("executor    model-free, model llama-3.1-8b, policy full"), std::string::npos) << report;
+  EXPECT_NE(report.find("131,072 B per token"), std::string::npos) << report;
+  EXPECT_NE(report.find("TTFT        steps: median"), std::string::npos) << report;
+  EXPECT_NE(report.find("0 rejected, 0 aborted, 0 unfinished"), std::string::npos) << report;
+  const std::string csv = Slurp(ov.csv_path);
+  EXPECT_EQ(csv.rfind("time,running,waiting,batched_tokens", 0), 0u);
+  EXPECT_GT(std::count(csv.begin(), csv.end(), '\n'), 50);
+  const std::string json = Slurp(ov.json_path);
+  EXPECT_NE(json.find("\"executor\":\"model-free\""), std::string::npos) << json;
+  EXPECT_EQ(std::count(json.begin(), json.end(), '\n'), 1);
+}
+
+TEST(ServeBenchRunTest, RejectedConversationIsReportedWithItsReason) {
+  const std::string path = WriteTemp("serve_reject.toml", R"(
+model = "llama-3.1-70b"
+pool_gb = 1.0
+[workload]
+[[workload.users]]
+name = "too-long"
+user_tokens = 5000
+output_tokens = 10
+)");
+  std::string report;
+  Status s = RunModelFree(path, ServeBenchOverrides(), &report);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_NE(report.find("0 requests: 0 finished, 1 rejected"), std::string::npos) << report;
+  EXPECT_NE(report.find("rejected: request 0 needs 5010 tokens"), std::string::npos) << report;
+}
+
+}  // namespace
+}  // namespace kvlab
