@@ -12,7 +12,9 @@
 // Paged layouts (the `layout` argument): 0 = blocks shuffled over a pool on 4 KiB
 // pages (core's BlockPool maps without MADV_HUGEPAGE today); 1 = shuffled, pool
 // on transparent huge pages; 2 = each stream's blocks contiguous, huge pages
-// (best case). Scattered 8 KiB blocks defeat the hardware prefetcher and, on
+// (best case); 3 = runs of 32 contiguous blocks in shuffled order, huge pages:
+// what the engine's chunked prefill allocates (512-token chunks take 32
+// consecutive blocks per stream from the pool's free list). Scattered 8 KiB blocks defeat the hardware prefetcher and, on
 // 4 KiB pages, miss the TLB twice per block, so they read slower than a plain
 // sequential sum whatever the kernel does; BM_PagedGatherRead measures that
 // ceiling for each layout.
@@ -123,7 +125,7 @@ int NumCopies(int64_t bytes_per_call) {
 
 // ---- paged cache: `copies` independent caches in one pool ----
 
-enum Layout { kShuffled = 0, kShuffledHugePages = 1, kContiguousHugePages = 2 };
+enum Layout { kShuffled = 0, kShuffledHugePages = 1, kContiguousHugePages = 2, kPrefillRunsHugePages = 3 };
 
 // An anonymous mapping, like the engine's BlockPool, optionally on huge pages.
 class Mapping {
@@ -169,7 +171,20 @@ struct PagedSetup {
     FillBF16(reinterpret_cast<uint16_t*>(pool.data()), NumBlocks(context, batch) * kBlockBytes / 2, 1);
     std::vector<int32_t> perm(static_cast<size_t>(blocks_per_copy * copies));
     std::iota(perm.begin(), perm.end(), 0);
-    if (layout != kContiguousHugePages) std::shuffle(perm.begin(), perm.end(), std::mt19937(2));
+    if (layout == kPrefillRunsHugePages) {
+      constexpr int64_t kRun = 32;
+      std::vector<int64_t> runs(static_cast<size_t>((static_cast<int64_t>(perm.size()) + kRun - 1) / kRun));
+      std::iota(runs.begin(), runs.end(), 0);
+      std::shuffle(runs.begin(), runs.end(), std::mt19937(2));
+      size_t k = 0;
+      for (int64_t r : runs) {
+        for (int64_t b = r * kRun; b < std::min<int64_t>((r + 1) * kRun, static_cast<int64_t>(perm.size())); ++b) {
+          perm[k++] = static_cast<int32_t>(b);
+        }
+      }
+    } else if (layout != kContiguousHugePages) {
+      std::shuffle(perm.begin(), perm.end(), std::mt19937(2));
+    }
     for (int c = 0; c < copies; ++c) {
       indices.emplace_back(perm.begin() + c * blocks_per_copy, perm.begin() + (c + 1) * blocks_per_copy);
     }
@@ -307,7 +322,7 @@ void PagedArgs(benchmark::internal::Benchmark* b) {
   for (int batch : {1, 4}) {
     for (int64_t context : {1024, 4096, 16384}) b->Args({context, batch, kShuffledHugePages});
   }
-  b->Args({16384, 1, kShuffled})->Args({16384, 1, kContiguousHugePages});
+  b->Args({16384, 1, kShuffled})->Args({16384, 1, kContiguousHugePages})->Args({16384, 1, kPrefillRunsHugePages});
   b->ArgNames({"ctx", "batch", "layout"})->UseRealTime()->Unit(benchmark::kMillisecond);
 }
 
@@ -324,6 +339,7 @@ BENCHMARK(BM_PagedGatherRead)
     ->Args({16384, 1, kShuffled})
     ->Args({16384, 1, kShuffledHugePages})
     ->Args({16384, 1, kContiguousHugePages})
+    ->Args({16384, 1, kPrefillRunsHugePages})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PagedDecodeCpu)->Apply(PagedArgs);
