@@ -3,6 +3,8 @@
 // independent dense computation on K/V gathered slot by slot from the cache.
 #include <gtest/gtest.h>
 
+#include <omp.h>
+
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -11,6 +13,7 @@
 #include "kernels/append_kv.h"
 #include "kernels/attention_cpu.h"
 #include "kernels/attention_encoded.h"
+#include "kernels/attention_kivi_cpu.h"
 #include "kernels/attention_reference.h"
 
 namespace kvlab {
@@ -24,11 +27,48 @@ struct Case {
   int group;  // kivi tokens per block
   bool rope;
   int hq, hkv;
+  // Variants (defaults: the original cases).
+  int d = 64;
+  int64_t residual = 24;
+  std::vector<int64_t> lens = {1, 37, 300, 1000};  // one sequence each; the last gets a prefill chunk
+  int chunk = 5;                                   // queries of the last sequence
+  bool slot_attn = false;
+  DType dtype = DType::kBF16;
 };
 
+// Builders for the variant cases.
+Case Kivi(std::string name, int bits, int group, int hq, int hkv, int d = 64) {
+  Case c{std::move(name), EncodingKind::kKivi, true, bits, group, false, hq, hkv};
+  c.d = d;
+  return c;
+}
+Case Long(Case c) {
+  c.residual = 128;
+  c.lens = {1, 37, 1000, 4133};
+  return c;
+}
+Case Short(Case c) {  // ReadSlot decodes a whole block per slot: keep 128-token groups short
+  c.lens = {1, 37, 300, 550};
+  return c;
+}
+Case WithDType(Case c, DType t) {
+  c.dtype = t;
+  return c;
+}
+Case WithSlotAttn(Case c) {
+  c.slot_attn = true;
+  return c;
+}
+Case NoResidual(Case c) {  // whole groups sealed: some streams have no plain slot; the chunk's slots are encoded
+  c.residual = 0;
+  c.lens = {32, 64, 300, 1000};
+  return c;
+}
+
 // Dense attention in double over gathered (decoded) K/V: the independent check.
+// When prob is non-null, adds each slot's probability to it.
 void Dense(const std::vector<std::vector<float>>& k, const std::vector<std::vector<float>>& v, const float* q, int d,
-           int64_t visible, const float* inv_freq, float* out) {
+           int64_t visible, const float* inv_freq, float* out, std::vector<double>* prob = nullptr) {
   auto rot = [&](std::vector<double>& x, int64_t pos) {
     for (int i = 0; i < d / 2; ++i) {
       const double a = pos * static_cast<double>(inv_freq[i]), c = std::cos(a), s = std::sin(a);
@@ -50,6 +90,9 @@ void Dense(const std::vector<std::vector<float>>& k, const std::vector<std::vect
   }
   double sum = 0;
   for (double& x : sc) sum += (x = std::exp(x - mx));
+  if (prob != nullptr) {
+    for (int64_t t = 0; t < visible; ++t) (*prob)[static_cast<size_t>(t)] += sc[static_cast<size_t>(t)] / sum;
+  }
   for (int c = 0; c < d; ++c) {
     double a = 0;
     for (int64_t t = 0; t < visible; ++t) a += sc[t] / sum * v[t][c];
@@ -61,23 +104,24 @@ class EncodedAttentionTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(EncodedAttentionTest, CpuAndReferenceMatchDenseOnGatheredKV) {
   const Case cs = GetParam();
-  const int d = 64;
+  const int d = cs.d;
   CacheShape sh;
   sh.num_layers = 1;
   sh.num_kv_heads = cs.hkv;
   sh.head_dim = d;
   sh.block_size = 16;
-  sh.dtype = DType::kBF16;
+  sh.dtype = cs.dtype;
   sh.encoded = cs.encoded;
   sh.enc.kind = cs.kind;
   sh.enc.bits = cs.bits;
   sh.enc.head_dim = d;
   sh.enc.group = cs.group;
   sh.enc.tokens_per_block = cs.kind == EncodingKind::kKivi ? cs.group : 16;
-  sh.residual = 24;
+  sh.residual = cs.residual;
   std::unique_ptr<KVCache> c;
   ASSERT_TRUE(KVCache::Create(sh, 4000, true, &c, 4000).ok());
-  const std::vector<int64_t> lens = {1, 37, 300, 1000};  // different lengths, one a single slot
+  const std::vector<int64_t> lens = cs.lens;  // different lengths
+  const int num_seqs = static_cast<int>(lens.size());
   std::mt19937 rng(11);
   std::normal_distribution<float> nd;
   for (size_t i = 0; i < lens.size(); ++i) {
@@ -97,18 +141,20 @@ TEST_P(EncodedAttentionTest, CpuAndReferenceMatchDenseOnGatheredKV) {
   if (cs.encoded) {
     ASSERT_GT(c->stream(3, 0, 0).num_encoded, 0);
   }
-  std::vector<int64_t> seqs = {0, 1, 2, 3};
+  std::vector<int64_t> seqs(lens.size());
+  std::iota(seqs.begin(), seqs.end(), 0);
   PageTable pt;
   c->BuildPageTable(seqs, &pt);
-  // Decode for sequences 0..2, a 5-query chunk (the last 5 slots) for sequence 3.
-  std::vector<int32_t> qo = {0, 1, 2, 3, 8};
-  const int total_q = 8;
+  // Decode for every sequence but the last, a chunk of cs.chunk queries (its last slots) for the last.
+  std::vector<int32_t> qo(lens.size() + 1);
+  for (int i = 0; i < num_seqs; ++i) qo[i + 1] = qo[i] + (i + 1 < num_seqs ? 1 : cs.chunk);
+  const int total_q = qo.back();
   std::vector<float> q(static_cast<size_t>(total_q * cs.hq * d));
   for (auto& x : q) x = nd(rng);
   std::vector<float> inv(static_cast<size_t>(d / 2));
   for (int i = 0; i < d / 2; ++i) inv[static_cast<size_t>(i)] = static_cast<float>(std::pow(10000.0, -2.0 * i / d));
   AttentionParams p;
-  p.num_seqs = 4;
+  p.num_seqs = num_seqs;
   p.num_qo_heads = cs.hq;
   p.num_kv_heads = cs.hkv;
   p.head_dim = d;
@@ -116,42 +162,81 @@ TEST_P(EncodedAttentionTest, CpuAndReferenceMatchDenseOnGatheredKV) {
   p.qo_indptr = qo.data();
   p.q = q.data();
   p.rope_inv_freq = cs.rope ? inv.data() : nullptr;
-  std::vector<float> o_ref(q.size()), o_cpu(q.size()), o_dense(q.size());
+  // slot_attn: one array per stream, [StreamLength(s)].
+  std::vector<int64_t> sa_off;
+  int64_t sa_total = 0;
+  for (int i = 0; i < num_seqs; ++i) {
+    for (int h = 0; h < cs.hkv; ++h) {
+      sa_off.push_back(sa_total);
+      sa_total += c->stream(i, 0, h).num_tokens;
+    }
+  }
+  std::vector<float> sa_ref(static_cast<size_t>(sa_total)), sa_cpu(sa_ref.size()), sa_cpu3(sa_ref.size());
+  std::vector<double> sa_dense(sa_ref.size());
+  p.slot_attn_offsets = sa_off.data();
+  std::vector<float> o_ref(q.size()), o_cpu(q.size()), o_cpu3(q.size()), o_dense(q.size());
   p.o = o_ref.data();
+  p.slot_attn = cs.slot_attn ? sa_ref.data() : nullptr;
   if (cs.encoded) {
     PagedAttentionEncodedReference(pt.Layer(0), *pt.Encoded(0), p);
   } else {
     PagedAttentionReference(pt.Layer(0), p);
   }
-  p.o = o_cpu.data();
-  if (cs.encoded) {
-    PagedAttentionEncodedCpu(pt.Layer(0), *pt.Encoded(0), p);
-  } else {
-    PagedAttentionCpu(pt.Layer(0), p);
+  // The CPU path with the default threads, then with 3 (uneven split-K parts).
+  const int saved_threads = omp_get_max_threads();
+  for (int run = 0; run < 2; ++run) {
+    if (run == 1) omp_set_num_threads(3);
+    p.o = run == 0 ? o_cpu.data() : o_cpu3.data();
+    p.slot_attn = !cs.slot_attn ? nullptr : run == 0 ? sa_cpu.data() : sa_cpu3.data();
+    if (cs.encoded) {
+      // The fused KIVI path takes exactly the KIVI cases without RoPE or slot_attn.
+      EXPECT_EQ(KiviCpuSupports(pt.Layer(0), *pt.Encoded(0), p),
+                cs.kind == EncodingKind::kKivi && !cs.rope && !cs.slot_attn);
+      PagedAttentionEncodedCpu(pt.Layer(0), *pt.Encoded(0), p);
+    } else {
+      PagedAttentionCpu(pt.Layer(0), p);
+    }
   }
+  omp_set_num_threads(saved_threads);
   const int group = cs.hq / cs.hkv;
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < num_seqs; ++i) {
     for (int h = 0; h < cs.hkv; ++h) {
       const int64_t len = c->stream(i, 0, h).num_tokens;
       std::vector<std::vector<float>> k(static_cast<size_t>(len), std::vector<float>(d)), v = k;
       for (int64_t t = 0; t < len; ++t) c->ReadSlot(i, 0, h, t, k[t].data(), v[t].data());
       const int q_len = qo[i + 1] - qo[i];
+      std::vector<double> prob(static_cast<size_t>(len));
       for (int j = 0; j < q_len; ++j) {
         for (int g = 0; g < group; ++g) {
           const int64_t off = (static_cast<int64_t>(qo[i] + j) * cs.hq + h * group + g) * d;
-          Dense(k, v, q.data() + off, d, len - q_len + j + 1, p.rope_inv_freq, o_dense.data() + off);
+          Dense(k, v, q.data() + off, d, len - q_len + j + 1, p.rope_inv_freq, o_dense.data() + off, &prob);
         }
       }
+      std::copy(prob.begin(), prob.end(), sa_dense.begin() + sa_off[static_cast<size_t>(i * cs.hkv + h)]);
     }
   }
-  double worst_ref = 0, worst_cpu = 0;
+  double worst_ref = 0, worst_cpu = 0, worst_cpu3 = 0;
   for (size_t i = 0; i < q.size(); ++i) {
     const double tol = 1e-5 + 1e-4 * std::abs(o_dense[i]);
     worst_ref = std::max(worst_ref, std::abs(o_ref[i] - o_dense[i]) / tol);
     worst_cpu = std::max(worst_cpu, std::abs(o_cpu[i] - o_dense[i]) / tol);
+    worst_cpu3 = std::max(worst_cpu3, std::abs(o_cpu3[i] - o_dense[i]) / tol);
   }
   EXPECT_LE(worst_ref, 1.0);
   EXPECT_LE(worst_cpu, 1.0);
+  EXPECT_LE(worst_cpu3, 1.0);
+  if (cs.slot_attn) {
+    double worst_sa_ref = 0, worst_sa_cpu = 0, worst_sa_cpu3 = 0;
+    for (size_t i = 0; i < sa_dense.size(); ++i) {
+      const double tol = 1e-6 + 1e-4 * std::abs(sa_dense[i]);
+      worst_sa_ref = std::max(worst_sa_ref, std::abs(sa_ref[i] - sa_dense[i]) / tol);
+      worst_sa_cpu = std::max(worst_sa_cpu, std::abs(sa_cpu[i] - sa_dense[i]) / tol);
+      worst_sa_cpu3 = std::max(worst_sa_cpu3, std::abs(sa_cpu3[i] - sa_dense[i]) / tol);
+    }
+    EXPECT_LE(worst_sa_ref, 1.0);
+    EXPECT_LE(worst_sa_cpu, 1.0);
+    EXPECT_LE(worst_sa_cpu3, 1.0);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -161,7 +246,20 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"kivi2_rope_gqa8", EncodingKind::kKivi, true, 2, 64, true, 8, 1},
                       Case{"int8_gqa4", EncodingKind::kInt8, true, 8, 16, false, 8, 2},
                       Case{"fp8_gqa4", EncodingKind::kFp8, true, 8, 16, false, 8, 2},
-                      Case{"plain_rope_gqa4", EncodingKind::kKivi, false, 2, 32, true, 8, 2}),
+                      Case{"plain_rope_gqa4", EncodingKind::kKivi, false, 2, 32, true, 8, 2},
+                      // The fused KIVI path: GQA 1/4/8, group 16..128 (value groups per token 1..4),
+                      // head_dim 64 and 128, bf16/f16/f32 plain tails.
+                      Kivi("kivi2_gqa8", 2, 32, 8, 1), Kivi("kivi2_g16_gqa4", 2, 16, 8, 2),
+                      Kivi("kivi2_g64_gqa4", 2, 64, 8, 2), Kivi("kivi4_g16_mha", 4, 16, 3, 3),
+                      Short(Kivi("kivi2_d128_g128_gqa4", 2, 128, 8, 2, 128)), Kivi("kivi4_d128_g64_gqa8", 4, 64, 8, 1, 128),
+                      WithDType(Kivi("kivi2_f16_gqa4", 2, 32, 8, 2), DType::kF16),
+                      WithDType(Kivi("kivi4_f32_gqa4", 4, 32, 8, 2), DType::kF32),
+                      NoResidual(Kivi("kivi2_noresidual_gqa4", 2, 32, 8, 2)),
+                      // Long context: 4133 slots, 128-slot residual, head_dim 128.
+                      Long(Kivi("kivi2_long_gqa4", 2, 32, 8, 2, 128)), Long(Kivi("kivi4_long_gqa8", 4, 32, 8, 1, 128)),
+                      // slot_attn (the generic path) against the dense probabilities.
+                      WithSlotAttn(Kivi("kivi2_slot_attn_gqa4", 2, 32, 8, 2)),
+                      WithSlotAttn(Case{"int8_slot_attn_gqa4", EncodingKind::kInt8, true, 8, 16, false, 8, 2})),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace

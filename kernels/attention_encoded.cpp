@@ -1,5 +1,7 @@
 #include "kernels/attention_encoded.h"
 
+#include "kernels/attention_kivi_cpu.h"
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -81,7 +83,9 @@ void PagedAttentionEncodedReference(const PagedKV& kv, const EncodedKV& enc, con
   }
 }
 
-void PagedAttentionEncodedCpu(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p) {
+// The generic CPU path: whole streams decoded to fp32 (any encoding, RoPE at
+// read, slot_attn). KIVI with its own axes takes the fused path instead.
+static void EncodedAttentionGeneric(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p) {
   const int d = p.head_dim;
   const int group = p.num_qo_heads / p.num_kv_heads;
   const int n_work = p.num_seqs * p.num_kv_heads;
@@ -152,6 +156,14 @@ void PagedAttentionEncodedCpu(const PagedKV& kv, const EncodedKV& enc, const Att
       }
     }
   }
+}
+
+void PagedAttentionEncodedCpu(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p) {
+  if (KiviCpuSupports(kv, enc, p)) {
+    PagedAttentionKiviCpu(kv, enc, p);
+    return;
+  }
+  EncodedAttentionGeneric(kv, enc, p);
 }
 
 }  // namespace kvlab

@@ -84,6 +84,7 @@ add_library(kvlab_kernels STATIC
   ${PROJECT_SOURCE_DIR}/kernels/append_kv.cpp
   ${PROJECT_SOURCE_DIR}/kernels/kv_encoding.cpp
   ${PROJECT_SOURCE_DIR}/kernels/attention_encoded.cpp
+  ${PROJECT_SOURCE_DIR}/kernels/attention_kivi_cpu.cpp
   ${PROJECT_SOURCE_DIR}/core/dtype.cpp
 )
 target_include_directories(kvlab_kernels PUBLIC ${PROJECT_SOURCE_DIR})

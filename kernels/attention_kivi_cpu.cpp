@@ -1,0 +1,907 @@
+// Layout of the work (as in attention_cpu.cpp): a job is (stream, tile of up
+// to kMaxTileQueryVecs query vectors, range of the stream's units), where the
+// stream's units are its encoded blocks (G tokens each) followed by its plain
+// blocks. The query vectors of a job are all heads of the stream's GQA group
+// for a few consecutive queries, so every code a job unpacks serves every
+// query head that reads it. Rows are processed kTile at a time with an online
+// softmax; jobs that cover only part of a stream (split-K) leave (max, sum,
+// acc) partials that a second step merges by log-sum-exp.
+//
+// Lane order: every fp32 row (queries, accumulators, unpacked codes, key
+// scales) is kept in the lane order in which Storage<DT>::Load16 returns the
+// plain segment's 16-element chunks (for bf16: even elements, then odd ones),
+// so that encoded and plain blocks feed the same accumulators. Unpacking codes
+// in that order costs nothing: each lane just shifts by its own amount.
+#include "kernels/attention_kivi_cpu.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <cstdlib>
+#include <limits>
+#include <vector>
+
+#include "kernels/attention_cpu_simd.h"
+
+namespace kvlab {
+namespace {
+
+using namespace cpu_simd;  // NOLINT: the vector vocabulary of this file
+
+constexpr int kTile = 32;              // rows per online-softmax step (one 32-token KIVI block)
+constexpr int kMaxScoreVecs = 8;       // query vectors per score pass
+constexpr int kMaxValueVecs = 4;       // query vectors per value pass
+constexpr int kMaxTileQueryVecs = 32;  // query vectors per prefill job
+constexpr int kJobsPerThread = 4;      // for dynamic load balance
+constexpr int kMinSlotsPerJob = 256;   // below this, split-K overhead outweighs the parallelism
+constexpr int kPrefetchBytes = 16384;  // how far ahead of use units are prefetched
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// ---- row loaders: channels [c, c + 16) of one K/V row as two F8 in lane order ----
+
+template <DType DT>
+struct PlainRows {
+  static KVLAB_ALWAYS_INLINE void Load16(const uint8_t* row, int c, F8* lo, F8* hi) {
+    Storage<DT>::Load16(row + c * Storage<DT>::kBytes, lo, hi);
+  }
+};
+
+// KIVI codes: BITS-bit codes packed little-endian within bytes, row-major, so
+// the 16 codes of a chunk are one (2-bit) or two (4-bit) little-endian dwords.
+// Load16 gives each lane its code times a power of two, 2^Exp(lane), exactly
+// (at most 2 + 28 significant bits): the scale is folded into the query for
+// scores and taken out once per tile for values. 2-bit: the dword broadcast,
+// masked in place for the low 8 lanes and after one shift for the high 8, then
+// converted: 5 integer ops per 16 codes. 4-bit: each lane's dword (a permute),
+// shifted by its code's offset, masked, converted: 8 ops per 16 codes.
+template <int BITS, DType DT>
+struct CodeRows {
+  static constexpr float kMid = static_cast<float>((1 << BITS) - 1) / 2;
+  static constexpr int Bit(int lane) { return Storage<DT>::StoredIndex(lane) * BITS; }
+  static constexpr int HiShift() {
+    int m = 32;
+    for (int i = 8; i < 16; ++i) m = std::min(m, Bit(i) % 32);
+    return m;
+  }
+  static constexpr int Exp(int lane) {
+    if constexpr (BITS != 2) return 0;
+    return lane < 8 ? Bit(lane) % 32 : Bit(lane) % 32 - HiShift();
+  }
+  static constexpr int Mask(int lane) { return ((1 << BITS) - 1) << Exp(lane); }
+  static_assert(BITS != 2 || (Exp(7) + BITS <= 31 && Exp(15) + BITS <= 31), "codes must stay below the sign bit");
+  static float LaneScale(int lane) { return std::ldexp(1.0f, -Exp(lane)); }  // 1 / 2^Exp(lane)
+
+  static KVLAB_ALWAYS_INLINE void Load16(const uint8_t* row, int c, F8* lo, F8* hi) {
+    const uint8_t* p = row + c * BITS / 8;
+#ifdef KVLAB_ATTN_AVX2
+    if constexpr (BITS == 2) {
+      const __m256i mask_lo = _mm256_setr_epi32(Mask(0), Mask(1), Mask(2), Mask(3), Mask(4), Mask(5), Mask(6), Mask(7));
+      const __m256i mask_hi =
+          _mm256_setr_epi32(Mask(8), Mask(9), Mask(10), Mask(11), Mask(12), Mask(13), Mask(14), Mask(15));
+      int32_t w;
+      std::memcpy(&w, p, 4);
+      const __m256i x = _mm256_set1_epi32(w);
+      *lo = _mm256_cvtepi32_ps(_mm256_and_si256(x, mask_lo));
+      if constexpr (HiShift() % 8 == 0) {
+        // Natural order: the high lanes' codes are whole bytes further on; a
+        // second broadcast load (reading at most 2 bytes past the chunk, still
+        // inside the block) saves the shift.
+        std::memcpy(&w, p + HiShift() / 8, 4);
+        *hi = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_set1_epi32(w), mask_hi));
+      } else {
+        *hi = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(x, HiShift()), mask_hi));
+      }
+    } else {
+      const __m256i mask = _mm256_set1_epi32((1 << BITS) - 1);
+      const __m256i x = _mm256_castsi128_si256(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+      const __m256i xl = _mm256_permutevar8x32_epi32(
+          x, _mm256_setr_epi32(Bit(0) / 32, Bit(1) / 32, Bit(2) / 32, Bit(3) / 32, Bit(4) / 32, Bit(5) / 32,
+                               Bit(6) / 32, Bit(7) / 32));
+      const __m256i xh = _mm256_permutevar8x32_epi32(
+          x, _mm256_setr_epi32(Bit(8) / 32, Bit(9) / 32, Bit(10) / 32, Bit(11) / 32, Bit(12) / 32, Bit(13) / 32,
+                               Bit(14) / 32, Bit(15) / 32));
+      const __m256i shift_lo = _mm256_setr_epi32(Bit(0) % 32, Bit(1) % 32, Bit(2) % 32, Bit(3) % 32, Bit(4) % 32,
+                                                 Bit(5) % 32, Bit(6) % 32, Bit(7) % 32);
+      const __m256i shift_hi = _mm256_setr_epi32(Bit(8) % 32, Bit(9) % 32, Bit(10) % 32, Bit(11) % 32,
+                                                 Bit(12) % 32, Bit(13) % 32, Bit(14) % 32, Bit(15) % 32);
+      *lo = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(xl, shift_lo), mask));
+      *hi = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(xh, shift_hi), mask));
+    }
+#else
+    float f[16];
+    for (int i = 0; i < 16; ++i) {
+      const int code = (p[Bit(i) / 8] >> (Bit(i) % 8)) & ((1 << BITS) - 1);
+      f[i] = std::ldexp(static_cast<float>(code), Exp(i));
+    }
+    *lo = Load(f);
+    *hi = Load(f + 8);
+#endif
+  }
+};
+
+// 8 fp16 in memory order.
+inline F8 LoadHalf8(const uint16_t* p) {
+#if defined(KVLAB_ATTN_AVX2) && defined(__F16C__)
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+#else
+  float f[8];
+  for (int i = 0; i < 8; ++i) f[i] = F16ToF32(p[i]);
+  return Load(f);
+#endif
+}
+
+// 16 fp16 (a chunk of per-channel key scales or zeros) in the lane order of DT.
+template <DType DT>
+inline void LoadHalf16(const uint16_t* p, F8* lo, F8* hi) {
+  if constexpr (Storage<DT>::StoredIndex(1) == 1) {
+    *lo = LoadHalf8(p);
+    *hi = LoadHalf8(p + 8);
+  } else {
+#if defined(KVLAB_ATTN_AVX2) && defined(__F16C__)
+    // Even halves to the low 8 bytes of each 128-bit lane, odd to the high;
+    // then the qwords to [even lo, even hi, odd lo, odd hi].
+    const __m256i sel = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8, 9, 12,
+                                         13, 2, 3, 6, 7, 10, 11, 14, 15);
+    __m256i x = _mm256_shuffle_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), sel);
+    x = _mm256_permute4x64_epi64(x, _MM_SHUFFLE(3, 1, 2, 0));
+    *lo = _mm256_cvtph_ps(_mm256_castsi256_si128(x));
+    *hi = _mm256_cvtph_ps(_mm256_extracti128_si256(x, 1));
+#else
+    float f[16];
+    for (int i = 0; i < 16; ++i) f[i] = F16ToF32(p[Storage<DT>::StoredIndex(i)]);
+    *lo = Load(f);
+    *hi = Load(f + 8);
+#endif
+  }
+}
+
+// ---- software prefetch (as in attention_cpu.cpp): a later unit's lines,
+// issued a few per kernel step so memory and FMAs overlap ----
+
+class PrefetchStream {
+ public:
+  // Finishes the current unit's prefetches and starts on [unit, unit + bytes).
+  void NextBlock(const uint8_t* unit, int64_t bytes) {
+    Issue(INT32_MAX);
+    const int lines = static_cast<int>((bytes + 63) / 64);
+    lines_per_step_ = steps_ > 0 ? std::max(1, (lines + steps_ - 1) / steps_) : std::max(1, lines / 16);
+    steps_ = 0;
+    next_ = unit;
+    end_ = unit == nullptr ? nullptr : unit + static_cast<int64_t>(lines) * 64;
+  }
+  void Step() {
+    ++steps_;
+    Issue(lines_per_step_);
+  }
+
+ private:
+  void Issue(int lines) {
+    static const int hint = getenv("XPF_HINT") ? atoi(getenv("XPF_HINT")) : 3;
+    for (; lines > 0 && next_ < end_; --lines, next_ += 64) {
+      switch (hint) {
+        case 3: _mm_prefetch(reinterpret_cast<const char*>(next_), _MM_HINT_T0); break;
+        case 2: _mm_prefetch(reinterpret_cast<const char*>(next_), _MM_HINT_T1); break;
+        case 1: _mm_prefetch(reinterpret_cast<const char*>(next_), _MM_HINT_T2); break;
+        default: _mm_prefetch(reinterpret_cast<const char*>(next_), _MM_HINT_NTA); break;
+      }
+    }
+  }
+  const uint8_t* next_ = nullptr;
+  const uint8_t* end_ = nullptr;
+  int lines_per_step_ = 1, steps_ = 0;
+};
+
+// ---- tile kernels, generic over the row loader L ----
+
+// raw[n * kTile + r] = lane-wise partial sums of q_n . K_r for NQ query vectors
+// and R rows, with S accumulators per pair (S = 2 keeps 8 FMA chains busy when
+// NQ * R is small: unpacking takes registers that more rows would need).
+template <class L, int NQ, int R, int S>
+KVLAB_ALWAYS_INLINE void ScoreRows(const float* q, int d, const uint8_t* k, int64_t row_bytes, float* raw) {
+  F8 acc[NQ * R][S];
+  for (auto& a : acc) {
+    for (F8& x : a) x = Zero();
+  }
+#pragma GCC unroll 8
+  for (int c = 0; c < d; c += 16) {
+    F8 lo[R], hi[R];
+    for (int r = 0; r < R; ++r) L::Load16(k + r * row_bytes, c, &lo[r], &hi[r]);
+    for (int n = 0; n < NQ; ++n) {
+      const F8 ql = Load(q + n * d + c), qh = Load(q + n * d + c + 8);
+      for (int r = 0; r < R; ++r) {
+        acc[n * R + r][0] = Fma(lo[r], ql, acc[n * R + r][0]);
+        acc[n * R + r][S - 1] = Fma(hi[r], qh, acc[n * R + r][S - 1]);
+      }
+    }
+  }
+  for (int n = 0; n < NQ; ++n) {
+    for (int r = 0; r < R; ++r) {
+      Store(raw + (n * kTile + r) * 8, S == 2 ? Add(acc[n * R + r][0], acc[n * R + r][S - 1]) : acc[n * R + r][0]);
+    }
+  }
+}
+
+// Rows per step and accumulators per pair for NQ query vectors: plain rows
+// follow attention_cpu.cpp (8 accumulators); code rows use fewer rows.
+template <class L>
+struct ScoreBlocking {
+  static constexpr int Rows(int nq) { return nq >= 8 ? 1 : 8 / nq; }
+  static constexpr int Split(int) { return 1; }
+};
+template <int BITS, DType DT>
+struct ScoreBlocking<CodeRows<BITS, DT>> {
+  static constexpr int Rows(int nq) { return nq >= 5 ? 1 : nq >= 3 ? 2 : 4 / nq; }
+  static constexpr int Split(int nq) { return nq <= 2 ? 2 : 1; }
+};
+
+// s[n * kTile + r] = q_n . K_r for r < nrows (entries past nrows are stale;
+// MaskTile overwrites them).
+template <class L, int NQ>
+void ScoreTile(const float* q, int d, const uint8_t* k, int64_t row_bytes, int nrows, float* s, float* raw,
+               PrefetchStream* pf) {
+  constexpr int R = ScoreBlocking<L>::Rows(NQ);
+  constexpr int S = ScoreBlocking<L>::Split(NQ);
+  int r = 0;
+  for (; r + R <= nrows; r += R) {
+    ScoreRows<L, NQ, R, S>(q, d, k + r * row_bytes, row_bytes, raw + r * 8);
+    pf->Step();
+  }
+  for (; r < nrows; ++r) ScoreRows<L, NQ, 1, 2>(q, d, k + r * row_bytes, row_bytes, raw + r * 8);
+  for (int n = 0; n < NQ; ++n) {
+    for (int h = 0; h < nrows; h += 8) {
+      F8 rows[8];
+      for (int i = 0; i < 8; ++i) rows[i] = Load(raw + (n * kTile + h + i) * 8);
+      Store(s + n * kTile + h, HSum8(rows));
+    }
+  }
+}
+
+template <class L>
+void ScoreTileAny(int nq, const float* q, int d, const uint8_t* k, int64_t row_bytes, int nrows, float* s, float* raw,
+                  PrefetchStream* pf) {
+  switch (nq) {
+    case 1: return ScoreTile<L, 1>(q, d, k, row_bytes, nrows, s, raw, pf);
+    case 2: return ScoreTile<L, 2>(q, d, k, row_bytes, nrows, s, raw, pf);
+    case 3: return ScoreTile<L, 3>(q, d, k, row_bytes, nrows, s, raw, pf);
+    case 4: return ScoreTile<L, 4>(q, d, k, row_bytes, nrows, s, raw, pf);
+    case 5: return ScoreTile<L, 5>(q, d, k, row_bytes, nrows, s, raw, pf);
+    case 6: return ScoreTile<L, 6>(q, d, k, row_bytes, nrows, s, raw, pf);
+    case 7: return ScoreTile<L, 7>(q, d, k, row_bytes, nrows, s, raw, pf);
+    default: return ScoreTile<L, 8>(q, d, k, row_bytes, nrows, s, raw, pf);
+  }
+}
+
+// What AccumulateChunk adds besides the weighted rows: nothing for plain rows.
+// For code rows (Enc), the rows' sum is formed from zero (codes times 2^Exp),
+// then acc += sum * lane_scale - mid * wsum(n, g): the tile's values with
+// centred codes, (code - mid) * scale, whose running sum stays small (raw codes
+// would add a positive amount every tile and cancel against the zero-point
+// sum at the end: fp32 error ~ sqrt(context) * eps * |x|). The mid * scale
+// part goes to the zero-point sums (ValueWeights).
+struct ValueEpilogue {
+  const float* lane_scale;  // [16]: 2^-Exp(lane)
+  const float* wsum;        // [n * ng + g]: the tile's sum of w_n(r, g) over r
+  float mid;
+};
+
+// acc_n[c .. c + 16C) += sum_r w_n(r, g) * V_r[c .. c + 16C) for NV query
+// vectors, where w_n(r, g) = w[n * wstride + r * ng + g] and g is the value
+// group of the chunk (plain rows: ng = 1, one group).
+template <class L, int NV, int C, bool Enc>
+KVLAB_ALWAYS_INLINE void AccumulateChunk(const float* w, int wstride, int ng, int vgroup, const uint8_t* v,
+                                         int64_t row_bytes, int nrows, int c, int d, float* acc,
+                                         const ValueEpilogue& ep) {
+  F8 a[NV][C][2];
+  int g[C];
+  for (int cc = 0; cc < C; ++cc) g[cc] = (c + 16 * cc) / vgroup;
+  for (int n = 0; n < NV; ++n) {
+    for (int cc = 0; cc < C; ++cc) {
+      a[n][cc][0] = Enc ? Zero() : Load(acc + n * d + c + 16 * cc);
+      a[n][cc][1] = Enc ? Zero() : Load(acc + n * d + c + 16 * cc + 8);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < nrows; ++r) {
+    for (int cc = 0; cc < C; ++cc) {
+      F8 lo, hi;
+      L::Load16(v + r * row_bytes, c + 16 * cc, &lo, &hi);
+      for (int n = 0; n < NV; ++n) {
+        const F8 wr = Set1(w[n * wstride + r * ng + g[cc]]);
+        a[n][cc][0] = Fma(wr, lo, a[n][cc][0]);
+        a[n][cc][1] = Fma(wr, hi, a[n][cc][1]);
+      }
+    }
+  }
+  for (int n = 0; n < NV; ++n) {
+    for (int cc = 0; cc < C; ++cc) {
+      float* dst = acc + n * d + c + 16 * cc;
+      if constexpr (Enc) {
+        const F8 bias = Set1(-ep.mid * ep.wsum[n * ng + g[cc]]);
+        Store(dst, Fma(a[n][cc][0], Load(ep.lane_scale), Add(Load(dst), bias)));
+        Store(dst + 8, Fma(a[n][cc][1], Load(ep.lane_scale + 8), Add(Load(dst + 8), bias)));
+      } else {
+        Store(dst, a[n][cc][0]);
+        Store(dst + 8, a[n][cc][1]);
+      }
+    }
+  }
+}
+
+template <class L, bool Enc, int NV>
+void AccumulateTile(const float* w, int wstride, int ng, int vgroup, const uint8_t* v, int64_t row_bytes, int nrows,
+                    int d, float* acc, const ValueEpilogue& ep, PrefetchStream* pf) {
+  constexpr int C = NV == 1 ? 4 : NV == 2 ? 2 : 1;  // about 8 accumulators
+  int c = 0;
+  for (; c + 16 * C <= d; c += 16 * C) {
+    AccumulateChunk<L, NV, C, Enc>(w, wstride, ng, vgroup, v, row_bytes, nrows, c, d, acc, ep);
+    pf->Step();
+  }
+  for (; c < d; c += 16) AccumulateChunk<L, NV, 1, Enc>(w, wstride, ng, vgroup, v, row_bytes, nrows, c, d, acc, ep);
+}
+
+template <class L, bool Enc>
+void AccumulateTileAny(int nv, const float* w, int wstride, int ng, int vgroup, const uint8_t* v, int64_t row_bytes,
+                       int nrows, int d, float* acc, const ValueEpilogue& ep, PrefetchStream* pf) {
+  switch (nv) {
+    case 1: return AccumulateTile<L, Enc, 1>(w, wstride, ng, vgroup, v, row_bytes, nrows, d, acc, ep, pf);
+    case 2: return AccumulateTile<L, Enc, 2>(w, wstride, ng, vgroup, v, row_bytes, nrows, d, acc, ep, pf);
+    case 3: return AccumulateTile<L, Enc, 3>(w, wstride, ng, vgroup, v, row_bytes, nrows, d, acc, ep, pf);
+    default: return AccumulateTile<L, Enc, 4>(w, wstride, ng, vgroup, v, row_bytes, nrows, d, acc, ep, pf);
+  }
+}
+
+// ---- shapes, jobs, scratch ----
+
+struct Shape {
+  int d, group, hq, hkv, q_tile;  // q_tile: queries per job
+  int bs;                         // plain block size
+  int G;                          // tokens per encoded block (== KIVI group)
+  int ng, lg_ng;                  // value groups per token: d / G = 2^lg_ng
+  int zlen;                       // floats of a query vector's zero-point accumulator: max(8, ng)
+  int64_t plain_row_bytes, code_row_bytes, code_bytes;
+};
+
+struct QueryTile {
+  int seq, kv_head, q_begin, q_count;
+};
+
+struct Job {
+  QueryTile t;
+  int u_begin, u_end;  // units: encoded blocks [0, n_eb), then plain blocks
+  int64_t part;        // offset of this job's partial record, or -1 when it covers every visible unit
+  int64_t work;
+};
+
+struct SplitGroup {
+  QueryTile t;
+  int64_t first_part;
+  int num_parts;
+};
+
+// Per-thread buffers, kept between calls (grown, never shrunk).
+struct Scratch {
+  std::vector<float> q, qe, qk, kconst, s, w, wsum, m, l, acc, zacc, raw, vsf, vzf, comb;
+  std::vector<int64_t> limit;
+  void Reserve(int max_vecs, int d, int ng, int zlen) {
+    auto grow = [](std::vector<float>* v, size_t n) {
+      if (v->size() < n) v->resize(n);
+    };
+    const size_t nv = static_cast<size_t>(max_vecs);
+    grow(&q, nv * d);
+    grow(&qe, nv * d);
+    grow(&qk, nv * d);
+    grow(&wsum, nv * ng);
+    grow(&kconst, nv);
+    grow(&s, nv * kTile + 8);  // + 8: WeightExpander reads a full vector past a query's last row
+    grow(&w, nv * kTile * ng);
+    grow(&m, nv);
+    grow(&l, nv);
+    grow(&acc, nv * d);
+    grow(&zacc, nv * zlen);
+    grow(&raw, static_cast<size_t>(kMaxScoreVecs) * kTile * 8);
+    grow(&vsf, static_cast<size_t>(kTile) * ng);
+    grow(&vzf, static_cast<size_t>(kTile) * ng);
+    grow(&comb, static_cast<size_t>(d));
+    if (limit.size() < nv) limit.resize(nv);
+  }
+};
+
+Scratch& ThreadScratch() {
+  static thread_local Scratch sc;
+  return sc;
+}
+
+inline int64_t QoOffset(const AttentionParams& p, const Shape& sh, const QueryTile& t, int n) {
+  const int64_t query = p.qo_indptr[t.seq] + t.q_begin + n / sh.group;
+  return (query * sh.hq + t.kv_head * sh.group + n % sh.group) * sh.d;
+}
+
+// Copies the tile's query vectors, scaled into log2 units and permuted to lane
+// order, and sets each vector's causal limit (last visible slot). Returns the
+// number of slots visible to the tile.
+template <DType DT>
+int64_t PrepareQueries(const AttentionParams& p, const Shape& sh, const QueryTile& t, int64_t len, Scratch* sc) {
+  const float scale = p.sm_scale * kLog2e;
+  const int q_len = p.qo_indptr[t.seq + 1] - p.qo_indptr[t.seq];
+  const int nq = t.q_count * sh.group;
+  for (int n = 0; n < nq; ++n) {
+    const float* src = p.q + QoOffset(p, sh, t, n);
+    float* dst = sc->q.data() + static_cast<size_t>(n) * sh.d;
+    for (int c = 0; c < sh.d; c += 16) {
+      for (int i = 0; i < 16; ++i) dst[c + i] = src[c + Storage<DT>::StoredIndex(i)] * scale;
+    }
+    sc->limit[n] = len - q_len + t.q_begin + n / sh.group;
+  }
+  return len - q_len + t.q_begin + t.q_count;
+}
+
+// Rows of the tile past the query vector's causal limit, or past nrows, get -inf.
+inline void MaskTile(float* s_n, int64_t slot0, int64_t limit, int nrows) {
+  const int valid = static_cast<int>(std::clamp<int64_t>(limit - slot0 + 1, 0, nrows));
+  for (int r = valid; r < kTile; ++r) s_n[r] = kNegInf;
+}
+
+// Online softmax step: turns the tile's scores (log2 units) into weights in
+// place and rescales the running sum, accumulator and zero-point sums when the
+// max grows.
+void SoftmaxTile(const Shape& sh, int nq, int nrows, int64_t slot0, Scratch* sc) {
+  const int d = sh.d;
+  for (int n = 0; n < nq; ++n) {
+    float* s_n = sc->s.data() + n * kTile;
+    float& m = sc->m[n];
+    MaskTile(s_n, slot0, sc->limit[n], nrows);
+    constexpr int kVecs = kTile / 8;
+    F8 x[kVecs];
+    for (int i = 0; i < kVecs; ++i) x[i] = Load(s_n + 8 * i);
+    F8 mx = x[0];
+    for (int i = 1; i < kVecs; ++i) mx = Max(mx, x[i]);
+    const float tile_max = HMax(mx);
+    if (tile_max == kNegInf) {  // nothing visible to this query in the tile
+      for (int i = 0; i < kVecs; ++i) Store(s_n + 8 * i, Zero());
+      continue;
+    }
+    if (tile_max > m) {
+      const float alpha = std::exp2(m - tile_max);  // 0 on the first visible tile
+      sc->l[n] *= alpha;
+      const F8 av = Set1(alpha);
+      float* acc = sc->acc.data() + static_cast<size_t>(n) * d;
+      for (int c = 0; c < d; c += 8) Store(acc + c, Mul(Load(acc + c), av));
+      float* z = sc->zacc.data() + static_cast<size_t>(n) * sh.zlen;
+      for (int c = 0; c < sh.zlen; c += 8) Store(z + c, Mul(Load(z + c), av));
+      m = tile_max;
+    }
+    const F8 mv = Set1(m);
+    F8 sum = Zero();
+    for (int i = 0; i < kVecs; ++i) {
+      const F8 e = Exp2(Sub(x[i], mv));
+      Store(s_n + 8 * i, e);
+      sum = Add(sum, e);
+    }
+    sc->l[n] += HSum(sum);
+  }
+}
+
+// p_n((f + lane) / ng) for the 8 flattened (row, value group) indices f .. f + 7;
+// ng = 2^lg_ng.
+class WeightExpander {
+ public:
+  explicit WeightExpander(int lg_ng) : lg_(lg_ng) {
+#ifdef KVLAB_ATTN_AVX2
+    idx_ = _mm256_srlv_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(std::min(lg_ng, 3)));
+#endif
+  }
+  KVLAB_ALWAYS_INLINE F8 operator()(const float* p_n, int f) const {
+    if (lg_ >= 3) return Set1(p_n[f >> lg_]);
+#ifdef KVLAB_ATTN_AVX2
+    return _mm256_permutevar8x32_ps(Load(p_n + (f >> lg_)), idx_);
+#else
+    F8 r;
+    for (int i = 0; i < 8; ++i) r.x[i] = p_n[(f + i) >> lg_];
+    return r;
+#endif
+  }
+
+ private:
+  int lg_;
+#ifdef KVLAB_ATTN_AVX2
+  __m256i idx_;
+#endif
+};
+
+// For the tile's rows [t0, t0 + rows) of an encoded block (rows: a multiple of
+// 16): w_n(r, g) = p_n(r) * sv(t0 + r, g), and the zero-point term zacc_n +=
+// p_n(r) (zv + mid * sv)(t0 + r, g), kept lane-wise with lane = (r * ng + g) %
+// zlen; wsum_n(g) = sum_r w_n(r, g).
+void ValueWeights(const Shape& sh, int nq, float mid, const uint16_t* vs, const uint16_t* vz, int t0, int rows,
+                  Scratch* sc) {
+  const int ng = sh.ng, nf = rows * ng;
+  const uint16_t* vst = vs + static_cast<int64_t>(t0) * ng;
+  const uint16_t* vzt = vz + static_cast<int64_t>(t0) * ng;
+  float* const vsf = sc->vsf.data();
+  float* const vzf = sc->vzf.data();
+  const F8 midv = Set1(mid);
+  for (int f = 0; f < nf; f += 8) {
+    const F8 sv = LoadHalf8(vst + f);
+    Store(vsf + f, sv);
+    Store(vzf + f, Fma(midv, sv, LoadHalf8(vzt + f)));
+  }
+  const WeightExpander expand(sh.lg_ng);
+  const int zv = sh.zlen / 8;
+  for (int n = 0; n < nq; ++n) {
+    const float* p_n = sc->s.data() + n * kTile;
+    float* w_n = sc->w.data() + static_cast<size_t>(n) * kTile * ng;
+    float* z_n = sc->zacc.data() + static_cast<size_t>(n) * sh.zlen;
+    float* ws_n = sc->wsum.data() + static_cast<size_t>(n) * ng;
+    if (zv == 1) {  // in registers: no store-to-load chain through z_n
+      F8 z = Load(z_n), ws = Zero();
+      for (int f = 0; f < nf; f += 8) {
+        const F8 pe = expand(p_n, f);
+        const F8 w = Mul(pe, Load(vsf + f));
+        Store(w_n + f, w);
+        ws = Add(ws, w);
+        z = Fma(pe, Load(vzf + f), z);
+      }
+      Store(z_n, z);
+      float lanes[8];
+      Store(lanes, ws);
+      for (int g = 0; g < ng; ++g) {
+        float t = 0.0f;
+        for (int lane = g; lane < 8; lane += ng) t += lanes[lane];
+        ws_n[g] = t;
+      }
+    } else {  // ng >= 16: vector f covers groups f % ng .. f % ng + 7 of one row
+      std::fill(ws_n, ws_n + ng, 0.0f);
+      for (int f = 0; f < nf; f += 8) {
+        const F8 pe = expand(p_n, f);
+        const F8 w = Mul(pe, Load(vsf + f));
+        Store(w_n + f, w);
+        float* ws = ws_n + (f & (ng - 1));
+        Store(ws, Add(Load(ws), w));
+        float* z = z_n + (f & (ng - 1));
+        Store(z, Fma(pe, Load(vzf + f), Load(z)));
+      }
+    }
+  }
+}
+
+// One encoded block: slots [slot0, slot0 + G) of the stream.
+template <int BITS, DType DT>
+void EncodedBlock(const Shape& sh, int nq, const uint8_t* blk, int64_t slot0, int64_t visible, const float* lane_scale,
+                  Scratch* sc, PrefetchStream* pf) {
+  using L = CodeRows<BITS, DT>;
+  const int d = sh.d;
+  const uint8_t* kc = blk;
+  const uint8_t* vc = blk + sh.code_bytes;
+  const uint16_t* ks = reinterpret_cast<const uint16_t*>(blk + 2 * sh.code_bytes);
+  const uint16_t* kz = ks + d;
+  const uint16_t* vs = kz + d;
+  const uint16_t* vz = vs + d;  // G * (d / G) = d value parameters of each kind
+  // Fold the per-channel key scales into the queries (qe: already divided by
+  // the lanes' 2^Exp) and the zeros into one constant per query vector:
+  // score = (q * s) . code + q . z.
+  {
+    const float* q = sc->q.data();
+    const float* qe = sc->qe.data();
+    float* qk = sc->qk.data();
+    F8 z[kMaxTileQueryVecs];
+    for (int n = 0; n < nq; ++n) z[n] = Zero();
+    for (int c = 0; c < d; c += 16) {
+      F8 slo, shi, zlo, zhi;
+      LoadHalf16<DT>(ks + c, &slo, &shi);
+      LoadHalf16<DT>(kz + c, &zlo, &zhi);
+      for (int n = 0; n < nq; ++n) {
+        const size_t o = static_cast<size_t>(n) * d + c;
+        Store(qk + o, Mul(Load(qe + o), slo));
+        Store(qk + o + 8, Mul(Load(qe + o + 8), shi));
+        z[n] = Fma(Load(q + o), zlo, Fma(Load(q + o + 8), zhi, z[n]));
+      }
+    }
+    for (int n = 0; n < nq; ++n) sc->kconst[n] = HSum(z[n]);
+  }
+  const int rows = static_cast<int>(std::min<int64_t>(sh.G, visible - slot0));
+  const int wstride = kTile * sh.ng;
+  for (int t0 = 0; t0 < rows; t0 += kTile) {
+    const int nrows = std::min(kTile, rows - t0);
+    const uint8_t* kp = kc + t0 * sh.code_row_bytes;
+    for (int n0 = 0; n0 < nq; n0 += kMaxScoreVecs) {
+      ScoreTileAny<L>(std::min(kMaxScoreVecs, nq - n0), sc->qk.data() + static_cast<size_t>(n0) * d, d, kp,
+                      sh.code_row_bytes, nrows, sc->s.data() + n0 * kTile, sc->raw.data(), pf);
+    }
+    for (int n = 0; n < nq; ++n) {
+      float* s_n = sc->s.data() + n * kTile;
+      const F8 kv = Set1(sc->kconst[n]);
+      for (int r = 0; r < nrows; r += 8) Store(s_n + r, Add(Load(s_n + r), kv));
+    }
+    SoftmaxTile(sh, nq, nrows, slot0 + t0, sc);
+    ValueWeights(sh, nq, L::kMid, vs, vz, t0, std::min(kTile, sh.G - t0), sc);
+    const uint8_t* vp = vc + t0 * sh.code_row_bytes;
+    for (int n0 = 0; n0 < nq; n0 += kMaxValueVecs) {
+      const ValueEpilogue ep{lane_scale, sc->wsum.data() + static_cast<size_t>(n0) * sh.ng, L::kMid};
+      AccumulateTileAny<L, true>(std::min(kMaxValueVecs, nq - n0), sc->w.data() + static_cast<size_t>(n0) * wstride,
+                                 wstride, sh.ng, sh.G, vp, sh.code_row_bytes, nrows, d,
+                                 sc->acc.data() + static_cast<size_t>(n0) * d, ep, pf);
+    }
+  }
+}
+
+// One plain block: slots [slot0, slot0 + rows) of the stream.
+template <DType DT>
+void PlainBlock(const Shape& sh, int nq, const uint8_t* kb, int64_t slot0, int64_t visible, Scratch* sc,
+                PrefetchStream* pf) {
+  using L = PlainRows<DT>;
+  const int d = sh.d;
+  const int rows = static_cast<int>(std::min<int64_t>(sh.bs, visible - slot0));
+  for (int t0 = 0; t0 < rows; t0 += kTile) {
+    const int nrows = std::min(kTile, rows - t0);
+    const uint8_t* kp = kb + t0 * sh.plain_row_bytes;
+    const uint8_t* vp = kb + (sh.bs + t0) * sh.plain_row_bytes;
+    for (int n0 = 0; n0 < nq; n0 += kMaxScoreVecs) {
+      ScoreTileAny<L>(std::min(kMaxScoreVecs, nq - n0), sc->q.data() + static_cast<size_t>(n0) * d, d, kp,
+                      sh.plain_row_bytes, nrows, sc->s.data() + n0 * kTile, sc->raw.data(), pf);
+    }
+    SoftmaxTile(sh, nq, nrows, slot0 + t0, sc);
+    for (int n0 = 0; n0 < nq; n0 += kMaxValueVecs) {
+      AccumulateTileAny<L, false>(std::min(kMaxValueVecs, nq - n0), sc->s.data() + n0 * kTile, kTile, 1, d, vp,
+                                  sh.plain_row_bytes, nrows, d, sc->acc.data() + static_cast<size_t>(n0) * d,
+                                  ValueEpilogue{}, pf);
+    }
+  }
+}
+
+inline int CeilDiv(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
+
+// Units holding the first `visible` slots of a stream with n_enc encoded slots.
+inline int UnitsFor(const Shape& sh, int64_t visible, int64_t n_enc) {
+  if (visible <= n_enc) return CeilDiv(visible, sh.G);
+  return static_cast<int>(n_enc / sh.G) + CeilDiv(visible - n_enc, sh.bs);
+}
+// The unit holding slot `slot`.
+inline int UnitOf(const Shape& sh, int64_t slot, int64_t n_enc) {
+  if (slot < n_enc) return static_cast<int>(slot / sh.G);
+  return static_cast<int>(n_enc / sh.G + (slot - n_enc) / sh.bs);
+}
+
+// Runs one job over its units, leaving unnormalised (m, l, acc) in `sc`, the
+// zero-point terms already added to acc.
+template <int BITS, DType DT>
+void RunJob(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p, const Shape& sh, const Job& job,
+            Scratch* sc) {
+  const int nq = job.t.q_count * sh.group;
+  const int d = sh.d;
+  const int stream = job.t.seq * sh.hkv + job.t.kv_head;
+  const int64_t n_enc = enc.StreamTokens(stream);
+  const int n_eb = static_cast<int>(n_enc / sh.G);
+  const int64_t visible = PrepareQueries<DT>(p, sh, job.t, n_enc + kv.StreamLength(stream), sc);
+  float lane_scale[16];
+  for (int i = 0; i < 16; ++i) lane_scale[i] = CodeRows<BITS, DT>::LaneScale(i);
+  if (job.u_begin < n_eb) {
+    for (size_t i = 0; i < static_cast<size_t>(nq) * d; ++i) sc->qe[i] = sc->q[i] * lane_scale[i % 16];
+  }
+  std::fill(sc->m.begin(), sc->m.begin() + nq, kNegInf);
+  std::fill(sc->l.begin(), sc->l.begin() + nq, 0.0f);
+  std::fill(sc->acc.begin(), sc->acc.begin() + static_cast<size_t>(nq) * d, 0.0f);
+  std::fill(sc->zacc.begin(), sc->zacc.begin() + static_cast<size_t>(nq) * sh.zlen, 0.0f);
+  const int64_t plain_bytes = kv.block_bytes;
+  auto unit_base = [&](int u) -> const uint8_t* {
+    if (u < n_eb) return enc.Block(stream, u);
+    return kv.base + static_cast<int64_t>(kv.indices[kv.indptr[stream] + (u - n_eb)]) * plain_bytes;
+  };
+  auto unit_bytes = [&](int u) { return u < n_eb ? enc.block_bytes : plain_bytes; };
+  static const int pfb = getenv("XPF_BYTES") ? atoi(getenv("XPF_BYTES")) : kPrefetchBytes;
+  const int ahead = std::max<int>(1, static_cast<int>(pfb / unit_bytes(job.u_begin)));
+  PrefetchStream pf;
+  for (int u = job.u_begin + 1; u < std::min(job.u_end, job.u_begin + ahead); ++u) pf.NextBlock(unit_base(u), unit_bytes(u));
+  for (int u = job.u_begin; u < job.u_end; ++u) {
+    const int next = u + ahead;
+    pf.NextBlock(next < job.u_end ? unit_base(next) : nullptr, next < job.u_end ? unit_bytes(next) : 0);
+    if (u < n_eb) {
+      EncodedBlock<BITS, DT>(sh, nq, unit_base(u), static_cast<int64_t>(u) * sh.G, visible, lane_scale, sc, &pf);
+    } else {
+      PlainBlock<DT>(sh, nq, unit_base(u), n_enc + static_cast<int64_t>(u - n_eb) * sh.bs, visible, sc, &pf);
+    }
+  }
+  if (job.u_begin >= n_eb) return;  // no encoded block, no zero-point terms
+  // acc += sum_t p_t zv(t, g) on the channels of value group g.
+  for (int n = 0; n < nq; ++n) {
+    const float* z = sc->zacc.data() + static_cast<size_t>(n) * sh.zlen;
+    float* acc = sc->acc.data() + static_cast<size_t>(n) * d;
+    for (int c = 0; c < d; c += 16) {
+      const int g = c / sh.G;
+      float b = 0.0f;
+      if (sh.ng >= 8) {
+        b = z[g];
+      } else {
+        for (int lane = g; lane < 8; lane += sh.ng) b += z[lane];
+      }
+      const F8 bv = Set1(b);
+      Store(acc + c, Add(Load(acc + c), bv));
+      Store(acc + c + 8, Add(Load(acc + c + 8), bv));
+    }
+  }
+}
+
+// o = acc / l, lane order -> head order.
+template <DType DT>
+void WriteOutput(const AttentionParams& p, const Shape& sh, const QueryTile& t, int n, const float* acc, float l) {
+  float* o = p.o + QoOffset(p, sh, t, n);
+  const float inv_l = 1.0f / l;
+  for (int c = 0; c < sh.d; c += 16) {
+    for (int i = 0; i < 16; ++i) o[c + Storage<DT>::StoredIndex(i)] = acc[c + i] * inv_l;
+  }
+}
+
+// Merges a split group's partial records [m(nq), l(nq), acc(nq * d)] by log-sum-exp.
+template <DType DT>
+void CombineSplit(const AttentionParams& p, const Shape& sh, const SplitGroup& g, const float* parts, float* acc) {
+  const int nq = g.t.q_count * sh.group;
+  const int64_t rec = static_cast<int64_t>(nq) * (sh.d + 2);
+  for (int n = 0; n < nq; ++n) {
+    float m = kNegInf;
+    for (int k = 0; k < g.num_parts; ++k) m = std::max(m, parts[g.first_part + k * rec + n]);
+    float l = 0.0f;
+    std::fill(acc, acc + sh.d, 0.0f);
+    for (int k = 0; k < g.num_parts; ++k) {
+      const float* r = parts + g.first_part + k * rec;
+      if (r[n] == kNegInf) continue;  // this part holds no slot visible to vector n
+      const float w = std::exp2(r[n] - m);
+      l += w * r[nq + n];
+      const float* a = r + 2 * nq + static_cast<int64_t>(n) * sh.d;
+      for (int c = 0; c < sh.d; ++c) acc[c] += w * a[c];
+    }
+    WriteOutput<DT>(p, sh, g.t, n, acc, l);
+  }
+}
+
+// The calling thread's plan buffers, reused between calls.
+struct Plan {
+  std::vector<Job> jobs;
+  std::vector<SplitGroup> splits;
+  std::vector<float> parts;
+};
+
+template <int BITS, DType DT>
+void Run(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p) {
+  Shape sh;
+  sh.d = p.head_dim;
+  sh.hq = p.num_qo_heads;
+  sh.hkv = p.num_kv_heads;
+  sh.group = sh.hq / sh.hkv;
+  sh.q_tile = std::max(1, kMaxTileQueryVecs / sh.group);
+  sh.bs = kv.block_size;
+  sh.G = enc.enc.tokens_per_block;
+  sh.ng = sh.d / sh.G;
+  sh.lg_ng = 0;
+  while ((1 << sh.lg_ng) < sh.ng) ++sh.lg_ng;
+  sh.zlen = std::max(8, sh.ng);
+  sh.plain_row_bytes = static_cast<int64_t>(sh.d) * DTypeBytes(DT);
+  sh.code_row_bytes = static_cast<int64_t>(sh.d) * BITS / 8;
+  sh.code_bytes = enc.enc.CodeBytes();
+  const int threads = omp_get_max_threads();
+
+  static thread_local Plan plan;
+  std::vector<Job>& jobs = plan.jobs;
+  std::vector<SplitGroup>& splits = plan.splits;
+  jobs.clear();
+  splits.clear();
+  int64_t total_work = 0;
+  for (int i = 0; i < p.num_seqs; ++i) {
+    const int q_len = p.qo_indptr[i + 1] - p.qo_indptr[i];
+    for (int h = 0; h < sh.hkv; ++h) {
+      const int s = i * sh.hkv + h;
+      const int64_t n_enc = enc.StreamTokens(s);
+      const int64_t len = n_enc + kv.StreamLength(s);
+      for (int q_begin = 0; q_begin < q_len; q_begin += sh.q_tile) {
+        const QueryTile t{i, h, q_begin, std::min(sh.q_tile, q_len - q_begin)};
+        const int64_t visible = len - q_len + q_begin + t.q_count;
+        const int64_t work = visible * t.q_count * sh.group;
+        jobs.push_back(Job{t, 0, UnitsFor(sh, visible, n_enc), -1, work});
+        total_work += work;
+      }
+    }
+  }
+  if (jobs.empty()) return;
+  // Split-K: enough parts of each tile to give every thread kJobsPerThread
+  // jobs' worth of work, cut at unit boundaries near equal slot counts.
+  const int64_t work_per_job = std::max<int64_t>(1, total_work / (static_cast<int64_t>(threads) * kJobsPerThread));
+  int64_t parts_floats = 0;
+  const size_t num_tiles = jobs.size();
+  for (size_t j = 0; j < num_tiles; ++j) {
+    const Job whole = jobs[j];
+    const int nq = whole.t.q_count * sh.group;
+    const int64_t visible = whole.work / nq;
+    const int num_parts = static_cast<int>(std::min<int64_t>({(whole.work + work_per_job - 1) / work_per_job,
+                                                              visible / kMinSlotsPerJob, whole.u_end}));
+    if (threads == 1 || num_parts <= 1) continue;
+    const int64_t n_enc = enc.StreamTokens(whole.t.seq * sh.hkv + whole.t.kv_head);
+    const int64_t rec = static_cast<int64_t>(nq) * (sh.d + 2);
+    splits.push_back(SplitGroup{whole.t, parts_floats, num_parts});
+    for (int k = 0; k < num_parts; ++k) {
+      Job part = whole;
+      part.u_begin = k == 0 ? 0 : UnitOf(sh, visible * k / num_parts, n_enc);
+      part.u_end = k + 1 == num_parts ? whole.u_end : UnitOf(sh, visible * (k + 1) / num_parts, n_enc);
+      part.part = parts_floats + k * rec;
+      part.work = whole.work / num_parts;
+      if (k == 0) {
+        jobs[j] = part;
+      } else {
+        jobs.push_back(part);
+      }
+    }
+    parts_floats += num_parts * rec;
+  }
+  // Largest first, so the dynamic schedule ends with small jobs.
+  std::stable_sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) { return a.work > b.work; });
+  if (plan.parts.size() < static_cast<size_t>(parts_floats)) plan.parts.resize(static_cast<size_t>(parts_floats));
+  float* parts = plan.parts.data();
+  const int max_vecs = sh.q_tile * sh.group;
+
+  const int team = static_cast<int>(std::min<size_t>(threads, jobs.size()));
+#pragma omp parallel num_threads(team)
+  {
+    Scratch& sc = ThreadScratch();
+    sc.Reserve(max_vecs, sh.d, sh.ng, sh.zlen);
+#pragma omp for schedule(dynamic, 1) nowait
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      const Job& job = jobs[j];
+      RunJob<BITS, DT>(kv, enc, p, sh, job, &sc);
+      const int nq = job.t.q_count * sh.group;
+      if (job.part < 0) {
+        for (int n = 0; n < nq; ++n) {
+          WriteOutput<DT>(p, sh, job.t, n, sc.acc.data() + static_cast<size_t>(n) * sh.d, sc.l[n]);
+        }
+      } else {
+        float* rec = parts + job.part;
+        std::copy(sc.m.begin(), sc.m.begin() + nq, rec);
+        std::copy(sc.l.begin(), sc.l.begin() + nq, rec + nq);
+        std::copy(sc.acc.begin(), sc.acc.begin() + static_cast<size_t>(nq) * sh.d, rec + 2 * nq);
+      }
+    }
+    if (!splits.empty()) {
+#pragma omp barrier
+#pragma omp for schedule(dynamic, 1) nowait
+      for (size_t g = 0; g < splits.size(); ++g) CombineSplit<DT>(p, sh, splits[g], parts, sc.comb.data());
+    }
+  }
+}
+
+template <int BITS>
+void RunBits(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p) {
+  switch (kv.dtype) {
+    case DType::kF32: return Run<BITS, DType::kF32>(kv, enc, p);
+    case DType::kF16: return Run<BITS, DType::kF16>(kv, enc, p);
+    case DType::kBF16: return Run<BITS, DType::kBF16>(kv, enc, p);
+  }
+}
+
+}  // namespace
+
+bool KiviCpuSupports(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p) {
+  const KvEncoding& e = enc.enc;
+  if (e.kind != EncodingKind::kKivi || e.key_axis != QuantAxis::kChannel || e.value_axis != QuantAxis::kToken) {
+    return false;
+  }
+  if (e.bits != 2 && e.bits != 4) return false;
+  if (p.slot_attn != nullptr || p.rope_inv_freq != nullptr) return false;
+  const int d = p.head_dim;
+  if (d <= 0 || d % 16 != 0 || e.head_dim != d || kv.head_dim != d) return false;
+  if (e.tokens_per_block != e.group || e.group <= 0 || e.group % 16 != 0 || d % e.group != 0) return false;
+  const int ng = d / e.group;  // value groups per token
+  if ((ng & (ng - 1)) != 0) return false;
+  if (enc.block_bytes < e.BlockBytes()) return false;
+  if (p.num_kv_heads <= 0 || p.num_qo_heads % p.num_kv_heads != 0) return false;
+  return true;
+}
+
+void PagedAttentionKiviCpu(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p) {
+  if (enc.enc.bits == 2) {
+    RunBits<2>(kv, enc, p);
+  } else {
+    RunBits<4>(kv, enc, p);
+  }
+}
+
+}  // namespace kvlab

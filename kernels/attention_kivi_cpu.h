@@ -1,0 +1,39 @@
+// Fused CPU attention over KIVI-encoded segments (kernels/kv_encoding.h) plus
+// the plain tail: the fast path behind PagedAttentionEncodedCpu for KIVI's
+// own axes (per-channel keys, per-token values). No libtorch here.
+//
+// Codes are never decoded to a K/V row. Per encoded block (G tokens) and KV
+// head, for all query vectors of the head's GQA group at once:
+//   score_t = sum_c q_c (code_tc s_c + z_c) = sum_c (q_c s_c) code_tc + sum_c q_c z_c
+// (the per-channel key scale is folded into the query once per block and the
+// zero point becomes one constant per block), and
+//   out_c += sum_t p_t (code_tc sv_tg + zv_tg)
+//          = sum_t (p_t sv_tg) code_tc + sum_t p_t zv_tg
+// (the weights absorb the per-token value scale; the zero-point term is one
+// running sum per channel group). Codes are unpacked with shifts and masks
+// straight into fp32 lanes and centred (code - (2^bits - 1) / 2, the zero
+// points shifted to match) so that no running sum grows with the context; all
+// arithmetic is fp32 FMA (AVX2 when compiled for it, portable loops otherwise). Online softmax runs over the encoded blocks
+// and then the plain (f32/f16/bf16) blocks; long streams are split over
+// threads (flash-decoding) and merged by log-sum-exp.
+#pragma once
+
+#include "kernels/kv_encoding.h"
+#include "kernels/paged_kv.h"
+
+namespace kvlab {
+
+// True when PagedAttentionKiviCpu handles the call: KIVI with key_axis =
+// channel and value_axis = token, 2 or 4 bits, head_dim a multiple of 16,
+// group a multiple of 16 with head_dim / group a power of two, no
+// p.slot_attn and no p.rope_inv_freq. Any number of queries per sequence
+// (decode and prefill chunks), any GQA group.
+bool KiviCpuSupports(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p);
+
+// Same contract as PagedAttentionEncodedReference, to fp32 rounding. Uses
+// omp_get_max_threads() threads; per-thread scratch is kept between calls.
+// REQUIRES: KiviCpuSupports(kv, enc, p) and AttentionParamsCheck on the
+// whole (encoded + plain) streams.
+void PagedAttentionKiviCpu(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p);
+
+}  // namespace kvlab

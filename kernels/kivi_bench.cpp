@@ -1,0 +1,355 @@
+// Decode attention over a KIVI-2 cache against the 16-bit cache, on the CPU:
+// the Llama-3.1-8B layer shape (32 query heads, 8 KV heads, head_dim 128),
+// batch 1, plain blocks of 16 tokens, KIVI-2 with group 32 (encoded blocks of
+// 32 tokens) and the most recent 128 tokens kept in bf16 (the residual).
+//
+//   BM_DecodeBf16: PagedAttentionCpu, every slot plain bf16.
+//   BM_DecodeKivi2: PagedAttentionEncodedCpu (the fused KIVI path), encoded
+//                   segment + bf16 residual, as core's cache holds it.
+//
+// Counters: GBps = bytes of cache the call reads (whole blocks touched:
+// encoded blocks with their scales and zeros, plain blocks) per second;
+// step_ms = time per call; cpu_ms = CPU time of all threads per call; KIVI's speedup = the bf16 run's step_ms at the
+// same context and layout (run earlier in the same process, mean over its
+// repetitions) / KIVI's step_ms. Each benchmark rotates over enough distinct
+// caches (>= kRotateBytes in all, above the 32 MiB L3) that the cache comes
+// from memory, as in a model step where the other layers have evicted it.
+// Layout: blocks of both pools shuffled over the pool; `huge` 1 maps the pools
+// with MADV_HUGEPAGE, 0 on 4 KiB pages (core's BlockPool today).
+//
+// Run: ./<build dir>/kivi_bench --benchmark_min_time=1 --benchmark_repetitions=3
+//      --benchmark_report_aggregates_only=true
+#include <benchmark/benchmark.h>
+#include <omp.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/attention_cpu.h"
+#include "kernels/attention_encoded.h"
+#include "kernels/attention_reference.h"
+#include "kernels/kv_encoding.h"
+
+namespace kvlab {
+namespace {
+
+constexpr int kHq = 32, kHkv = 8, kHeadDim = 128, kBlockSize = 16;
+constexpr int kGroup = 32, kResidual = 128, kBits = 2;
+constexpr int64_t kRotateBytes = 256LL << 20;
+constexpr int64_t kPlainBlockBytes = 2LL * kBlockSize * kHeadDim * 2;
+constexpr int kUniqueEncodedBlocks = 256;  // distinct encoded contents, copied round the pool
+
+// ---- memory ----
+
+class Mapping {
+ public:
+  Mapping(size_t bytes, bool huge_pages) : bytes_(std::max<size_t>(bytes, 4096)) {
+    void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    data_ = p == MAP_FAILED ? nullptr : static_cast<uint8_t*>(p);
+    if (data_ != nullptr && huge_pages) madvise(data_, bytes_, MADV_HUGEPAGE);
+  }
+  ~Mapping() {
+    if (data_ != nullptr) munmap(data_, bytes_);
+  }
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  uint8_t* data() const { return data_; }
+
+ private:
+  size_t bytes_;
+  uint8_t* data_;
+};
+
+// Sequential all-core read bandwidth (bytes/s), best of 4 passes over 512 MiB.
+double ReadBandwidth() {
+  static const double bw = [] {
+    const int64_t n = (512LL << 20) / 8;
+    std::vector<uint64_t> b(static_cast<size_t>(n));
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) b[static_cast<size_t>(i)] = static_cast<uint64_t>(i);
+    double best = 0.0;
+    for (int pass = 0; pass < 4; ++pass) {
+      const auto t0 = std::chrono::steady_clock::now();
+      uint64_t total = 0;
+#pragma omp parallel for schedule(static) reduction(+ : total)
+      for (int64_t i = 0; i < n; ++i) total += b[static_cast<size_t>(i)];
+      benchmark::DoNotOptimize(total);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      best = std::max(best, static_cast<double>(n * 8) / s);
+    }
+    return best;
+  }();
+  return bw;
+}
+
+// Random bf16 in [-0.5, 0.5); xorshift because std::mt19937 takes seconds per GB.
+void FillBF16(uint16_t* dst, int64_t n, uint64_t seed) {
+#pragma omp parallel
+  {
+    uint64_t x = seed * 0x9e3779b97f4a7c15ULL + static_cast<uint64_t>(omp_get_thread_num()) + 1;
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      const uint32_t bits = 0x3f800000u | static_cast<uint32_t>(x >> 41);  // [1, 2)
+      float f;
+      std::memcpy(&f, &bits, 4);
+      dst[i] = F32ToBF16(f - 1.5f);
+    }
+  }
+}
+
+KvEncoding Kivi2() {
+  KvEncoding e;
+  e.kind = EncodingKind::kKivi;
+  e.bits = kBits;
+  e.head_dim = kHeadDim;
+  e.tokens_per_block = kGroup;
+  e.group = kGroup;
+  e.key_axis = QuantAxis::kChannel;
+  e.value_axis = QuantAxis::kToken;
+  return e;
+}
+
+int NumCopies(int64_t bytes_per_call) {
+  return static_cast<int>(std::max<int64_t>(1, (kRotateBytes + bytes_per_call - 1) / bytes_per_call));
+}
+
+std::vector<int32_t> ShuffledIds(int64_t n, uint32_t seed) {
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937(seed));
+  return ids;
+}
+
+// ---- one layer's cache for batch 1, `copies` independent copies ----
+
+struct Setup {
+  int64_t context = 0;
+  bool encoded = false;
+  int64_t n_enc = 0, n_plain = 0;  // slots per stream
+  int plain_blocks = 0, enc_blocks = 0;  // per stream
+  int copies = 1;
+  KvEncoding enc;
+  std::unique_ptr<Mapping> plain_pool, enc_pool;
+  std::vector<std::vector<int32_t>> plain_ids, enc_ids;  // per copy, [stream][block]
+  std::vector<int32_t> plain_indptr, enc_indptr, last_block_len, qo_indptr = {0, 1};
+  std::vector<float> q, o;
+
+  int64_t BytesPerCall() const {
+    return static_cast<int64_t>(kHkv) *
+           (plain_blocks * kPlainBlockBytes + (encoded ? enc_blocks * enc.BlockBytes() : 0));
+  }
+
+  Setup(int64_t ctx, bool kivi, bool huge_pages) : context(ctx), encoded(kivi), enc(Kivi2()) {
+    n_enc = kivi && ctx > kResidual ? (ctx - kResidual) / kGroup * kGroup : 0;  // core's sealing rule
+    n_plain = ctx - n_enc;
+    enc_blocks = static_cast<int>(n_enc / kGroup);
+    plain_blocks = static_cast<int>((n_plain + kBlockSize - 1) / kBlockSize);
+    copies = NumCopies(BytesPerCall());
+    const int64_t plain_total = static_cast<int64_t>(kHkv) * plain_blocks * copies;
+    const int64_t enc_total = static_cast<int64_t>(kHkv) * enc_blocks * copies;
+    plain_pool = std::make_unique<Mapping>(static_cast<size_t>(plain_total * kPlainBlockBytes), huge_pages);
+    enc_pool = std::make_unique<Mapping>(static_cast<size_t>(enc_total * enc.BlockBytes()), huge_pages);
+    if (plain_pool->data() == nullptr || enc_pool->data() == nullptr) return;
+    FillBF16(reinterpret_cast<uint16_t*>(plain_pool->data()), plain_total * kPlainBlockBytes / 2, 1);
+    if (enc_total > 0) {
+      // Distinct encoded blocks from random K/V, copied over the whole pool:
+      // what is read is what counts, not how many contents differ.
+      std::mt19937 rng(5);
+      std::normal_distribution<float> nd;
+      std::vector<float> k(static_cast<size_t>(kGroup) * kHeadDim), v(k.size());
+      std::vector<uint8_t> unique(static_cast<size_t>(kUniqueEncodedBlocks * enc.BlockBytes()));
+      for (int b = 0; b < kUniqueEncodedBlocks; ++b) {
+        for (float& x : k) x = nd(rng);
+        for (float& x : v) x = nd(rng);
+        EncodeKvBlock(enc, k.data(), v.data(), unique.data() + b * enc.BlockBytes());
+      }
+      for (int64_t b = 0; b < enc_total; ++b) {
+        std::memcpy(enc_pool->data() + b * enc.BlockBytes(),
+                    unique.data() + (b % kUniqueEncodedBlocks) * enc.BlockBytes(), static_cast<size_t>(enc.BlockBytes()));
+      }
+    }
+    const std::vector<int32_t> pp = ShuffledIds(plain_total, 2), ep = ShuffledIds(enc_total, 3);
+    for (int c = 0; c < copies; ++c) {
+      plain_ids.emplace_back(pp.begin() + c * (plain_total / copies), pp.begin() + (c + 1) * (plain_total / copies));
+      enc_ids.emplace_back(ep.begin() + c * (enc_total / copies), ep.begin() + (c + 1) * (enc_total / copies));
+    }
+    for (int s = 0; s <= kHkv; ++s) {
+      plain_indptr.push_back(s * plain_blocks);
+      enc_indptr.push_back(s * enc_blocks);
+    }
+    last_block_len.assign(kHkv, static_cast<int32_t>((n_plain - 1) % kBlockSize + 1));
+    q.resize(static_cast<size_t>(kHq) * kHeadDim);
+    std::mt19937 rng(7);
+    std::normal_distribution<float> nd;
+    for (float& x : q) x = nd(rng);
+    o.resize(q.size());
+  }
+  bool ok() const { return plain_pool->data() != nullptr && enc_pool->data() != nullptr; }
+
+  PagedKV Plain(int copy) const {
+    PagedKV kv;
+    kv.base = plain_pool->data();
+    kv.block_bytes = kPlainBlockBytes;
+    kv.dtype = DType::kBF16;
+    kv.block_size = kBlockSize;
+    kv.head_dim = kHeadDim;
+    kv.num_streams = kHkv;
+    kv.indptr = plain_indptr.data();
+    kv.indices = plain_ids[static_cast<size_t>(copy)].data();
+    kv.last_block_len = last_block_len.data();
+    return kv;
+  }
+  EncodedKV Encoded(int copy) const {
+    EncodedKV e;
+    e.base = enc_pool->data();
+    e.block_bytes = enc.BlockBytes();
+    e.enc = enc;
+    e.num_streams = kHkv;
+    e.indptr = enc_indptr.data();
+    e.indices = enc_ids[static_cast<size_t>(copy)].data();
+    return e;
+  }
+  AttentionParams Params() {
+    AttentionParams p;
+    p.num_seqs = 1;
+    p.num_qo_heads = kHq;
+    p.num_kv_heads = kHkv;
+    p.head_dim = kHeadDim;
+    p.sm_scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+    p.qo_indptr = qo_indptr.data();
+    p.q = q.data();
+    p.o = o.data();
+    return p;
+  }
+};
+
+// bf16 step time per (context, huge) in ms: sum and count over repetitions.
+std::map<std::pair<int64_t, int>, std::pair<double, int>>& Bf16Times() {
+  static std::map<std::pair<int64_t, int>, std::pair<double, int>> t;
+  return t;
+}
+
+// Times the loop itself (ms per call) and sets the shared counters.
+double ProcessCpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+template <typename F>
+double RunLoop(benchmark::State& state, const Setup& setup, F&& call) {
+  int copy = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  const double cpu0 = ProcessCpuSeconds();
+  for (auto _ : state) {
+    call(copy);
+    benchmark::ClobberMemory();
+    copy = (copy + 1) % setup.copies;
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double iters = static_cast<double>(std::max<int64_t>(1, state.iterations()));
+  const double ms = secs * 1e3 / iters;
+  // CPU time of all threads per call (OpenMP's spin-wait included): a check on
+  // step_ms when other processes share the cores.
+  state.counters["cpu_ms"] = (ProcessCpuSeconds() - cpu0) * 1e3 / iters;
+  const double bytes = static_cast<double>(setup.BytesPerCall()) * static_cast<double>(state.iterations());
+  state.counters["GBps"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsRate);
+  state.counters["step_ms"] = ms;
+  state.counters["cache_MB"] = static_cast<double>(setup.BytesPerCall()) / 1e6;
+  state.counters["caches"] = setup.copies;
+  return ms;
+}
+
+void BM_DecodeBf16(benchmark::State& state) {
+  const int64_t context = state.range(0);
+  const int huge = static_cast<int>(state.range(1));
+  Setup setup(context, /*kivi=*/false, huge != 0);
+  if (!setup.ok()) {
+    state.SkipWithError("cannot map the pools");
+    return;
+  }
+  const AttentionParams p = setup.Params();
+  if (Status st = AttentionParamsCheck(setup.Plain(0), p); !st.ok()) {
+    state.SkipWithError(st.ToString().c_str());
+    return;
+  }
+  PagedAttentionCpu(setup.Plain(0), p);  // warm-up: OpenMP thread pool
+  const double ms = RunLoop(state, setup, [&](int copy) { PagedAttentionCpu(setup.Plain(copy), p); });
+  auto& t = Bf16Times()[{context, huge}];
+  t.first += ms;
+  t.second += 1;
+}
+
+void BM_DecodeKivi2(benchmark::State& state) {
+  const int64_t context = state.range(0);
+  const int huge = static_cast<int>(state.range(1));
+  Setup setup(context, /*kivi=*/true, huge != 0);
+  if (!setup.ok()) {
+    state.SkipWithError("cannot map the pools");
+    return;
+  }
+  AttentionParams p = setup.Params();
+  // Once: the fast path against the reference on this cache (skip on mismatch).
+  {
+    std::vector<float> ref(setup.o.size());
+    AttentionParams pr = p;
+    pr.o = ref.data();
+    const EncodedKV e = setup.Encoded(0);
+    PagedAttentionEncodedReference(setup.Plain(0), e, pr);
+    PagedAttentionEncodedCpu(setup.Plain(0), e, p);
+    double worst = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      worst = std::max(worst, std::abs(double(ref[i]) - setup.o[i]) / (1e-5 + 1e-4 * std::abs(ref[i])));
+    }
+    if (worst > 1.0) {
+      state.SkipWithError(("KIVI output differs from the reference: " + std::to_string(worst)).c_str());
+      return;
+    }
+  }
+  const double ms = RunLoop(state, setup, [&](int copy) {
+    const EncodedKV e = setup.Encoded(copy);
+    PagedAttentionEncodedCpu(setup.Plain(copy), e, p);
+  });
+  const auto it = Bf16Times().find({context, huge});
+  if (it != Bf16Times().end() && it->second.second > 0) {
+    state.counters["speedup"] = it->second.first / it->second.second / ms;
+  }
+}
+
+void Args(benchmark::internal::Benchmark* b) {
+  for (int huge : {1, 0}) {
+    for (int64_t context : {4096, 16384}) b->Args({context, huge});
+  }
+  b->ArgNames({"ctx", "huge"})->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
+BENCHMARK(BM_DecodeBf16)->Apply(Args);
+BENCHMARK(BM_DecodeKivi2)->Apply(Args);
+
+}  // namespace
+}  // namespace kvlab
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::AddCustomContext("read_bw_GBps", std::to_string(kvlab::ReadBandwidth() / 1e9));
+  benchmark::AddCustomContext("omp_threads", std::to_string(omp_get_max_threads()));
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
