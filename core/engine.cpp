@@ -244,14 +244,7 @@ void Engine::Impl::ApplySelection(const std::vector<SeqChunk>& chunks) {
     for (int l = 0; l < shape.num_layers; ++l) {
       for (int h = 0; h < shape.num_kv_heads; ++h) {
         const Stream& st = cache->stream(c.seq, l, h);
-        StreamState ss;
-        ss.layer = l;
-        ss.kv_head = h;
-        ss.num_tokens = st.num_tokens;
-        ss.positions = st.positions.data();
-        ss.score = st.score.data();
-        ss.seq_length = seq_len[c.seq];
-        ss.block_size = shape.block_size;
+        const StreamState ss = StateOf(st, l, h, seq_len[c.seq], shape.block_size);
         keep.clear();
         if (sel->SelectSlots(ss, &keep)) cache->Compact(c.seq, l, h, keep);
       }
@@ -282,14 +275,7 @@ Status Engine::Impl::ApplyPlacement() {
     for (int l = 0; l < shape.num_layers; ++l) {
       for (int h = 0; h < shape.num_kv_heads; ++h) {
         const Stream& st = cache->stream(kv.first, l, h);
-        StreamState ss;
-        ss.layer = l;
-        ss.kv_head = h;
-        ss.num_tokens = st.num_tokens;
-        ss.positions = st.positions.data();
-        ss.score = st.score.data();
-        ss.seq_length = kv.second;
-        ss.block_size = shape.block_size;
+        const StreamState ss = StateOf(st, l, h, kv.second, shape.block_size);
         const int tpb = shape.enc.tokens_per_block;
         for (size_t i = 0; i < st.enc_blocks.size(); ++i) {
           if (IsOffloaded(st.enc_blocks[i])) continue;

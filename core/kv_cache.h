@@ -71,6 +71,19 @@ struct Stream {
   int64_t Capacity(int block_size) const { return static_cast<int64_t>(blocks.size()) * block_size; }
 };
 
+// What a policy sees of one stream (core builds it; policies only read it).
+inline StreamState StateOf(const Stream& s, int layer, int head, int64_t seq_length, int block_size) {
+  StreamState ss;
+  ss.layer = layer;
+  ss.kv_head = head;
+  ss.num_tokens = s.num_tokens;
+  ss.positions = s.positions.data();
+  ss.score = s.score.data();
+  ss.seq_length = seq_length;
+  ss.block_size = block_size;
+  return ss;
+}
+
 // The step's page tables for a batch of sequences, all layers, in one CSR
 // (built once per step, shared by all layers). Streams are ordered
 // [layer][seq][kv_head]; indptr values index the shared `indices`.

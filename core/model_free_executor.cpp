@@ -149,14 +149,7 @@ class ModelFreeExecutor : public StepExecutor {
       for (int l = 0; l < shape.num_layers; ++l) {
         for (int h = 0; h < shape.num_kv_heads; ++h) {
           const Stream& st = cache_->stream(c.seq, l, h);
-          StreamState ss;
-          ss.layer = l;
-          ss.kv_head = h;
-          ss.num_tokens = st.num_tokens;
-          ss.positions = st.positions.data();
-          ss.score = st.score.data();
-          ss.seq_length = len_[c.seq];
-          ss.block_size = shape.block_size;
+          const StreamState ss = StateOf(st, l, h, len_[c.seq], shape.block_size);
           keep.clear();
           if (sel->SelectSlots(ss, &keep)) cache_->Compact(c.seq, l, h, keep);
         }
