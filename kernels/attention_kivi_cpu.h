@@ -10,10 +10,12 @@
 //   out_c += sum_t p_t (code_tc sv_tg + zv_tg)
 //          = sum_t (p_t sv_tg) code_tc + sum_t p_t zv_tg
 // (the weights absorb the per-token value scale; the zero-point term is one
-// running sum per channel group). Codes are unpacked with shifts and masks
-// straight into fp32 lanes and centred (code - (2^bits - 1) / 2, the zero
-// points shifted to match) so that no running sum grows with the context; all
-// arithmetic is fp32 FMA (AVX2 when compiled for it, portable loops otherwise). Online softmax runs over the encoded blocks
+// running sum per channel group). Codes are unpacked with masks straight into
+// fp32 lanes; each tile's value sum is centred (code - (2^bits - 1) / 2, the
+// zero points shifted to match) before it joins the running sum, so that no
+// running sum grows with the context (fp32 error stays that of the plain
+// path). All arithmetic is fp32 FMA (AVX2 when compiled for it, portable loops
+// otherwise). Online softmax runs over the encoded blocks
 // and then the plain (f32/f16/bf16) blocks; long streams are split over
 // threads (flash-decoding) and merged by log-sum-exp.
 #pragma once
