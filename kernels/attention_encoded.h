@@ -12,8 +12,12 @@ namespace kvlab {
 
 // The specification: decodes with DecodeKvBlock, double accumulation.
 void PagedAttentionEncodedReference(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p);
-// The CPU path: OpenMP over (sequence, KV head); each block (encoded or
-// plain) is decoded once for all query heads of the group and all queries.
+// The CPU path. KIVI with key per-channel / value per-token axes (2 or 4
+// bits, no RoPE at read, no slot_attn) takes the fused path in
+// kernels/attention_kivi_cpu.cpp: key scales folded into the queries, codes
+// unpacked once per block for the whole query-head group, split-K over
+// threads. Everything else takes a generic path that decodes each stream to
+// fp32 once for all query heads of the group and all queries.
 void PagedAttentionEncodedCpu(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p);
 
 }  // namespace kvlab
