@@ -15,6 +15,8 @@
 #include "core/run_config.h"
 #include "core/serve_bench.h"
 #include "core/tokenizer.h"
+#include "core/train_config.h"
+#include "core/trainer.h"
 #include "policies/registry.h"
 
 namespace kvlab {
@@ -165,6 +167,23 @@ int Main(int argc, char** argv) {
   sb->add_option("--json", sb_over.json_path, "Append the summary as one JSON line to this file");
   sb->add_option("--max-steps", sb_over.max_steps, "Stop after this many steps (replaces the config's max_steps)");
 
+  // --- train / convert ---
+  CLI::App* tr = app.add_subcommand("train", "Train a small Llama model from a TOML config (resumes from its last checkpoint)");
+  std::string tr_config;
+  TrainOptions tr_opts;
+  bool tr_restart = false;
+  tr->add_option("config", tr_config, "Training TOML config (datasets/models/*/train.toml)")->required();
+  tr->add_option("--max-steps", tr_opts.max_steps, "Stop (with a checkpoint) after this many steps of this run");
+  tr->add_flag("--restart", tr_restart, "Ignore an existing checkpoint in the output directory and start from step 0");
+  tr->add_flag("--quiet", tr_opts.quiet, "No progress lines");
+  CLI::App* cv = app.add_subcommand("convert", "Pool the KV heads of a checkpoint (MHA -> GQA/MQA, the GQA paper's conversion)");
+  std::string cv_in, cv_out, cv_merge = "mean";
+  int cv_group = 0;
+  cv->add_option("input", cv_in, "Checkpoint directory (config.json + model.safetensors)")->required();
+  cv->add_option("output", cv_out, "Output directory")->required();
+  cv->add_option("--pool-kv-heads", cv_group, "Merge each group of G adjacent KV heads into one")->required();
+  cv->add_option("--merge", cv_merge, "mean (the GQA paper) or first")->capture_default_str();
+
   CLI::App* models = app.add_subcommand("models", "List model presets");
   CLI::App* pols = app.add_subcommand("policies", "List registered policies and their parameters");
 
@@ -297,6 +316,30 @@ int Main(int argc, char** argv) {
     Status s = RunServeBench(sb_config, sb_over, &report);
     if (!s.ok()) return Fail(s);
     std::printf("%s", report.c_str());
+    return 0;
+  }
+
+  if (*tr) {
+    TrainConfig tc;
+    Status s = LoadTrainConfig(tr_config, &tc);
+    tr_opts.resume = !tr_restart;
+    TrainResult r;
+    if (s.ok()) s = Train(tc, tr_opts, &r);
+    if (!s.ok()) return Fail(s);
+    std::printf("trained %s: step %lld of %lld", tc.out.c_str(), static_cast<long long>(r.steps_done),
+                static_cast<long long>(tc.TotalSteps()));
+    if (r.heldout_bpb >= 0) std::printf(", held-out %.3f bits per byte", r.heldout_bpb);
+    std::printf("\n");
+    return 0;
+  }
+
+  if (*cv) {
+    if (cv_merge != "mean" && cv_merge != "first") {
+      return Fail(Status::InvalidArgument("--merge: expected mean or first, got '" + cv_merge + "'"));
+    }
+    Status s = ConvertPoolKvHeads(cv_in, cv_out, cv_group, cv_merge == "mean");
+    if (!s.ok()) return Fail(s);
+    std::printf("wrote %s (KV heads pooled by %d, %s)\n", cv_out.c_str(), cv_group, cv_merge.c_str());
     return 0;
   }
 

@@ -1,0 +1,38 @@
+// `kvlab train` and `kvlab convert`: training the testbed's own small Llama
+// models with libtorch autograd, and pooling KV heads of a checkpoint (the
+// GQA paper's MHA -> GQA conversion). Checkpoints are Hugging Face layout
+// (config.json + model.safetensors, fp32) that the engine loads as they are;
+// the optimizer state (optimizer.pt) and trainer_state.json sit beside them.
+// The header is torch-free; trainer.cpp holds the libtorch code.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/train_config.h"
+
+namespace kvlab {
+
+struct TrainOptions {
+  bool quiet = false;        // no progress lines
+  int64_t max_steps = -1;    // stop after this many steps (>= 0), checkpointing; for tests
+  bool resume = true;        // continue from out/trainer_state.json when present
+};
+
+struct TrainResult {
+  int64_t steps_done = 0;           // total steps in the checkpoint after this run
+  std::vector<double> step_losses;  // the weighted training loss of each step run now
+  double heldout_bpb = -1;          // last held-out evaluation (-1: none)
+};
+
+Status Train(const TrainConfig& config, const TrainOptions& options, TrainResult* result);
+
+// Mean-pools (or takes the first of) each group of `group` adjacent KV heads of
+// the checkpoint in `in_dir`, writing a new checkpoint with
+// num_key_value_heads / group KV heads to `out_dir`.
+Status ConvertPoolKvHeads(const std::string& in_dir, const std::string& out_dir, int group, bool mean);
+
+
+}  // namespace kvlab
