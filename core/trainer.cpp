@@ -543,4 +543,15 @@ Status ConvertPoolKvHeads(const std::string& in_dir, const std::string& out_dir,
   return SaveParams(q, out_dir);
 }
 
+Status TrainerLogits(const std::string& dir, const std::vector<int32_t>& tokens, std::vector<float>* out) {
+  Params p;
+  KVLAB_RETURN_IF_ERROR(LoadParams(dir, &p));
+  torch::NoGradGuard no_grad;
+  Forwarder fwd(p);
+  std::vector<int64_t> ids(tokens.begin(), tokens.end());
+  torch::Tensor logits = fwd(torch::tensor(ids, torch::kLong).view({1, -1})).contiguous();
+  out->assign(logits.data_ptr<float>(), logits.data_ptr<float>() + logits.numel());
+  return Status::OK();
+}
+
 }  // namespace kvlab

@@ -34,5 +34,10 @@ Status Train(const TrainConfig& config, const TrainOptions& options, TrainResult
 // num_key_value_heads / group KV heads to `out_dir`.
 Status ConvertPoolKvHeads(const std::string& in_dir, const std::string& out_dir, int group, bool mean);
 
+// Next-token logits [tokens, vocab] of the checkpoint in `dir` through the
+// trainer's own batched forward (the one gradients flow through), so tests
+// can hold it equal to the engine's.
+Status TrainerLogits(const std::string& dir, const std::vector<int32_t>& tokens, std::vector<float>* out);
+
 
 }  // namespace kvlab

@@ -1,0 +1,246 @@
+// `kvlab train` and `kvlab convert`: reproducibility, resume, the trainer's
+// forward against the engine's, KV-head pooling against the engine's own
+// head merge, and config errors.
+#include "core/trainer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "core/engine.h"
+#include "core/tasks.h"
+#include "core/train_config.h"
+
+namespace kvlab {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string TempDir(const std::string& name) {
+  const fs::path p = fs::temp_directory_path() / ("kvlab_trainer_test_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+// A small text corpus (no files from the corpus build are needed).
+std::string WriteCorpus(const std::string& dir) {
+  std::string text;
+  SplitMix rng(3);
+  const char* words[] = {"the ", "cache ", "grows ", "with ", "every ", "token ", "and ", "user ", "keys ", "values "};
+  while (text.size() < 20000) text += words[rng.Below(10)];
+  const std::string path = dir + "/corpus.txt";
+  std::ofstream(path) << text;
+  return path;
+}
+
+std::string ConfigText(const std::string& out, const std::string& corpus, int kv_heads) {
+  return "out = \"" + out + "\"\n[model]\nhidden_size = 64\nintermediate_size = 128\nnum_hidden_layers = 2\n"
+         "num_attention_heads = 4\nnum_key_value_heads = " + std::to_string(kv_heads) +
+         "\nmax_position_embeddings = 256\n[train]\nseed = 5\nlr = 3e-3\nwarmup_steps = 5\nthreads = 1\n"
+         "eval_every = 0\ncheckpoint_every = 0\nlog_every = 100\n[data]\ntrain = \"" + corpus +
+         "\"\n[[phase]]\nsteps = 30\nseq_len = 48\nbatch = 4\ntext = 1.0\ncopy = 0.5\npasskey = 0.0\n";
+}
+
+TrainConfig Config(const std::string& dir, const std::string& out, int kv_heads) {
+  TrainConfig c;
+  const Status s = ParseTrainConfig(ConfigText(out, WriteCorpus(dir), kv_heads), dir + "/train.toml", &c);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return c;
+}
+
+TEST(TrainerTest, SameSeedSameLossesAndLossFalls) {
+  const std::string dir = TempDir("repro");
+  TrainOptions o;
+  o.quiet = true;
+  o.max_steps = 20;
+  TrainResult a, b;
+  ASSERT_TRUE(Train(Config(dir, dir + "/a", 2), o, &a).ok());
+  ASSERT_TRUE(Train(Config(dir, dir + "/b", 2), o, &b).ok());
+  ASSERT_EQ(a.step_losses.size(), 20u);
+  EXPECT_EQ(a.step_losses, b.step_losses);  // bit for bit
+  // Learning happens: the loss of the last steps is well below the first.
+  EXPECT_LT(a.step_losses.back(), a.step_losses.front() - 1.0);
+  // A different seed gives different losses.
+  TrainConfig c = Config(dir, dir + "/c", 2);
+  c.seed = 6;
+  TrainResult r;
+  ASSERT_TRUE(Train(c, o, &r).ok());
+  EXPECT_NE(r.step_losses, a.step_losses);
+  fs::remove_all(dir);
+}
+
+// Interrupted after 12 steps and resumed: the same losses as one run.
+TEST(TrainerTest, ResumeContinuesExactly) {
+  const std::string dir = TempDir("resume");
+  TrainOptions o;
+  o.quiet = true;
+  o.max_steps = 24;
+  TrainResult whole, first, second;
+  ASSERT_TRUE(Train(Config(dir, dir + "/whole", 4), o, &whole).ok());
+  o.max_steps = 12;
+  ASSERT_TRUE(Train(Config(dir, dir + "/split", 4), o, &first).ok());
+  EXPECT_EQ(first.steps_done, 12);
+  ASSERT_TRUE(fs::exists(dir + "/split/optimizer.pt"));
+  ASSERT_TRUE(Train(Config(dir, dir + "/split", 4), o, &second).ok());
+  EXPECT_EQ(second.steps_done, 24);
+  std::vector<double> joined = first.step_losses;
+  joined.insert(joined.end(), second.step_losses.begin(), second.step_losses.end());
+  EXPECT_EQ(joined, whole.step_losses);
+  // The loss log has one row per logged step, none duplicated by the resume.
+  std::ifstream log(dir + "/split/loss.csv");
+  std::string line;
+  int rows = 0;
+  while (std::getline(log, line)) ++rows;
+  EXPECT_EQ(rows, 1 + 2);  // header + the two final steps (log_every is 100)
+  fs::remove_all(dir);
+}
+
+float MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  float m = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  return m;
+}
+
+// What the trainer learns is what the engine runs: the checkpoint it writes
+// gives the same logits through the paged engine (GQA 4:2, trained weights).
+TEST(TrainerTest, TrainerForwardEqualsEngine) {
+  const std::string dir = TempDir("fwd");
+  TrainOptions o;
+  o.quiet = true;
+  o.max_steps = 10;
+  TrainResult r;
+  ASSERT_TRUE(Train(Config(dir, dir + "/m", 2), o, &r).ok());
+  std::vector<int32_t> ids = {256};
+  for (int i = 0; i < 60; ++i) ids.push_back(97 + (i * 7) % 26);
+  std::vector<float> ours, dense;
+  ASSERT_TRUE(TrainerLogits(dir + "/m", ids, &ours).ok());
+  EngineOptions eo;
+  eo.model = dir + "/m";
+  eo.kv_dtype = DType::kF32;
+  eo.max_context = 64;
+  ASSERT_TRUE(DenseLogits(eo, ids, /*nocache=*/true, &dense).ok());
+  EXPECT_LT(MaxAbsDiff(ours, dense), 1e-4f);
+  std::unique_ptr<Engine> e;
+  ASSERT_TRUE(Engine::Create(eo, {PolicySpec{"full", {}, "t"}}, &e).ok());
+  ASSERT_TRUE(e->AddSequence(0).ok());
+  std::vector<std::vector<float>> paged;
+  ASSERT_TRUE(e->Forward({SeqChunk{0, ids}}, true, &paged).ok());
+  EXPECT_LT(MaxAbsDiff(ours, paged[0]), 1e-4f);
+  fs::remove_all(dir);
+}
+
+// convert --pool-kv-heads 2 gives the checkpoint the engine's own mean/first
+// head merge (gqa-reuse) computes on the fly.
+TEST(TrainerTest, ConvertMatchesEngineHeadMerge) {
+  const std::string dir = TempDir("convert");
+  TrainOptions o;
+  o.quiet = true;
+  o.max_steps = 5;
+  TrainResult r;
+  ASSERT_TRUE(Train(Config(dir, dir + "/mha", 4), o, &r).ok());
+  std::vector<int32_t> ids = {256, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 110};
+  for (const char* merge : {"mean", "first"}) {
+    const bool mean = std::string(merge) == "mean";
+    ASSERT_TRUE(ConvertPoolKvHeads(dir + "/mha", dir + "/gqa", 2, mean).ok());
+    ModelConfig mc;
+    ASSERT_TRUE(LoadModelConfig(dir + "/gqa/config.json", &mc).ok());
+    EXPECT_EQ(mc.num_key_value_heads, 2);
+    EngineOptions eo;
+    eo.kv_dtype = DType::kF32;
+    eo.max_context = 32;
+    auto logits = [&](const std::string& model, const std::vector<PolicySpec>& stack) {
+      eo.model = model;
+      std::unique_ptr<Engine> e;
+      EXPECT_TRUE(Engine::Create(eo, stack, &e).ok());
+      EXPECT_TRUE(e->AddSequence(0).ok());
+      std::vector<std::vector<float>> out;
+      EXPECT_TRUE(e->Forward({SeqChunk{0, ids}}, true, &out).ok());
+      return out[0];
+    };
+    const auto converted = logits(dir + "/gqa", {PolicySpec{"full", {}, "t"}});
+    const auto merged = logits(dir + "/mha", {PolicySpec{"gqa-reuse", {{"group", "2"}, {"merge", merge}}, "t"}});
+    EXPECT_LT(MaxAbsDiff(converted, merged), 1e-4f) << merge;
+    const auto original = logits(dir + "/mha", {PolicySpec{"full", {}, "t"}});
+    EXPECT_GT(MaxAbsDiff(converted, original), 1e-3f) << merge << ": pooling changed nothing";
+  }
+  // A group that does not divide the KV heads is refused, naming the file.
+  const Status bad = ConvertPoolKvHeads(dir + "/mha", dir + "/bad", 3, true);
+  EXPECT_FALSE(bad.ok());
+  EXPECT_NE(bad.ToString().find("config.json"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST(TrainConfigTest, ErrorsNameFileLineColumn) {
+  TrainConfig c;
+  Status s = ParseTrainConfig("out = \"x\"\n[train]\nlrr = 1.0\n", "cfg.toml", &c);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.ToString().find("cfg.toml:3:"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.ToString().find("train.lrr"), std::string::npos);
+  s = ParseTrainConfig("out = \"x\"\n[[phase]]\nsteps = \"ten\"\n", "cfg.toml", &c);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.ToString().find("cfg.toml:3:"), std::string::npos) << s.ToString();
+  s = ParseTrainConfig("out = \"x\"\n", "cfg.toml", &c);
+  EXPECT_FALSE(s.ok());  // no phase
+  s = ParseTrainConfig("out = \"x\"\n[model]\nnum_attention_heads = 8\nnum_key_value_heads = 3\n[[phase]]\nsteps = 1\ntext = 0.0\ncopy = 1.0\n",
+                       "cfg.toml", &c);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.ToString().find("num_key_value_heads"), std::string::npos) << s.ToString();
+}
+
+TEST(TasksTest, DeterministicAndWellFormed) {
+  for (TaskKind kind : {TaskKind::kPasskey, TaskKind::kMultiNeedle, TaskKind::kRecall}) {
+    for (double depth : {0.0, 0.5, 1.0}) {
+      TaskSpec spec;
+      spec.kind = kind;
+      spec.length = 1024;
+      spec.depth = depth;
+      spec.seed = 11;
+      TaskSample a, b;
+      ASSERT_TRUE(MakeTask(spec, &a).ok());
+      ASSERT_TRUE(MakeTask(spec, &b).ok());
+      EXPECT_EQ(a.prompt, b.prompt);
+      EXPECT_EQ(a.prompt.size() + a.answer.size(), 1024u) << TaskKindName(kind);
+      EXPECT_FALSE(a.answer.empty());
+      // The answer is recoverable from the prompt only through the needle.
+      EXPECT_NE(a.prompt.find(a.answer), std::string::npos);
+      if (kind == TaskKind::kPasskey) {
+        EXPECT_NEAR(a.depth, depth, 0.05);
+        // Digits appear only in the needle (twice) and nowhere in the filler.
+        size_t digits = 0;
+        for (char ch : a.prompt) digits += (ch >= '0' && ch <= '9');
+        EXPECT_EQ(digits, 2 * a.answer.size());
+      }
+      EXPECT_EQ(ScoreExact(a, a.answer + "xyz"), 1.0);
+      EXPECT_EQ(ScoreExact(a, "x" + a.answer), 0.0);
+      EXPECT_EQ(ScoreExact(a, a.answer.substr(0, a.answer.size() - 1)), 0.0);
+      spec.seed = 12;
+      ASSERT_TRUE(MakeTask(spec, &b).ok());
+      EXPECT_NE(a.prompt + a.answer, b.prompt + b.answer);
+    }
+  }
+  TaskSpec copy;
+  copy.kind = TaskKind::kCopy;
+  copy.length = 200;
+  TaskSample c;
+  ASSERT_TRUE(MakeTask(copy, &c).ok());
+  ASSERT_EQ(c.target_mask.size(), c.prompt.size());
+  // The masked characters are exactly the repeats, each equal to the first copy.
+  const size_t open = c.prompt.find('['), close = c.prompt.find(']');
+  const std::string s = c.prompt.substr(open + 1, close - open - 1);
+  size_t masked = 0;
+  for (uint8_t m : c.target_mask) masked += m;
+  size_t copies = 0;
+  for (size_t p = c.prompt.find("[" + s + "]"); p != std::string::npos; p = c.prompt.find("[" + s + "]", p + 1)) ++copies;
+  ASSERT_GE(copies, 2u);
+  EXPECT_EQ(masked, (copies - 1) * (s.size() + 1));
+  TaskSpec tiny;
+  tiny.length = 20;
+  EXPECT_FALSE(MakeTask(tiny, &c).ok());
+}
+
+}  // namespace
+}  // namespace kvlab
