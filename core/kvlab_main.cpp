@@ -17,6 +17,7 @@
 #include "core/tokenizer.h"
 #include "core/train_config.h"
 #include "core/trainer.h"
+#include "evals/sweep.h"
 #include "policies/registry.h"
 
 namespace kvlab {
@@ -184,6 +185,26 @@ int Main(int argc, char** argv) {
   cv->add_option("--pool-kv-heads", cv_group, "Merge each group of G adjacent KV heads into one")->required();
   cv->add_option("--merge", cv_merge, "mean (the GQA paper) or first")->capture_default_str();
 
+  // --- run / merge ---
+  CLI::App* run = app.add_subcommand("run", "Run a policy sweep (evals/configs/*.toml): memory, latency and accuracy "
+                                            "against the full-cache baseline");
+  std::string run_config, run_shard;
+  std::vector<std::string> run_sets;
+  RunSweepOptions run_opts;
+  bool run_quiet = false;
+  run->add_option("config", run_config, "Sweep TOML config")->required();
+  run->add_option("--set", run_sets, "Override a config key: KEY=VALUE (VALUE in TOML), repeatable");
+  run->add_option("--out", run_opts.out_dir, "Output directory (default results/NAME)");
+  run->add_option("--shard", run_shard, "I/N: run every N-th point starting at I (0-based)");
+  run->add_flag("--dry-run", run_opts.dry_run, "List the points and an estimate of the time; run nothing");
+  run->add_flag("--retry-failed", run_opts.retry_failed, "Rerun points whose record holds an error");
+  run->add_flag("--no-progress", run_quiet, "No progress bar on stderr");
+  CLI::App* mg = app.add_subcommand("merge", "Join the results of sweep shards into one directory");
+  std::vector<std::string> mg_dirs;
+  std::string mg_out;
+  mg->add_option("dirs", mg_dirs, "Shard output directories")->required();
+  mg->add_option("--out", mg_out, "Merged output directory")->required();
+
   CLI::App* models = app.add_subcommand("models", "List model presets");
   CLI::App* pols = app.add_subcommand("policies", "List registered policies and their parameters");
 
@@ -314,6 +335,34 @@ int Main(int argc, char** argv) {
   if (*sb) {
     std::string report;
     Status s = RunServeBench(sb_config, sb_over, &report);
+    if (!s.ok()) return Fail(s);
+    std::printf("%s", report.c_str());
+    return 0;
+  }
+
+  if (*run) {
+    if (!run_shard.empty()) {
+      int i = -1, n = -1;
+      char extra = 0;
+      if (std::sscanf(run_shard.c_str(), "%d/%d%c", &i, &n, &extra) != 2 || n < 1 || i < 0 || i >= n) {
+        return Fail(Status::InvalidArgument("--shard: expected I/N with 0 <= I < N, got '" + run_shard + "'"));
+      }
+      run_opts.shard = i;
+      run_opts.num_shards = n;
+    }
+    run_opts.progress = !run_quiet;
+    SweepConfig sc;
+    Status s = LoadSweepConfig(run_config, run_sets, &sc);
+    std::string report;
+    if (s.ok()) s = RunSweep(sc, run_opts, &report);
+    std::printf("%s", report.c_str());
+    if (!s.ok()) return Fail(s);
+    return 0;
+  }
+
+  if (*mg) {
+    std::string report;
+    Status s = MergeResults(mg_dirs, mg_out, &report);
     if (!s.ok()) return Fail(s);
     std::printf("%s", report.c_str());
     return 0;

@@ -1,0 +1,111 @@
+// Policy sweeps: `kvlab run CONFIG.toml` and `kvlab merge`. A sweep config
+// names models, policy stacks with parameter grids, tasks, context lengths,
+// batch sizes, seeds and repetitions; it expands to points (the uncompressed
+// `full` baseline always among them), each run through the engine and
+// appended to results.jsonl the moment it finishes. Reruns skip points
+// already recorded; --shard I/N runs every N-th point. Torch-free (the engine
+// header is).
+//
+//   name = "quickstart"                 # default: the file's stem
+//   models = ["../../datasets/models/tiny-gqa"]   # paths relative to the config; or presets
+//   tasks = ["bpb", "passkey", "latency"]        # bpb | passkey | multi-needle | recall | latency
+//   lengths = [512, 1024]
+//   batch_sizes = [1]                   # latency task only; accuracy tasks run one sequence
+//   seeds = [0]
+//   repetitions = 1
+//   kv_dtype = "bf16"
+//   block_size = 16
+//   threads = 0                         # 0: all cores
+//   baseline = true                     # add the `full` stack (only false for tests of the harness)
+//   [task.bpb]      text = "../../datasets/corpus/heldout.txt"; windows = 1; prefill = 0; buckets = 4
+//   [task.passkey]  depths = [0.0, 0.5, 1.0]; samples = 2
+//   [task.multi-needle] depths = [...]; samples = 2; needles = 4
+//   [task.recall]   depths = [...]; samples = 4; pairs = 8
+//   [task.latency]  decode_tokens = 16; text = "..."
+//   [[sweep]]                           # a stack; list-valued parameters form a grid
+//   [[sweep.policy]]
+//   name = "sink"
+//   window = [64, 128]
+//   [[point]]                           # a hand-picked stack, no grids
+//   [[point.policy]]
+//   name = "h2o"
+//   budget = 0.2
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/status.h"
+#include "policies/kv_policy.h"
+
+namespace kvlab {
+
+struct SweepTaskOptions {
+  std::string text;                        // bpb / latency: a text file (empty: built-in text)
+  int64_t windows = 1, prefill = 0, buckets = 4;
+  std::vector<double> depths = {0.0, 0.25, 0.5, 0.75, 1.0};
+  int64_t samples = 2, needles = 4, pairs = 8;
+  int64_t decode_tokens = 16;
+};
+
+struct SweepPoint {
+  int64_t index = 0;       // in the expanded order
+  std::string key;         // canonical identity (JSON text): what resume and merge match on
+  std::string model;       // as resolved (path or preset)
+  std::string model_label; // as written in the config
+  std::vector<PolicySpec> stack;
+  std::string stack_label; // "sink(sink=4,window=64)+kivi(bits=2)": the given parameters
+  bool baseline = false;
+  std::string task;
+  int64_t length = 0, batch = 1, repetition = 0;
+  uint64_t seed = 0;
+};
+
+struct SweepConfig {
+  std::string path, name;
+  std::vector<std::string> models, model_labels;
+  std::vector<std::string> tasks;
+  std::vector<int64_t> lengths = {512}, batch_sizes = {1};
+  std::vector<uint64_t> seeds = {0};
+  int64_t repetitions = 1, threads = 0;
+  DType kv_dtype = DType::kBF16;
+  int block_size = 16;
+  bool baseline = true;
+  std::map<std::string, SweepTaskOptions> task_options;
+  std::vector<std::vector<PolicySpec>> stacks;  // expanded grids and points, baseline first
+};
+
+// Parses a sweep config; `overrides` are --set KEY=VALUE items (VALUE is TOML:
+// lengths=[256], task.passkey.samples=1, name="x"), applied before validation.
+Status LoadSweepConfig(const std::string& path, const std::vector<std::string>& overrides, SweepConfig* out);
+Status ParseSweepConfig(const std::string& text, const std::string& path, const std::vector<std::string>& overrides,
+                        SweepConfig* out);
+
+// All points, in run order (model, stack, task, length, batch, seed, repetition).
+std::vector<SweepPoint> ExpandPoints(const SweepConfig& config);
+
+struct RunSweepOptions {
+  std::string out_dir;        // default results/NAME
+  int shard = 0, num_shards = 1;
+  bool dry_run = false;
+  bool retry_failed = false;  // rerun points whose record holds an error
+  bool progress = true;       // progress bar on stderr
+  bool print_summary = true;
+};
+
+// Runs (or lists, with dry_run) the sweep; writes results.jsonl, results.csv
+// and summary.md under the output directory. `report` receives what the
+// command prints (the dry-run listing or the summary table).
+Status RunSweep(const SweepConfig& config, const RunSweepOptions& options, std::string* report);
+
+// Joins results.jsonl of several shard directories into `out_dir` (records
+// deduplicated by point key), then writes results.csv and summary.md.
+Status MergeResults(const std::vector<std::string>& dirs, const std::string& out_dir, std::string* report);
+
+// Regenerates results.csv and summary.md from results.jsonl in `dir`.
+Status WriteReports(const std::string& dir, std::string* summary);
+
+}  // namespace kvlab

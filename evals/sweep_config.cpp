@@ -1,0 +1,432 @@
+// Sweep configs: parsing (TOML++, file:line:column errors), --set overrides,
+// grid expansion into points.
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+#include <toml++/toml.h>
+
+#include "core/model_config.h"
+#include "core/run_config.h"
+#include "evals/sweep.h"
+
+namespace kvlab {
+
+namespace {
+
+const char* const kTasks[] = {"bpb", "passkey", "multi-needle", "recall", "latency"};
+
+bool KnownTask(const std::string& t) {
+  for (const char* k : kTasks) if (t == k) return true;
+  return false;
+}
+
+std::string Dir(const std::string& path) {
+  return path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
+}
+
+std::string Resolve(const std::string& dir, const std::string& p) {
+  if (p.empty() || p[0] == '/') return p;
+  ModelConfig preset;
+  if (PresetConfig(p, &preset).ok()) return p;
+  return dir + "/" + p;
+}
+
+// Canonical text of a scalar (as run_config does for policy parameters).
+bool ScalarText(const toml::node& n, std::string* out) {
+  if (auto v = n.as_integer()) { *out = std::to_string(v->get()); return true; }
+  if (auto v = n.as_floating_point()) {
+    char buf[32];
+    for (int prec = 1; prec <= 17; ++prec) {
+      std::snprintf(buf, sizeof(buf), "%.*g", prec, v->get());
+      if (std::strtod(buf, nullptr) == v->get()) break;
+    }
+    *out = buf;
+    return true;
+  }
+  if (auto v = n.as_boolean()) { *out = v->get() ? "true" : "false"; return true; }
+  if (auto v = n.as_string()) { *out = v->get(); return true; }
+  return false;
+}
+
+Status Where(const std::string& path, const toml::node& n, const std::string& msg) {
+  return Status::InvalidArgument(TomlWhere(path, n.source()) + ": " + msg);
+}
+
+// A list of T (or a single T) from a node.
+template <typename T, typename Get>
+Status List(const std::string& path, const toml::node& n, const std::string& key, const char* what, Get get,
+            std::vector<T>* out) {
+  out->clear();
+  auto one = [&](const toml::node& el) -> Status {
+    T v;
+    if (!get(el, &v)) return Where(path, el, "'" + key + "' entries must be " + what);
+    out->push_back(v);
+    return Status::OK();
+  };
+  if (const toml::array* a = n.as_array()) {
+    for (const toml::node& el : *a) KVLAB_RETURN_IF_ERROR(one(el));
+    if (out->empty()) return Where(path, n, "'" + key + "' is an empty list: nothing to sweep");
+    return Status::OK();
+  }
+  return one(n);
+}
+
+bool GetInt(const toml::node& n, int64_t* v) {
+  if (!n.is_integer()) return false;
+  *v = n.as_integer()->get();
+  return true;
+}
+bool GetString(const toml::node& n, std::string* v) {
+  if (!n.is_string()) return false;
+  *v = n.as_string()->get();
+  return true;
+}
+bool GetDouble(const toml::node& n, double* v) {
+  if (n.is_integer()) { *v = static_cast<double>(n.as_integer()->get()); return true; }
+  if (n.is_floating_point()) { *v = n.as_floating_point()->get(); return true; }
+  return false;
+}
+
+// A stack template: per policy, per parameter, the list of values.
+struct GridPolicy {
+  std::string name, source;
+  std::vector<std::pair<std::string, std::vector<std::string>>> axes;
+};
+
+Status ReadStack(const std::string& path, const toml::table& t, bool allow_lists, std::vector<GridPolicy>* out) {
+  const toml::node* pol = t.get("policy");
+  if (pol == nullptr) return Where(path, t, "needs a 'policy' list ([[sweep.policy]] or [[point.policy]])");
+  for (const auto& kv : t) {
+    const std::string k(kv.first.str());
+    if (k != "policy") return Where(path, kv.second, "unknown key '" + k + "' (valid: policy)");
+  }
+  std::vector<const toml::table*> tables;
+  if (const toml::table* one = pol->as_table()) {
+    tables.push_back(one);
+  } else if (const toml::array* arr = pol->as_array()) {
+    for (const toml::node& el : *arr) {
+      if (!el.is_table()) return Where(path, el, "each policy must be a table");
+      tables.push_back(el.as_table());
+    }
+  } else {
+    return Where(path, *pol, "'policy' must be a table or an array of tables");
+  }
+  if (tables.empty()) return Where(path, *pol, "empty policy list");
+  for (const toml::table* pt : tables) {
+    GridPolicy g;
+    g.source = TomlWhere(path, pt->source());
+    const toml::node* name = pt->get("name");
+    if (name == nullptr || !name->is_string()) return Where(path, *pt, "policy table needs a string key 'name'");
+    g.name = name->as_string()->get();
+    for (const auto& kv : *pt) {
+      const std::string key(kv.first.str());
+      if (key == "name") continue;
+      std::vector<std::string> values;
+      std::string text;
+      if (const toml::array* a = kv.second.as_array()) {
+        if (!allow_lists) return Where(path, kv.second, "a [[point]] takes single values; use [[sweep]] for grids ('" + key + "')");
+        for (const toml::node& el : *a) {
+          if (!ScalarText(el, &text)) return Where(path, el, "policy '" + g.name + "' parameter '" + key + "' values must be scalars");
+          values.push_back(text);
+        }
+        if (values.empty()) return Where(path, kv.second, "policy '" + g.name + "' parameter '" + key + "' is an empty grid");
+      } else if (ScalarText(kv.second, &text)) {
+        values.push_back(text);
+      } else {
+        return Where(path, kv.second, "policy '" + g.name + "' parameter '" + key + "' must be a number, boolean, string or a list of them");
+      }
+      g.axes.push_back({key, values});
+    }
+    out->push_back(std::move(g));
+  }
+  return Status::OK();
+}
+
+// Cartesian product of every axis of every policy of a stack.
+void Expand(const std::vector<GridPolicy>& grid, std::vector<std::vector<PolicySpec>>* out) {
+  std::vector<std::pair<size_t, size_t>> axes;  // (policy, axis)
+  for (size_t p = 0; p < grid.size(); ++p)
+    for (size_t a = 0; a < grid[p].axes.size(); ++a) axes.push_back({p, a});
+  std::vector<size_t> idx(axes.size(), 0);
+  while (true) {
+    std::vector<PolicySpec> stack;
+    for (const GridPolicy& g : grid) stack.push_back(PolicySpec{g.name, {}, g.source});
+    for (size_t i = 0; i < axes.size(); ++i) {
+      const auto& axis = grid[axes[i].first].axes[axes[i].second];
+      stack[axes[i].first].params[axis.first] = axis.second[idx[i]];
+    }
+    out->push_back(std::move(stack));
+    size_t i = axes.size();
+    while (i > 0) {
+      --i;
+      if (++idx[i] < grid[axes[i].first].axes[axes[i].second].second.size()) break;
+      idx[i] = 0;
+      if (i == 0) return;
+    }
+    if (axes.empty()) return;
+  }
+}
+
+std::string StackLabel(const std::vector<PolicySpec>& stack) {
+  std::string out;
+  for (const PolicySpec& s : stack) {
+    out += (out.empty() ? "" : "+") + s.name;
+    std::string args;
+    for (const auto& kv : s.params) args += (args.empty() ? "" : ",") + kv.first + "=" + kv.second;
+    if (!args.empty()) out += "(" + args + ")";
+  }
+  return out;
+}
+
+// Applies KEY=VALUE (VALUE parsed as TOML) to the root table.
+Status ApplyOverride(const std::string& item, toml::table* root) {
+  const size_t eq = item.find('=');
+  if (eq == std::string::npos || eq == 0) return Status::InvalidArgument("--set " + item + ": expected KEY=VALUE");
+  const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+  toml::table parsed;
+  try {
+    parsed = toml::parse("v = " + value, "--set " + key);
+  } catch (const toml::parse_error&) {
+    // Not TOML: a bare word is taken as a string (--set name=quick).
+    parsed = toml::table{};
+    parsed.insert_or_assign("v", value);
+  }
+  std::vector<std::string> parts;
+  std::stringstream ss(key);
+  std::string part;
+  while (std::getline(ss, part, '.')) parts.push_back(part);
+  // Task names hold dashes, not dots, so a plain split is enough.
+  toml::table* t = root;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    toml::node* n = t->get(parts[i]);
+    if (n == nullptr) {
+      t->insert_or_assign(parts[i], toml::table{});
+      n = t->get(parts[i]);
+    }
+    if (!n->is_table()) return Status::InvalidArgument("--set " + item + ": '" + parts[i] + "' is not a table");
+    t = n->as_table();
+  }
+  t->insert_or_assign(parts.back(), *parsed.get("v"));
+  return Status::OK();
+}
+
+}  // namespace
+
+Status ParseSweepConfig(const std::string& text, const std::string& path, const std::vector<std::string>& overrides,
+                        SweepConfig* out) {
+  toml::table root;
+  try {
+    root = toml::parse(text, path);
+  } catch (const toml::parse_error& err) {
+    return Status::InvalidArgument(TomlWhere(path, err.source()) + ": " + std::string(err.description()));
+  }
+  for (const std::string& o : overrides) KVLAB_RETURN_IF_ERROR(ApplyOverride(o, &root));
+  const std::string dir = Dir(path);
+  SweepConfig c;
+  c.path = path;
+  {
+    std::string stem = path.substr(path.rfind('/') == std::string::npos ? 0 : path.rfind('/') + 1);
+    if (stem.size() > 5 && stem.compare(stem.size() - 5, 5, ".toml") == 0) stem.resize(stem.size() - 5);
+    c.name = stem;
+  }
+  std::vector<std::vector<GridPolicy>> grids;
+  std::vector<std::vector<PolicySpec>> points;
+  bool have_models = false, have_tasks = false;
+  for (const auto& kv : root) {
+    const std::string key(kv.first.str());
+    const toml::node& n = kv.second;
+    if (key == "name") {
+      if (!n.is_string()) return Where(path, n, "'name' must be a string");
+      c.name = n.as_string()->get();
+      if (c.name.empty() || c.name.find('/') != std::string::npos) return Where(path, n, "'name' must be a non-empty word");
+    } else if (key == "models" || key == "model") {
+      KVLAB_RETURN_IF_ERROR(List<std::string>(path, n, key, "strings (model directories or presets)", GetString, &c.model_labels));
+      have_models = true;
+    } else if (key == "tasks") {
+      KVLAB_RETURN_IF_ERROR(List<std::string>(path, n, key, "strings", GetString, &c.tasks));
+      for (const std::string& t : c.tasks) {
+        if (!KnownTask(t)) return Where(path, n, "unknown task '" + t + "' (valid: bpb, passkey, multi-needle, recall, latency)");
+      }
+      have_tasks = true;
+    } else if (key == "lengths") {
+      KVLAB_RETURN_IF_ERROR(List<int64_t>(path, n, key, "integers", GetInt, &c.lengths));
+      for (int64_t l : c.lengths) if (l < 16) return Where(path, n, "'lengths' must be >= 16");
+    } else if (key == "batch_sizes") {
+      KVLAB_RETURN_IF_ERROR(List<int64_t>(path, n, key, "integers", GetInt, &c.batch_sizes));
+      for (int64_t b : c.batch_sizes) if (b < 1) return Where(path, n, "'batch_sizes' must be >= 1");
+    } else if (key == "seeds") {
+      std::vector<int64_t> s;
+      KVLAB_RETURN_IF_ERROR(List<int64_t>(path, n, key, "integers", GetInt, &s));
+      c.seeds.assign(s.begin(), s.end());
+    } else if (key == "repetitions" || key == "threads" || key == "block_size") {
+      int64_t v = 0;
+      if (!GetInt(n, &v) || v < 0 || (key != "threads" && v < 1)) return Where(path, n, "'" + key + "' must be a positive integer");
+      if (key == "repetitions") c.repetitions = v;
+      else if (key == "threads") c.threads = v;
+      else c.block_size = static_cast<int>(v);
+    } else if (key == "kv_dtype") {
+      if (!n.is_string() || !ParseDType(n.as_string()->get(), &c.kv_dtype)) return Where(path, n, "'kv_dtype' must be f32, f16 or bf16");
+    } else if (key == "baseline") {
+      if (!n.is_boolean()) return Where(path, n, "'baseline' must be true or false");
+      c.baseline = n.as_boolean()->get();
+    } else if (key == "task") {
+      const toml::table* t = n.as_table();
+      if (t == nullptr) return Where(path, n, "'task' must be a table of [task.NAME] tables");
+      for (const auto& tk : *t) {
+        const std::string tname(tk.first.str());
+        if (!KnownTask(tname)) return Where(path, tk.second, "unknown task '" + tname + "' (valid: bpb, passkey, multi-needle, recall, latency)");
+        const toml::table* opts = tk.second.as_table();
+        if (opts == nullptr) return Where(path, tk.second, "[task." + tname + "] must be a table");
+        SweepTaskOptions& o = c.task_options[tname];
+        for (const auto& ok : *opts) {
+          const std::string okey(ok.first.str());
+          const toml::node& v = ok.second;
+          const std::string full = "task." + tname + "." + okey;
+          auto want_int = [&](int64_t* dst, int64_t lo) -> Status {
+            if (!GetInt(v, dst) || *dst < lo) return Where(path, v, "'" + full + "' must be an integer >= " + std::to_string(lo));
+            return Status::OK();
+          };
+          if (okey == "text") {
+            if (!v.is_string()) return Where(path, v, "'" + full + "' must be a string (a text file)");
+            o.text = Resolve(dir, v.as_string()->get());
+          } else if (okey == "windows") { KVLAB_RETURN_IF_ERROR(want_int(&o.windows, 1));
+          } else if (okey == "prefill") { KVLAB_RETURN_IF_ERROR(want_int(&o.prefill, 0));
+          } else if (okey == "buckets") { KVLAB_RETURN_IF_ERROR(want_int(&o.buckets, 1));
+          } else if (okey == "samples") { KVLAB_RETURN_IF_ERROR(want_int(&o.samples, 1));
+          } else if (okey == "needles") { KVLAB_RETURN_IF_ERROR(want_int(&o.needles, 1));
+          } else if (okey == "pairs") { KVLAB_RETURN_IF_ERROR(want_int(&o.pairs, 1));
+          } else if (okey == "decode_tokens") { KVLAB_RETURN_IF_ERROR(want_int(&o.decode_tokens, 1));
+          } else if (okey == "depths") {
+            KVLAB_RETURN_IF_ERROR(List<double>(path, v, full, "numbers in [0, 1]", GetDouble, &o.depths));
+            for (double d : o.depths) if (d < 0 || d > 1) return Where(path, v, "'" + full + "' entries must be in [0, 1]");
+          } else {
+            return Where(path, v, "unknown key '" + full + "'; valid keys: text, windows, prefill, buckets, depths, samples, "
+                                  "needles, pairs, decode_tokens");
+          }
+        }
+      }
+    } else if (key == "sweep" || key == "point") {
+      std::vector<const toml::table*> tables;
+      if (const toml::table* one = n.as_table()) tables.push_back(one);
+      else if (const toml::array* arr = n.as_array()) {
+        for (const toml::node& el : *arr) {
+          if (!el.is_table()) return Where(path, el, "each [[" + key + "]] must be a table");
+          tables.push_back(el.as_table());
+        }
+      } else {
+        return Where(path, n, "'" + key + "' must be an array of tables ([[" + key + "]])");
+      }
+      for (const toml::table* t : tables) {
+        std::vector<GridPolicy> g;
+        KVLAB_RETURN_IF_ERROR(ReadStack(path, *t, key == "sweep", &g));
+        if (key == "sweep") {
+          grids.push_back(std::move(g));
+        } else {
+          std::vector<std::vector<PolicySpec>> one;
+          Expand(g, &one);
+          points.push_back(one[0]);
+        }
+      }
+    } else {
+      return Where(path, n, "unknown key '" + key + "'; valid keys: name, models, tasks, lengths, batch_sizes, seeds, "
+                            "repetitions, kv_dtype, block_size, threads, baseline, task, sweep, point");
+    }
+  }
+  if (!have_models) return Status::InvalidArgument(path + ": missing key 'models'");
+  if (!have_tasks) return Status::InvalidArgument(path + ": missing key 'tasks'");
+  for (const std::string& m : c.model_labels) c.models.push_back(Resolve(dir, m));
+  for (const std::string& t : c.tasks) c.task_options[t];  // defaults for tasks without a table
+  // Stacks: the baseline first, then grids in order, then points; duplicates dropped.
+  std::set<std::string> seen;
+  auto add = [&](const std::vector<PolicySpec>& s) {
+    const std::string label = StackLabel(s);
+    if (seen.insert(label).second) c.stacks.push_back(s);
+  };
+  if (c.baseline) add({PolicySpec{"full", {}, path}});
+  for (const auto& g : grids) {
+    std::vector<std::vector<PolicySpec>> ex;
+    Expand(g, &ex);
+    for (const auto& s : ex) {
+      PolicyStack probe;  // every stack must be valid before anything runs
+      KVLAB_RETURN_IF_ERROR(PolicyStack::Create(s, &probe));
+      add(s);
+    }
+  }
+  for (const auto& s : points) {
+    PolicyStack probe;
+    KVLAB_RETURN_IF_ERROR(PolicyStack::Create(s, &probe));
+    add(s);
+  }
+  if (c.stacks.empty()) return Status::InvalidArgument(path + ": no policy stacks to run (baseline = false and no [[sweep]] or [[point]])");
+  *out = std::move(c);
+  return Status::OK();
+}
+
+Status LoadSweepConfig(const std::string& path, const std::vector<std::string>& overrides, SweepConfig* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::IOError(path + ": cannot open sweep config");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ParseSweepConfig(ss.str(), path, overrides, out);
+}
+
+std::vector<SweepPoint> ExpandPoints(const SweepConfig& c) {
+  std::vector<SweepPoint> out;
+  for (size_t mi = 0; mi < c.models.size(); ++mi) {
+    for (const auto& stack : c.stacks) {
+      for (const std::string& task : c.tasks) {
+        for (int64_t length : c.lengths) {
+          // Batch size matters for latency only; accuracy tasks run one sequence.
+          const std::vector<int64_t> batches = task == "latency" ? c.batch_sizes : std::vector<int64_t>{1};
+          for (int64_t batch : batches) {
+            for (uint64_t seed : c.seeds) {
+              for (int64_t rep = 0; rep < c.repetitions; ++rep) {
+                SweepPoint p;
+                p.index = static_cast<int64_t>(out.size());
+                p.model = c.models[mi];
+                p.model_label = c.model_labels[mi];
+                p.stack = stack;
+                p.stack_label = StackLabel(stack);
+                p.baseline = stack.size() == 1 && stack[0].name == "full" && stack[0].params.empty();
+                p.task = task;
+                p.length = length;
+                p.batch = batch;
+                p.seed = seed;
+                p.repetition = rep;
+                const SweepTaskOptions& o = c.task_options.at(task);
+                nlohmann::ordered_json k;
+                k["model"] = p.model_label;
+                k["stack"] = p.stack_label;
+                k["task"] = task;
+                k["length"] = length;
+                k["batch"] = batch;
+                k["seed"] = seed;
+                k["rep"] = rep;
+                k["kv_dtype"] = DTypeName(c.kv_dtype);
+                k["block_size"] = c.block_size;
+                if (task == "bpb") {
+                  k["windows"] = o.windows;
+                  k["prefill"] = o.prefill;
+                } else if (task == "latency") {
+                  k["decode_tokens"] = o.decode_tokens;
+                } else {
+                  k["depths"] = o.depths;
+                  k["samples"] = o.samples;
+                  if (task == "multi-needle") k["needles"] = o.needles;
+                  if (task == "recall") k["pairs"] = o.pairs;
+                }
+                p.key = k.dump();
+                out.push_back(std::move(p));
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace kvlab

@@ -1,0 +1,51 @@
+// Internals shared by sweep_run.cpp and sweep_report.cpp.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "evals/sweep.h"
+
+namespace kvlab {
+
+class SweepRunner {
+ public:
+  explicit SweepRunner(const SweepConfig& config) : config_(config) {}
+  // The point's metrics (a JSON object), or the error that stopped it.
+  Status RunPoint(const SweepPoint& p, nlohmann::ordered_json* metrics);
+  // "sha256:..." of model.safetensors, or the preset's name.
+  std::string CheckpointHash(const std::string& model);
+
+ private:
+  Status CachedText(const std::string& path, std::string* out);
+  const SweepConfig& config_;
+  std::map<std::string, std::string> texts_, hashes_;
+  std::map<std::string, std::vector<float>> baseline_logits_;
+};
+
+// One line on stderr, rewritten in place: bar, points done, ETA, current point.
+class ProgressBar {
+ public:
+  ProgressBar(int64_t total, bool on) : total_(total), on_(on), start_(std::chrono::steady_clock::now()) {}
+  void Update(const std::string& what, double est_done, double est_total);
+  void Done(const std::string& message);
+  void Finish(double seconds);
+
+ private:
+  int64_t total_, done_ = 0;
+  bool on_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+// Reads results.jsonl; a partial last line (a run killed mid-write) is cut off the file.
+Status LoadRecords(const std::string& path, std::vector<nlohmann::ordered_json>* records);
+// Appends one record as a line, flushed and fsynced.
+Status AppendRecord(const std::string& path, const nlohmann::ordered_json& record);
+std::string GitRevision();
+std::string MachineDescription();
+
+}  // namespace kvlab

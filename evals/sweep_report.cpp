@@ -1,0 +1,275 @@
+// results.jsonl -> results.csv and summary.md (ratios against the baseline of
+// the same sweep), and `kvlab merge`.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "evals/sweep.h"
+#include "evals/sweep_internal.h"
+
+namespace kvlab {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+namespace {
+
+// The baseline a record compares with: same model, task, length, batch, seed, repetition.
+std::string PeerKey(const json& r) {
+  return r.value("model", "") + "|" + r.value("task", "") + "|" + std::to_string(r.value("length", 0)) + "|" +
+         std::to_string(r.value("batch", 0)) + "|" + std::to_string(r.value("seed", 0)) + "|" +
+         std::to_string(r.value("repetition", 0));
+}
+
+double Num(const json& m, const char* key, double dflt = NAN) {
+  if (!m.is_object() || !m.contains(key) || !m[key].is_number()) return dflt;
+  return m[key].get<double>();
+}
+
+double Mem(const json& r, const char* key) {
+  const json& m = r["metrics"];
+  if (!m.is_object() || !m.contains("memory")) return NAN;
+  return Num(m["memory"], key);
+}
+
+double Ratio(double a, double b) { return std::isfinite(a) && std::isfinite(b) && b != 0 ? a / b : NAN; }
+
+std::string Fmt(double v, const char* f = "%.4g") {
+  if (!std::isfinite(v)) return "";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), f, v);
+  return buf;
+}
+
+std::string Csv(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+struct Derived {
+  double memory_ratio = NAN, compression = NAN, bpb_ratio = NAN, decode_ratio = NAN, prefill_ratio = NAN,
+         accuracy_delta = NAN;
+};
+
+Derived Derive(const json& r, const json* base) {
+  Derived d;
+  if (base == nullptr) return d;
+  d.memory_ratio = Ratio(Mem(r, "kv_bytes_end"), Mem(*base, "kv_bytes_end"));
+  d.compression = Ratio(Mem(*base, "kv_bytes_end"), Mem(r, "kv_bytes_end"));
+  d.bpb_ratio = Ratio(Num(r["metrics"], "bpb"), Num((*base)["metrics"], "bpb"));
+  d.decode_ratio = Ratio(Num(r["metrics"], "decode_ms_median"), Num((*base)["metrics"], "decode_ms_median"));
+  d.prefill_ratio = Ratio(Num(r["metrics"], "prefill_ms"), Num((*base)["metrics"], "prefill_ms"));
+  const double a = Num(r["metrics"], "accuracy"), b = Num((*base)["metrics"], "accuracy");
+  if (std::isfinite(a) && std::isfinite(b)) d.accuracy_delta = a - b;
+  return d;
+}
+
+struct Mean {
+  double sum = 0;
+  int64_t n = 0;
+  void Add(double v) {
+    if (std::isfinite(v)) { sum += v; ++n; }
+  }
+  std::string Str(const char* f = "%.4g") const { return n ? Fmt(sum / static_cast<double>(n), f) : "–"; }
+};
+
+}  // namespace
+
+Status WriteReports(const std::string& dir, std::string* summary) {
+  std::vector<json> all;
+  KVLAB_RETURN_IF_ERROR(LoadRecords(dir + "/results.jsonl", &all));
+  // The latest record per key (an ok record wins over an error).
+  std::map<std::string, json> by_key;
+  for (const json& r : all) {
+    const std::string k = r.value("key", "");
+    auto it = by_key.find(k);
+    if (it == by_key.end() || r.value("status", "") == "ok" || it->second.value("status", "") != "ok") by_key[k] = r;
+  }
+  std::vector<json> recs;
+  for (auto& kv : by_key) recs.push_back(kv.second);
+  std::sort(recs.begin(), recs.end(), [](const json& a, const json& b) { return a.value("index", 0) < b.value("index", 0); });
+  std::map<std::string, const json*> baselines;
+  for (const json& r : recs) {
+    if (r.value("baseline", false) && r.value("status", "") == "ok") baselines[PeerKey(r)] = &r;
+  }
+  auto base_of = [&](const json& r) -> const json* {
+    auto it = baselines.find(PeerKey(r));
+    return it == baselines.end() ? nullptr : it->second;
+  };
+
+  // results.csv
+  {
+    std::ofstream csv(dir + "/results.csv", std::ios::trunc);
+    csv << "index,sweep,model,stack,policy,baseline,task,length,batch,seed,repetition,kv_dtype,block_size,status,error,"
+           "wall_s,kv_bytes_end,kv_bytes_per_token,peak_kv_bytes,blocks_in_use,device_bytes,host_bytes,disk_bytes,"
+           "memory_ratio,compression,bpb,bpb_ratio,kl,top1_agreement,accuracy,char_accuracy,accuracy_delta,prefill_ms,"
+           "decode_ms_median,decode_ms_p90,decode_tokens_per_s,decode_ratio,prefill_ratio,checkpoint,git_revision\n";
+    for (const json& r : recs) {
+      const json& m = r["metrics"];
+      const Derived d = Derive(r, r.value("status", "") == "ok" ? base_of(r) : nullptr);
+      csv << r.value("index", 0) << "," << Csv(r.value("sweep", "")) << "," << Csv(r.value("model", "")) << ","
+          << Csv(r.value("stack", "")) << "," << Csv(r.value("policy", "")) << "," << (r.value("baseline", false) ? 1 : 0)
+          << "," << r.value("task", "") << "," << r.value("length", 0) << "," << r.value("batch", 0) << ","
+          << r.value("seed", 0) << "," << r.value("repetition", 0) << "," << r.value("kv_dtype", "") << ","
+          << r.value("block_size", 0) << "," << r.value("status", "") << "," << Csv(r.value("error", "")) << ","
+          << Fmt(r.value("wall_s", NAN)) << "," << Fmt(Mem(r, "kv_bytes_end"), "%.0f") << ","
+          << Fmt(Mem(r, "kv_bytes_per_token")) << "," << Fmt(Mem(r, "peak_kv_bytes"), "%.0f") << ","
+          << Fmt(Mem(r, "blocks_in_use"), "%.0f") << "," << Fmt(Mem(r, "device_bytes"), "%.0f") << ","
+          << Fmt(Mem(r, "host_bytes"), "%.0f") << "," << Fmt(Mem(r, "disk_bytes"), "%.0f") << "," << Fmt(d.memory_ratio)
+          << "," << Fmt(d.compression) << "," << Fmt(Num(m, "bpb")) << "," << Fmt(d.bpb_ratio) << "," << Fmt(Num(m, "kl"))
+          << "," << Fmt(Num(m, "top1_agreement")) << "," << Fmt(Num(m, "accuracy")) << "," << Fmt(Num(m, "char_accuracy"))
+          << "," << Fmt(d.accuracy_delta) << "," << Fmt(Num(m, "prefill_ms")) << "," << Fmt(Num(m, "decode_ms_median")) << ","
+          << Fmt(Num(m, "decode_ms_p90")) << "," << Fmt(Num(m, "decode_tokens_per_s")) << "," << Fmt(d.decode_ratio) << ","
+          << Fmt(d.prefill_ratio) << "," << Csv(r.value("checkpoint", "")) << "," << r.value("git_revision", "") << "\n";
+    }
+    if (!csv) return Status::IOError(dir + "/results.csv: cannot write");
+  }
+
+  // summary.md: per model, one row per policy setting, means over its points.
+  std::ostringstream md;
+  const std::string name = recs.empty() ? "" : recs[0].value("sweep", "");
+  md << "# Sweep `" << name << "`\n\n";
+  md << "Means over each setting's points (lengths, seeds, repetitions). memory = KV bytes held at the end of each "
+        "sequence / the `full` baseline's on the same model, task, length and seed; bpb on held-out text, teacher forced "
+        "token by token; KL (nats) and top-1 agreement of next-token distributions against the baseline; retrieval = "
+        "exact-match accuracy; decode = median time per decode step / the baseline's.\n\n";
+  std::vector<std::string> models;
+  for (const json& r : recs) {
+    const std::string m = r.value("model", "");
+    if (std::find(models.begin(), models.end(), m) == models.end()) models.push_back(m);
+  }
+  int64_t errors = 0;
+  for (const std::string& model : models) {
+    std::vector<std::string> stacks;
+    std::set<std::string> tasks, lengths_set;
+    for (const json& r : recs) {
+      if (r.value("model", "") != model) continue;
+      const std::string s = r.value("stack", "");
+      if (std::find(stacks.begin(), stacks.end(), s) == stacks.end()) stacks.push_back(s);
+      tasks.insert(r.value("task", ""));
+    }
+    const bool has_bpb = tasks.count("bpb") > 0, has_lat = tasks.count("latency") > 0;
+    const char* retrieval[] = {"passkey", "multi-needle", "recall"};
+    md << "## " << model << "\n\n| setting | memory | compression |";
+    if (has_bpb) md << " bpb | KL | top-1 |";
+    for (const char* t : retrieval) if (tasks.count(t)) md << " " << t << " |";
+    if (has_lat) md << " decode ms | decode |";
+    md << " points |\n|---|---|---|";
+    if (has_bpb) md << "---|---|---|";
+    for (const char* t : retrieval) if (tasks.count(t)) md << "---|";
+    if (has_lat) md << "---|---|";
+    md << "---|\n";
+    for (const std::string& s : stacks) {
+      Mean mem, comp, bpb, kl, top, dec_ms, dec_ratio;
+      std::map<std::string, Mean> acc;
+      int64_t n = 0, bad = 0;
+      for (const json& r : recs) {
+        if (r.value("model", "") != model || r.value("stack", "") != s) continue;
+        ++n;
+        if (r.value("status", "") != "ok") { ++bad; continue; }
+        const json& m = r["metrics"];
+        const Derived d = Derive(r, base_of(r));
+        mem.Add(d.memory_ratio);
+        comp.Add(d.compression);
+        const std::string task = r.value("task", "");
+        if (task == "bpb") { bpb.Add(Num(m, "bpb")); kl.Add(Num(m, "kl")); top.Add(Num(m, "top1_agreement")); }
+        if (task == "latency") { dec_ms.Add(Num(m, "decode_ms_median")); dec_ratio.Add(d.decode_ratio); }
+        acc[task].Add(Num(m, "accuracy"));
+      }
+      errors += bad;
+      md << "| `" << s << "` | " << mem.Str("%.3f") << " | " << comp.Str("%.2f") << "x |";
+      if (has_bpb) md << " " << bpb.Str("%.3f") << " | " << kl.Str("%.4f") << " | " << top.Str("%.3f") << " |";
+      for (const char* t : retrieval) if (tasks.count(t)) md << " " << acc[t].Str("%.2f") << " |";
+      if (has_lat) md << " " << dec_ms.Str("%.2f") << " | " << dec_ratio.Str("%.2f") << "x |";
+      md << " " << n << (bad ? " (" + std::to_string(bad) + " failed)" : "") << " |\n";
+    }
+    md << "\n";
+    // Per length: the accuracy-type metric of each task.
+    for (const std::string& task : tasks) {
+      if (task == "latency") continue;
+      std::vector<int64_t> lengths;
+      for (const json& r : recs) {
+        if (r.value("model", "") == model && r.value("task", "") == task) {
+          const int64_t L = r.value("length", 0);
+          if (std::find(lengths.begin(), lengths.end(), L) == lengths.end()) lengths.push_back(L);
+        }
+      }
+      std::sort(lengths.begin(), lengths.end());
+      if (lengths.size() < 2) continue;
+      md << "### " << task << (task == "bpb" ? " (bits per byte)" : " (accuracy)") << " by context length\n\n| setting |";
+      for (int64_t L : lengths) md << " " << L << " |";
+      md << "\n|---|";
+      for (size_t i = 0; i < lengths.size(); ++i) md << "---|";
+      md << "\n";
+      for (const std::string& s : stacks) {
+        md << "| `" << s << "` |";
+        for (int64_t L : lengths) {
+          Mean v;
+          for (const json& r : recs) {
+            if (r.value("model", "") == model && r.value("stack", "") == s && r.value("task", "") == task &&
+                r.value("length", 0) == L && r.value("status", "") == "ok") {
+              v.Add(Num(r["metrics"], task == "bpb" ? "bpb" : "accuracy"));
+            }
+          }
+          md << " " << v.Str("%.3f") << " |";
+        }
+        md << "\n";
+      }
+      md << "\n";
+    }
+  }
+  if (errors > 0) md << errors << " point(s) failed; their errors are in results.jsonl and results.csv.\n\n";
+  {
+    std::ofstream out(dir + "/summary.md", std::ios::trunc);
+    out << md.str();
+    if (!out) return Status::IOError(dir + "/summary.md: cannot write");
+  }
+  *summary = md.str();
+  return Status::OK();
+}
+
+Status MergeResults(const std::vector<std::string>& dirs, const std::string& out_dir, std::string* report) {
+  if (dirs.empty()) return Status::InvalidArgument("merge: give the shard directories to join");
+  std::map<std::string, json> by_key;
+  int64_t read = 0;
+  for (const std::string& d : dirs) {
+    const std::string path = d + "/results.jsonl";
+    if (!fs::exists(path)) return Status::NotFound(path + ": no results to merge");
+    std::vector<json> recs;
+    KVLAB_RETURN_IF_ERROR(LoadRecords(path, &recs));
+    for (const json& r : recs) {
+      ++read;
+      const std::string k = r.value("key", "");
+      auto it = by_key.find(k);
+      if (it == by_key.end() || (r.value("status", "") == "ok" && it->second.value("status", "") != "ok")) by_key[k] = r;
+    }
+  }
+  std::vector<json> recs;
+  for (auto& kv : by_key) recs.push_back(kv.second);
+  std::sort(recs.begin(), recs.end(), [](const json& a, const json& b) { return a.value("index", 0) < b.value("index", 0); });
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) return Status::IOError(out_dir + ": cannot create directory: " + ec.message());
+  const std::string out = out_dir + "/results.jsonl";
+  {
+    std::ofstream f(out + ".tmp", std::ios::trunc);
+    for (const json& r : recs) f << r.dump() << "\n";
+    if (!f) return Status::IOError(out + ".tmp: cannot write");
+  }
+  fs::rename(out + ".tmp", out, ec);
+  if (ec) return Status::IOError(out + ": cannot write: " + ec.message());
+  std::string summary;
+  KVLAB_RETURN_IF_ERROR(WriteReports(out_dir, &summary));
+  *report = "merged " + std::to_string(read) + " records from " + std::to_string(dirs.size()) + " directories into " +
+            std::to_string(recs.size()) + " points in " + out + "\n\n" + summary;
+  return Status::OK();
+}
+
+}  // namespace kvlab
