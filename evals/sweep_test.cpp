@@ -1,0 +1,274 @@
+// The sweep harness: config expansion and errors, resume after a killed run,
+// shards + merge, failed points, and honest baseline figures.
+#include "evals/sweep.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+namespace kvlab {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::string TempDir(const std::string& name) {
+  const fs::path p = fs::temp_directory_path() / ("kvlab_sweep_test_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+std::vector<json> Records(const std::string& dir) {
+  std::vector<json> out;
+  std::ifstream in(dir + "/results.jsonl");
+  std::string line;
+  while (std::getline(in, line)) out.push_back(json::parse(line));
+  return out;
+}
+
+// A text file for bpb, in the test's directory.
+std::string WriteText(const std::string& dir, size_t bytes) {
+  std::string t;
+  const char* words[] = {"keys ", "values ", "cache ", "tokens ", "heads ", "blocks "};
+  for (size_t i = 0; t.size() < bytes; ++i) t += words[(i * 7 + i / 3) % 6];
+  t.resize(bytes);
+  std::ofstream(dir + "/text.txt") << t;
+  return "text.txt";
+}
+
+// A tiny sweep on the random-weight `small` preset: 2 stacks + baseline, 2 tasks.
+std::string TinySweep(const std::string& dir) {
+  WriteText(dir, 400);
+  return "name = \"tiny\"\nmodels = [\"small\"]\ntasks = [\"bpb\", \"recall\"]\nlengths = [48]\nthreads = 1\n"
+         "[task.bpb]\ntext = \"text.txt\"\nprefill = 16\n"
+         "[task.recall]\ndepths = [0.0, 1.0]\nsamples = 1\npairs = 4\n"
+         "[[sweep]]\n[[sweep.policy]]\nname = \"sink\"\nn_sink = 4\nwindow = [16, 24]\n";
+}
+
+SweepConfig Parse(const std::string& dir, const std::string& text, std::vector<std::string> sets = {}) {
+  const std::string path = dir + "/sweep.toml";
+  std::ofstream(path) << text;
+  SweepConfig c;
+  const Status s = LoadSweepConfig(path, sets, &c);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return c;
+}
+
+TEST(SweepConfigTest, GridsExpandWithBaselineFirst) {
+  const std::string dir = TempDir("grid");
+  SweepConfig c = Parse(dir,
+                        "models = [\"small\"]\ntasks = [\"bpb\", \"latency\"]\nlengths = [64, 128]\nbatch_sizes = [1, 4]\n"
+                        "seeds = [0, 1]\n[[sweep]]\n[[sweep.policy]]\nname = \"sink\"\nwindow = [16, 32, 64]\n"
+                        "[[sweep.policy]]\nname = \"kivi\"\nbits = [2, 4]\n"
+                        "[[point]]\n[[point.policy]]\nname = \"h2o\"\nbudget = 32\n");
+  ASSERT_EQ(c.stacks.size(), 1u + 6u + 1u);
+  EXPECT_EQ(c.stacks[0][0].name, "full");
+  EXPECT_EQ(c.stacks[1][0].params.at("window"), "16");
+  EXPECT_EQ(c.stacks[1][1].params.at("bits"), "2");
+  EXPECT_EQ(c.stacks[2][1].params.at("bits"), "4");
+  EXPECT_EQ(c.stacks[7][0].name, "h2o");
+  const auto points = ExpandPoints(c);
+  // Per stack: bpb 2 lengths x 1 batch x 2 seeds + latency 2 lengths x 2 batches x 2 seeds.
+  EXPECT_EQ(points.size(), 8u * (4u + 8u));
+  std::set<std::string> keys;
+  for (const auto& p : points) keys.insert(p.key);
+  EXPECT_EQ(keys.size(), points.size());  // every point has its own identity
+  EXPECT_TRUE(points[0].baseline);
+  // --set overrides a list, a nested table key and a bare string.
+  c = Parse(dir, "models = [\"small\"]\ntasks = [\"bpb\"]\nlengths = [64, 128]\n",
+            {"lengths=[256]", "task.bpb.windows=3", "name=renamed"});
+  EXPECT_EQ(c.lengths, std::vector<int64_t>{256});
+  EXPECT_EQ(c.task_options.at("bpb").windows, 3);
+  EXPECT_EQ(c.name, "renamed");
+  fs::remove_all(dir);
+}
+
+TEST(SweepConfigTest, ErrorsNameFileLineColumn) {
+  const std::string dir = TempDir("errors");
+  const std::string path = dir + "/bad.toml";
+  auto error = [&](const std::string& text) {
+    std::ofstream(path) << text;
+    SweepConfig c;
+    const Status s = LoadSweepConfig(path, {}, &c);
+    EXPECT_FALSE(s.ok()) << text;
+    return s.ToString();
+  };
+  std::string e = error("models = [\"small\"]\ntasks = [\"bpb\"]\nlenghts = [64]\n");
+  EXPECT_NE(e.find(path + ":3:"), std::string::npos) << e;
+  EXPECT_NE(e.find("lenghts"), std::string::npos) << e;
+  e = error("models = [\"small\"]\ntasks = [\"bpb\"]\nlengths = \"long\"\n");
+  EXPECT_NE(e.find(path + ":3:"), std::string::npos) << e;
+  e = error("models = [\"small\"]\ntasks = [\"bpb\"]\nlengths = []\n");
+  EXPECT_NE(e.find("empty"), std::string::npos) << e;
+  e = error("models = [\"small\"]\ntasks = [\"bpb\"]\n[[sweep]]\n[[sweep.policy]]\nname = \"sink\"\nwindow = []\n");
+  EXPECT_NE(e.find(path + ":6:"), std::string::npos) << e;
+  EXPECT_NE(e.find("empty grid"), std::string::npos) << e;
+  e = error("models = [\"small\"]\ntasks = [\"bpb\"]\n[[sweep]]\n[[sweep.policy]]\nname = \"sink\"\nwindoww = 3\n");
+  EXPECT_NE(e.find("windoww"), std::string::npos) << e;
+  e = error("models = [\"small\"]\ntasks = [\"passkee\"]\n");
+  EXPECT_NE(e.find("passkee"), std::string::npos) << e;
+  e = error("models = [\"small\"]\ntasks = [\"bpb\"]\n[task.bpb]\nwindows = 0\n");
+  EXPECT_NE(e.find(path + ":4:"), std::string::npos) << e;
+  e = error("models = [\"small\"]\ntasks = [\"bpb\"]\nlengths = [64\n");  // TOML syntax
+  EXPECT_NE(e.find(path + ":"), std::string::npos) << e;
+  fs::remove_all(dir);
+}
+
+RunSweepOptions Quiet(const std::string& out) {
+  RunSweepOptions o;
+  o.out_dir = out;
+  o.progress = false;
+  return o;
+}
+
+// A run killed mid-sweep (records lost and a half-written line) resumes:
+// nothing lost, nothing duplicated, earlier records untouched.
+TEST(SweepRunTest, ResumeAfterKill) {
+  const std::string dir = TempDir("resume");
+  const SweepConfig c = Parse(dir, TinySweep(dir));
+  const size_t n = ExpandPoints(c).size();
+  ASSERT_EQ(n, 3u * 2u);
+  std::string report;
+  ASSERT_TRUE(RunSweep(c, Quiet(dir + "/out"), &report).ok()) << report;
+  std::vector<json> full = Records(dir + "/out");
+  ASSERT_EQ(full.size(), n);
+  // Simulate kill -9 after 3 points, in the middle of writing the 4th.
+  std::string kept;
+  {
+    std::ifstream in(dir + "/out/results.jsonl");
+    std::string line;
+    for (int i = 0; i < 3 && std::getline(in, line); ++i) kept += line + "\n";
+    std::getline(in, line);
+    std::ofstream(dir + "/out/results.jsonl", std::ios::trunc) << kept << line.substr(0, line.size() / 2);
+  }
+  ASSERT_TRUE(RunSweep(c, Quiet(dir + "/out"), &report).ok());
+  EXPECT_NE(report.find("ran 3 of 6 points"), std::string::npos) << report;
+  std::vector<json> resumed = Records(dir + "/out");
+  ASSERT_EQ(resumed.size(), n);
+  std::set<std::string> keys;
+  for (size_t i = 0; i < resumed.size(); ++i) {
+    keys.insert(resumed[i]["key"].get<std::string>());
+    EXPECT_EQ(resumed[i]["status"], "ok");
+  }
+  EXPECT_EQ(keys.size(), n);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(resumed[i].dump(), full[i].dump());
+  // Deterministic metrics: the recomputed points equal the first run's.
+  for (size_t i = 3; i < n; ++i) {
+    EXPECT_EQ(resumed[i]["key"], full[i]["key"]);
+    EXPECT_EQ(resumed[i]["metrics"].value("bpb", -1.0), full[i]["metrics"].value("bpb", -1.0));
+    EXPECT_EQ(resumed[i]["metrics"].value("accuracy", -1.0), full[i]["metrics"].value("accuracy", -1.0));
+  }
+  // A third run has nothing to do.
+  ASSERT_TRUE(RunSweep(c, Quiet(dir + "/out"), &report).ok());
+  EXPECT_NE(report.find("ran 0 of 6 points"), std::string::npos) << report;
+  EXPECT_EQ(Records(dir + "/out").size(), n);
+  fs::remove_all(dir);
+}
+
+TEST(SweepRunTest, ShardsMergeToTheWholeSweep) {
+  const std::string dir = TempDir("shards");
+  const SweepConfig c = Parse(dir, TinySweep(dir));
+  std::string report;
+  ASSERT_TRUE(RunSweep(c, Quiet(dir + "/whole"), &report).ok());
+  for (int i = 0; i < 3; ++i) {
+    RunSweepOptions o = Quiet(dir + "/shard" + std::to_string(i));
+    o.shard = i;
+    o.num_shards = 3;
+    ASSERT_TRUE(RunSweep(c, o, &report).ok());
+    for (const json& r : Records(o.out_dir)) EXPECT_EQ(r["index"].get<int>() % 3, i);
+  }
+  ASSERT_TRUE(MergeResults({dir + "/shard0", dir + "/shard1", dir + "/shard2", dir + "/shard1"}, dir + "/merged", &report).ok());
+  const std::vector<json> whole = Records(dir + "/whole"), merged = Records(dir + "/merged");
+  ASSERT_EQ(merged.size(), whole.size());
+  for (size_t i = 0; i < whole.size(); ++i) {
+    EXPECT_EQ(merged[i]["key"], whole[i]["key"]);
+    EXPECT_EQ(merged[i]["metrics"].value("bpb", -1.0), whole[i]["metrics"].value("bpb", -1.0));
+  }
+  EXPECT_TRUE(fs::exists(dir + "/merged/summary.md"));
+  EXPECT_TRUE(fs::exists(dir + "/merged/results.csv"));
+  fs::remove_all(dir);
+}
+
+// A point that fails records its error; the others still run; a rerun does
+// not repeat it unless asked to.
+TEST(SweepRunTest, FailedPointIsRecordedAndTheSweepGoesOn) {
+  const std::string dir = TempDir("failed");
+  WriteText(dir, 100);
+  // The text holds 100 bytes: length 48 works, length 160 cannot.
+  const SweepConfig c = Parse(dir, "name = \"f\"\nmodels = [\"small\"]\ntasks = [\"bpb\"]\nlengths = [48, 160, 32]\nthreads = 1\n"
+                                   "[task.bpb]\ntext = \"text.txt\"\nprefill = 16\n");
+  std::string report;
+  ASSERT_TRUE(RunSweep(c, Quiet(dir + "/out"), &report).ok());
+  EXPECT_NE(report.find("1 failed"), std::string::npos) << report;
+  std::vector<json> recs = Records(dir + "/out");
+  ASSERT_EQ(recs.size(), 3u);
+  EXPECT_EQ(recs[0]["status"], "ok");
+  EXPECT_EQ(recs[1]["status"], "error");
+  EXPECT_NE(recs[1]["error"].get<std::string>().find("text.txt"), std::string::npos);
+  EXPECT_EQ(recs[2]["status"], "ok");
+  ASSERT_TRUE(RunSweep(c, Quiet(dir + "/out"), &report).ok());
+  EXPECT_EQ(Records(dir + "/out").size(), 3u);
+  RunSweepOptions retry = Quiet(dir + "/out");
+  retry.retry_failed = true;
+  ASSERT_TRUE(RunSweep(c, retry, &report).ok());
+  EXPECT_EQ(Records(dir + "/out").size(), 4u);  // the retry appended a new record for that point
+  std::ifstream csv(dir + "/out/results.csv");
+  std::string line;
+  int rows = 0;
+  while (std::getline(csv, line)) ++rows;
+  EXPECT_EQ(rows, 1 + 3);  // one row per point: the latest record
+  fs::remove_all(dir);
+}
+
+// The baseline compares with itself exactly; offload is lossless.
+TEST(SweepRunTest, HonestBaselineAndLosslessOffload) {
+  const std::string dir = TempDir("honest");
+  WriteText(dir, 400);
+  const SweepConfig c = Parse(dir, "models = [\"small\"]\ntasks = [\"bpb\"]\nlengths = [96]\nthreads = 1\n"
+                                   "[task.bpb]\ntext = \"text.txt\"\nprefill = 8\n"
+                                   "[[point]]\n[[point.policy]]\nname = \"offload\"\ndevice_budget = 65536\n"
+                                   "keep_recent = 16\nkeep_sinks = 0\n"
+                                   "[[point]]\n[[point.policy]]\nname = \"kivi\"\nbits = 2\nresidual = 0\n");
+  std::string report;
+  ASSERT_TRUE(RunSweep(c, Quiet(dir + "/out"), &report).ok());
+  const std::vector<json> r = Records(dir + "/out");
+  ASSERT_EQ(r.size(), 3u);
+  const json& base = r[0]["metrics"];
+  const json& off = r[1]["metrics"];
+  const json& kivi = r[2]["metrics"];
+  EXPECT_TRUE(r[0]["baseline"].get<bool>());
+  EXPECT_EQ(base["kl"].get<double>(), 0.0);
+  EXPECT_EQ(base["top1_agreement"].get<double>(), 1.0);
+  EXPECT_EQ(off["bpb"].get<double>(), base["bpb"].get<double>());
+  EXPECT_EQ(off["kl"].get<double>(), 0.0);
+  EXPECT_EQ(off["top1_agreement"].get<double>(), 1.0);
+  EXPECT_LT(off["memory"]["device_bytes"].get<double>(), base["memory"]["device_bytes"].get<double>());
+  // KIVI-2 holds fewer bytes and is not free.
+  EXPECT_LT(kivi["memory"]["kv_bytes_end"].get<double>(), base["memory"]["kv_bytes_end"].get<double>());
+  EXPECT_GT(kivi["kl"].get<double>(), 0.0);
+  // CSV: the baseline's memory ratio and compression are exactly 1.
+  std::ifstream csv(dir + "/out/results.csv");
+  std::string header, row;
+  std::getline(csv, header);
+  std::getline(csv, row);
+  std::vector<std::string> h, v;
+  std::stringstream hs(header), vs(row);
+  for (std::string x; std::getline(hs, x, ',');) h.push_back(x);
+  for (std::string x; std::getline(vs, x, ',');) v.push_back(x);
+  std::map<std::string, std::string> col;
+  for (size_t i = 0; i < h.size() && i < v.size(); ++i) col[h[i]] = v[i];
+  EXPECT_EQ(col["memory_ratio"], "1");
+  EXPECT_EQ(col["compression"], "1");
+  EXPECT_EQ(col["bpb_ratio"], "1");
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace kvlab
