@@ -8,7 +8,7 @@
 //
 //   name = "quickstart"                 # default: the file's stem
 //   models = ["../../datasets/models/tiny-gqa"]   # paths relative to the config; or presets
-//   tasks = ["bpb", "passkey", "latency"]        # bpb | passkey | multi-needle | recall | latency
+//   tasks = ["bpb", "passkey", "latency"]        # bpb | bpb-recompute | passkey | multi-needle | recall | latency
 //   lengths = [512, 1024]
 //   batch_sizes = [1]                   # latency task only; accuracy tasks run one sequence
 //   seeds = [0]
@@ -22,6 +22,9 @@
 //   [task.multi-needle] depths = [...]; samples = 2; needles = 4
 //   [task.recall]   depths = [...]; samples = 4; pairs = 8
 //   [task.latency]  decode_tokens = 16; text = "..."
+//   [task.bpb-recompute] text = "..."; window = 256   # StreamingLLM's "sliding window with
+//                   # recompute": each prediction recomputes the last `window` tokens from
+//                   # scratch (positions 0..window-1); KL and top-1 are against full-cache logits
 //   [[sweep]]                           # a stack; list-valued parameters form a grid
 //   [[sweep.policy]]
 //   name = "sink"
@@ -49,6 +52,7 @@ struct SweepTaskOptions {
   std::vector<double> depths = {0.0, 0.25, 0.5, 0.75, 1.0};
   int64_t samples = 2, needles = 4, pairs = 8;
   int64_t decode_tokens = 16;
+  int64_t window = 256;                    // bpb-recompute: tokens recomputed for each prediction
 };
 
 struct SweepPoint {

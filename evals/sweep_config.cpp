@@ -15,7 +15,7 @@ namespace kvlab {
 
 namespace {
 
-const char* const kTasks[] = {"bpb", "passkey", "multi-needle", "recall", "latency"};
+const char* const kTasks[] = {"bpb", "bpb-recompute", "passkey", "multi-needle", "recall", "latency"};
 
 bool KnownTask(const std::string& t) {
   for (const char* k : kTasks) if (t == k) return true;
@@ -242,12 +242,12 @@ Status ParseSweepConfig(const std::string& text, const std::string& path, const 
       c.name = n.as_string()->get();
       if (c.name.empty() || c.name.find('/') != std::string::npos) return Where(path, n, "'name' must be a non-empty word");
     } else if (key == "models" || key == "model") {
-      KVLAB_RETURN_IF_ERROR(List<std::string>(path, n, key, "strings (model directories or presets)", GetString, &c.model_labels));
+      KVLAB_RETURN_IF_ERROR(List<std::string>(path, n, key, "strings (model directories or presets)", GetString, &c.models));
       have_models = true;
     } else if (key == "tasks") {
       KVLAB_RETURN_IF_ERROR(List<std::string>(path, n, key, "strings", GetString, &c.tasks));
       for (const std::string& t : c.tasks) {
-        if (!KnownTask(t)) return Where(path, n, "unknown task '" + t + "' (valid: bpb, passkey, multi-needle, recall, latency)");
+        if (!KnownTask(t)) return Where(path, n, "unknown task '" + t + "' (valid: bpb, bpb-recompute, passkey, multi-needle, recall, latency)");
       }
       have_tasks = true;
     } else if (key == "lengths") {
@@ -276,7 +276,7 @@ Status ParseSweepConfig(const std::string& text, const std::string& path, const 
       if (t == nullptr) return Where(path, n, "'task' must be a table of [task.NAME] tables");
       for (const auto& tk : *t) {
         const std::string tname(tk.first.str());
-        if (!KnownTask(tname)) return Where(path, tk.second, "unknown task '" + tname + "' (valid: bpb, passkey, multi-needle, recall, latency)");
+        if (!KnownTask(tname)) return Where(path, tk.second, "unknown task '" + tname + "' (valid: bpb, bpb-recompute, passkey, multi-needle, recall, latency)");
         const toml::table* opts = tk.second.as_table();
         if (opts == nullptr) return Where(path, tk.second, "[task." + tname + "] must be a table");
         SweepTaskOptions& o = c.task_options[tname];
@@ -298,12 +298,13 @@ Status ParseSweepConfig(const std::string& text, const std::string& path, const 
           } else if (okey == "needles") { KVLAB_RETURN_IF_ERROR(want_int(&o.needles, 1));
           } else if (okey == "pairs") { KVLAB_RETURN_IF_ERROR(want_int(&o.pairs, 1));
           } else if (okey == "decode_tokens") { KVLAB_RETURN_IF_ERROR(want_int(&o.decode_tokens, 1));
+          } else if (okey == "window") { KVLAB_RETURN_IF_ERROR(want_int(&o.window, 1));
           } else if (okey == "depths") {
             KVLAB_RETURN_IF_ERROR(List<double>(path, v, full, "numbers in [0, 1]", GetDouble, &o.depths));
             for (double d : o.depths) if (d < 0 || d > 1) return Where(path, v, "'" + full + "' entries must be in [0, 1]");
           } else {
             return Where(path, v, "unknown key '" + full + "'; valid keys: text, windows, prefill, buckets, depths, samples, "
-                                  "needles, pairs, decode_tokens");
+                                  "needles, pairs, decode_tokens, window");
           }
         }
       }
@@ -336,12 +337,21 @@ Status ParseSweepConfig(const std::string& text, const std::string& path, const 
   }
   if (!have_models) return Status::InvalidArgument(path + ": missing key 'models'");
   if (!have_tasks) return Status::InvalidArgument(path + ": missing key 'tasks'");
-  for (const std::string& m : c.model_labels) c.models.push_back(Resolve(dir, m));
+  // Labels: a preset's name, or the directory's last component.
+  for (std::string& m : c.models) {
+    std::string label = m;
+    while (label.size() > 1 && label.back() == '/') label.pop_back();
+    if (label.find('/') != std::string::npos) label = label.substr(label.rfind('/') + 1);
+    c.model_labels.push_back(label);
+    m = Resolve(dir, m);
+  }
   for (const std::string& t : c.tasks) c.task_options[t];  // defaults for tasks without a table
   // Stacks: the baseline first, then grids in order, then points; duplicates dropped.
+  // Two spellings of the same stack (a default written out or not) run once.
   std::set<std::string> seen;
   auto add = [&](const std::vector<PolicySpec>& s) {
-    const std::string label = StackLabel(s);
+    PolicyStack resolved;
+    const std::string label = PolicyStack::Create(s, &resolved).ok() ? resolved.Describe() : StackLabel(s);
     if (seen.insert(label).second) c.stacks.push_back(s);
   };
   if (c.baseline) add({PolicySpec{"full", {}, path}});
@@ -406,9 +416,10 @@ std::vector<SweepPoint> ExpandPoints(const SweepConfig& c) {
                 k["rep"] = rep;
                 k["kv_dtype"] = DTypeName(c.kv_dtype);
                 k["block_size"] = c.block_size;
-                if (task == "bpb") {
+                if (task == "bpb" || task == "bpb-recompute") {
                   k["windows"] = o.windows;
                   k["prefill"] = o.prefill;
+                  if (task == "bpb-recompute") k["window"] = o.window;
                 } else if (task == "latency") {
                   k["decode_tokens"] = o.decode_tokens;
                 } else {

@@ -117,6 +117,30 @@ Status TeacherForced(const EngineOptions& o, const std::vector<PolicySpec>& stac
   return Status::OK();
 }
 
+// StreamingLLM's sliding window with recompute: the logits of each position
+// come from a fresh sequence over the last `window` tokens (positions from 0).
+// Memory: the largest window's, at its end.
+Status Recomputed(const EngineOptions& o, const std::vector<PolicySpec>& stack, const std::vector<int32_t>& ids,
+                  int64_t window, std::vector<float>* logits, MemoryStats* mem, int64_t* vocab) {
+  std::unique_ptr<Engine> e;
+  KVLAB_RETURN_IF_ERROR(Engine::Create(o, stack, &e));
+  const int64_t V = e->model_config().vocab_size;
+  *vocab = V;
+  const int64_t n = static_cast<int64_t>(ids.size());
+  logits->clear();
+  logits->reserve(static_cast<size_t>((n - 1) * V));
+  std::vector<std::vector<float>> out;
+  for (int64_t i = 0; i < n - 1; ++i) {
+    const int64_t start = std::max<int64_t>(0, i + 1 - window);
+    KVLAB_RETURN_IF_ERROR(e->AddSequence(0));
+    KVLAB_RETURN_IF_ERROR(e->Forward({SeqChunk{0, std::vector<int32_t>(ids.begin() + start, ids.begin() + i + 1)}}, false, &out));
+    logits->insert(logits->end(), out[0].begin(), out[0].end());
+    if (i + 1 >= std::min<int64_t>(window, n - 1)) *mem = e->Memory();
+    KVLAB_RETURN_IF_ERROR(e->RemoveSequence(0));
+  }
+  return Status::OK();
+}
+
 void LogSoftmax(const float* x, int64_t V, std::vector<double>* out) {
   out->resize(static_cast<size_t>(V));
   double mx = x[0];
@@ -133,7 +157,8 @@ void LogSoftmax(const float* x, int64_t V, std::vector<double>* out) {
 Status SweepRunner::RunPoint(const SweepPoint& p, json* metrics) {
   const SweepTaskOptions& o = config_.task_options.at(p.task);
   json m;
-  if (p.task == "bpb") {
+  if (p.task == "bpb" || p.task == "bpb-recompute") {
+    const bool recompute = p.task == "bpb-recompute";
     std::string text;
     if (o.text.empty()) text = BuiltinText();
     else KVLAB_RETURN_IF_ERROR(CachedText(o.text, &text));
@@ -154,10 +179,15 @@ Status SweepRunner::RunPoint(const SweepPoint& p, json* metrics) {
       const EngineOptions eo = Options(config_, p, p.length + 1, 1);
       std::vector<float> logits;
       int64_t V = 0;
-      KVLAB_RETURN_IF_ERROR(TeacherForced(eo, p.stack, ids, o.prefill, &logits, &mem, &V));
-      // The baseline's logits of the same window, from the same procedure.
+      if (recompute) {
+        KVLAB_RETURN_IF_ERROR(Recomputed(eo, p.stack, ids, o.window, &logits, &mem, &V));
+      } else {
+        KVLAB_RETURN_IF_ERROR(TeacherForced(eo, p.stack, ids, o.prefill, &logits, &mem, &V));
+      }
+      // The baseline's logits of the same window, from the same procedure
+      // (for recompute: the full cache's).
       const std::vector<float>* base = &logits;
-      if (!p.baseline) {
+      if (!p.baseline || recompute) {
         const std::string bkey = p.model + "|" + std::to_string(p.length) + "|" + std::to_string(p.seed) + "|" +
                                  std::to_string(w) + "|" + std::to_string(o.prefill) + "|" + o.text;
         auto it = baseline_logits_.find(bkey);
@@ -425,6 +455,10 @@ double EstimateSeconds(const SweepConfig& c, const SweepPoint& p) {
   const double attn = 4.0 * static_cast<double>(mc.num_hidden_layers * mc.num_attention_heads * mc.head_dim) / flops_per_s;
   const SweepTaskOptions& o = c.task_options.at(p.task);
   const double L = static_cast<double>(p.length);
+  if (p.task == "bpb-recompute") {
+    const double w = static_cast<double>(o.window);
+    return static_cast<double>(o.windows) * L * (w * (tok + attn * w / 2) + step_overhead) * 1.2;
+  }
   if (p.task == "bpb") {
     const double steps = L - static_cast<double>(o.prefill);
     const double one = steps * (step_overhead + tok + attn * L / 2) + static_cast<double>(o.prefill) * tok;

@@ -245,6 +245,31 @@ def end_to_end(tmp, kvlab, c):
             f"missing layer: exit {r.returncode}, message names model.layers.{missing}.*: {text.strip()[-300:]!r}")
 
 
+def committed_models(kvlab, c):
+    """The trained models under datasets/models/: numpy's logits equal the engine's."""
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "datasets", "models")
+    text = b"In the beginning the KV cache was small; then came long chats. The pass key is 71432."
+    tokens = [256] + list(text)
+    for name in ("tiny-gqa", "tiny-mha"):
+        model_dir = os.path.join(root, name)
+        if not os.path.exists(os.path.join(model_dir, "model.safetensors")):
+            print(f"note: {name} not found under datasets/models, skipped")
+            continue
+        cfg, w = ref.load_checkpoint(model_dir)
+        want = ref.forward(cfg, w, tokens)
+        for mode in ("prefill", "decode"):
+            out = os.path.join(tempfile.gettempdir(), f"kvlab_numpy_{name}_{mode}_{os.getpid()}.bin")
+            r = run_kvlab(kvlab, model_dir, tokens, mode, out)
+            if r.returncode != 0:
+                c.check(False, f"{name} --mode {mode}: kvlab exited {r.returncode}: {(r.stderr or r.stdout).strip()[-500:]}")
+                continue
+            got = np.fromfile(out, dtype="<f4").reshape(want.shape)
+            os.remove(out)
+            diff = float(np.max(np.abs(got.astype(np.float64) - want)))
+            c.check(diff <= TOLERANCE, f"{name} (trained) --mode {mode}: max |diff| = {diff:.3e} (tolerance {TOLERANCE:g})")
+            print(f"{name} --mode {mode}: max |kvlab - numpy| = {diff:.2e}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kvlab", help="path to the kvlab binary")
@@ -262,6 +287,7 @@ def main():
         self_check(tmp, c)
         if not args.self_check:
             end_to_end(tmp, args.kvlab, c)
+            committed_models(args.kvlab, c)
     finally:
         if args.keep:
             print(f"checkpoints kept in {tmp}")

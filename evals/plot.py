@@ -1,0 +1,304 @@
+#!/usr/bin/env python3
+"""Plots of a `kvlab run` sweep, from its results.jsonl.
+
+    python3 evals/plot.py results/NAME [--out DIR]
+
+Writes, when their data is present (otherwise one line on stderr says why not):
+  pareto.png          KV memory / the baseline's vs bpb and retrieval accuracy,
+                      one point per setting, the non-dominated ones joined
+  latency.png         decode ms per step (median, bar up to p90) vs context length
+  heatmap_TASK.png    retrieval accuracy by needle depth x length, per setting
+  kl.png              KL(baseline || policy) by position bucket, per setting
+Only the latest "ok" record of each point ("key") counts.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+from collections import defaultdict
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+RETRIEVAL = ("passkey", "multi-needle", "recall")
+
+
+class PlotError(Exception):
+    pass
+
+
+def note(msg):
+    print(f"plot.py: {msg}", file=sys.stderr)
+
+
+def load_records(results_dir):
+    """The latest "ok" record per key, in run order."""
+    path = os.path.join(results_dir, "results.jsonl")
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().split("\n")
+    except OSError as e:
+        raise PlotError(f"{path}: cannot read the sweep's results ({e.strerror})") from None
+    latest = {}
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            r = json.loads(line)
+            if not isinstance(r, dict) or "key" not in r or "status" not in r:
+                raise ValueError("not a sweep record (no 'key' or 'status')")
+        except ValueError as e:
+            if i == len(lines) - 1:  # unterminated last line: a killed run's, which `kvlab run` drops too
+                note(f"{path}:{i + 1}: ignoring a partial last line")
+                continue
+            raise PlotError(f"{path}:{i + 1}: malformed record: {e}") from None
+        if r["status"] == "ok":
+            latest[r["key"]] = r
+    return sorted(latest.values(), key=lambda r: r.get("index", 0))
+
+
+def pareto_front(points, higher_is_better=False):
+    """Names of the non-dominated (name, x, y) points, by increasing x. Less x
+    (memory) is better; less y too, or more with higher_is_better."""
+    s = -1 if higher_is_better else 1
+
+    def dominates(a, b):
+        return a[1] <= b[1] and s * a[2] <= s * b[2] and (a[1] < b[1] or s * a[2] < s * b[2])
+
+    front = [p for p in points if not any(dominates(q, p) for q in points)]
+    return [p[0] for p in sorted(front, key=lambda p: (p[1], s * p[2]))]
+
+
+def peer(r):  # the baseline a record compares with, as sweep_report.cpp
+    return (r.get("model"), r.get("task"), r.get("length"), r.get("batch"), r.get("seed"), r.get("repetition"))
+
+
+def num(d, *path):
+    for k in path:
+        if not isinstance(d, dict) or k not in d:
+            return None
+        d = d[k]
+    return float(d) if isinstance(d, (int, float)) and not isinstance(d, bool) and math.isfinite(d) else None
+
+
+def mean(values):
+    v = [x for x in values if x is not None]
+    return sum(v) / len(v) if v else None
+
+
+class Sweep:
+    def __init__(self, recs):
+        self.recs = recs
+        multi = len({r.get("model") for r in recs}) > 1
+        self.label = {id(r): (f"{r.get('model')}: " if multi else "") + str(r.get("stack")) for r in recs}
+        self.settings = list(dict.fromkeys(self.label[id(r)] for r in recs))
+        self.baseline = {self.label[id(r)] for r in recs if r.get("baseline")}
+        self.base_of = {peer(r): r for r in recs if r.get("baseline")}
+        cmap = plt.get_cmap("tab10" if len(self.settings) <= 10 else "tab20")
+        others = [s for s in self.settings if s not in self.baseline]
+        self.color = {s: cmap(i % cmap.N) for i, s in enumerate(others)}
+        self.color.update({s: "black" for s in self.baseline})
+
+    def of(self, task, setting=None):
+        return [r for r in self.recs if r.get("task") == task and (setting is None or self.label[id(r)] == setting)]
+
+    def memory_fraction(self, r):
+        b = self.base_of.get(peer(r))
+        mine, theirs = num(r, "metrics", "memory", "kv_bytes_end"), b and num(b, "metrics", "memory", "kv_bytes_end")
+        return mine / theirs if mine is not None and theirs else None
+
+
+def panels(n, width, height):
+    """A figure with n subplots, at most 3 a row; the spare ones hidden."""
+    cols = min(3, n)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False, constrained_layout=True)
+    for ax in axes.flat[n:]:
+        ax.axis("off")
+    return fig, list(axes.flat[:n])
+
+
+def save(fig, out, name):
+    path = os.path.join(out, name)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    print(path)
+
+
+def label_points(ax, pts, baseline):
+    """Names beside the (name, x, y) points: coincident points share a label,
+    and a label moves up until it overlaps no other."""
+    ax.figure.canvas.draw()  # settle limits and layout, so that data map to pixels
+    k = ax.figure.dpi / 72  # pixels per point
+    spots = {}
+    for s, x, y in sorted(pts, key=lambda p: (p[1], p[2])):
+        px, py = ax.transData.transform((x, y))
+        spots.setdefault((round(px / 4), round(py / 4)), [x, y, px, py, []])[4].append(s + (" (baseline)" if s in baseline else ""))
+    placed = []
+    for x, y, px, py, names in spots.values():
+        x0, w, h, dy = px + 5 * k, max(map(len, names)) * 4.3 * k, len(names) * 9 * k, 3
+        while any(x0 < b[2] and b[0] < x0 + w and py + dy * k < b[3] and b[1] < py + dy * k + h for b in placed):
+            dy += 9
+        placed.append((x0, py + dy * k, x0 + w, py + dy * k + h))
+        ax.annotate("\n".join(names), (x, y), xytext=(5, dy), textcoords="offset points", fontsize=7)
+
+
+def plot_pareto(sw, out):
+    tasks = [("bpb", "bpb", "bits per byte (lower is better)", False)] if sw.of("bpb") else []
+    tasks += [(t, "accuracy", f"{t} accuracy (higher is better)", True) for t in RETRIEVAL if sw.of(t)]
+    panels_pts = []
+    for task, metric, _, _ in tasks:
+        pts, orphans = [], []  # (setting, mean memory fraction, mean metric); settings without a baseline
+        for s in sw.settings:
+            rs = sw.of(task, s)
+            x, y = mean(sw.memory_fraction(r) for r in rs), mean(num(r, "metrics", metric) for r in rs)
+            if rs and x is None:
+                orphans.append(s)
+            elif rs and y is not None:
+                pts.append((s, x, y))
+        if pts and orphans:
+            note(f"pareto.png: {task}: left out {', '.join(orphans)}: no baseline record to compare memory with")
+        panels_pts.append(pts)
+    if not any(panels_pts):
+        return note("skipping pareto.png: no bpb or retrieval records with a baseline to compare memory with")
+    fig, axes = panels(len(tasks), 6.5, 5)
+    for ax, (task, _, ylabel, higher), pts in zip(axes, tasks, panels_pts):
+        front = pareto_front(pts, higher)
+        xy = {p[0]: p[1:] for p in pts}
+        fx, fy = [xy[n][0] for n in front], [xy[n][1] for n in front]
+        ax.plot(fx, fy, "--o", color="grey", lw=1, ms=13, mfc="none", label="Pareto front", zorder=1)
+        for s, x, y in pts:
+            base = s in sw.baseline
+            ax.scatter(x, y, s=160 if base else 40, marker="*" if base else "o", color=sw.color[s], zorder=2,
+                       label=f"{s} (baseline)" if base else None)
+        ax.set_xlim(left=0, right=max([1.1] + [p[1] * 1.1 for p in pts]))
+        ax.set_xlabel("KV memory at the end / the baseline's")
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"{task}: memory vs quality")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
+        label_points(ax, pts, sw.baseline)
+    save(fig, out, "pareto.png")
+
+
+def plot_latency(sw, out):
+    recs = [r for r in sw.of("latency") if num(r, "metrics", "decode_ms_median") is not None]
+    if not recs:
+        return note("skipping latency.png: no latency records")
+    batches = sorted({r.get("batch") for r in recs})
+    fig, axes = panels(len(batches), 6.5, 4.5)
+    for ax, batch in zip(axes, batches):
+        lengths = set()
+        for k, s in enumerate(sw.settings):
+            rs = [r for r in recs if sw.label[id(r)] == s and r.get("batch") == batch]
+            xs = sorted({r["length"] for r in rs})
+            med = [mean(num(r, "metrics", "decode_ms_median") for r in rs if r["length"] == L) for L in xs]
+            p90 = [mean(num(r, "metrics", "decode_ms_p90") for r in rs if r["length"] == L) for L in xs]
+            if not xs:
+                continue
+            lengths.update(xs)
+            up = [max(0.0, p - m) if p is not None else 0.0 for m, p in zip(med, p90)]
+            dodge = 1 + 0.012 * (k - (len(sw.settings) - 1) / 2)  # keep the p90 bars apart
+            ax.errorbar([x * dodge for x in xs], med, yerr=[[0.0] * len(xs), up], marker="*" if s in sw.baseline else "o", capsize=3,
+                        color=sw.color[s], label=s)
+        if lengths and max(lengths) >= 4 * min(lengths):
+            ax.set_xscale("log", base=2)
+        elif len(lengths) == 1:
+            ax.set_xlim(min(lengths) * 0.8, min(lengths) * 1.2)
+        ax.set_xticks(sorted(lengths), [str(L) for L in sorted(lengths)])
+        ax.set_xlabel("context length (tokens)")
+        ax.set_ylabel("decode ms per step (median; bar to p90)")
+        ax.set_title(f"decode latency, batch {batch}")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+    axes[-1].legend(fontsize=7, loc="best")
+    save(fig, out, "latency.png")
+
+
+def plot_heatmaps(sw, out):
+    tasks = [t for t in RETRIEVAL if any(isinstance(r["metrics"].get("accuracy_by_depth"), dict) for r in sw.of(t))]
+    if not tasks:
+        return note("skipping heatmap_*.png: no retrieval records (passkey, multi-needle, recall)")
+    for task in tasks:
+        recs = [r for r in sw.of(task) if isinstance(r["metrics"].get("accuracy_by_depth"), dict)]
+        depths = sorted({d for r in recs for d in r["metrics"]["accuracy_by_depth"]}, key=float)
+        lengths = sorted({r["length"] for r in recs})
+        settings = [s for s in sw.settings if any(sw.label[id(r)] == s for r in recs)]
+        fig, axes = panels(len(settings), 1.3 + 1.1 * len(lengths), 1.2 + 0.55 * len(depths))
+        for ax, s in zip(axes, settings):
+            grid = np.full((len(depths), len(lengths)), np.nan)
+            for i, d in enumerate(depths):
+                for j, L in enumerate(lengths):
+                    v = mean(num(r, "metrics", "accuracy_by_depth", d) for r in recs if sw.label[id(r)] == s and r["length"] == L)
+                    if v is not None:
+                        grid[i, j] = v
+                        ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=8, color="white" if v < 0.5 else "black")
+            im = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto")
+            ax.set_xticks(range(len(lengths)), [str(L) for L in lengths], fontsize=7)
+            ax.set_yticks(range(len(depths)), depths, fontsize=7)
+            ax.set_xlabel("length", fontsize=7)
+            ax.set_ylabel("depth", fontsize=7)
+            ax.set_title(s.replace("+", "+\n"), fontsize=8)
+        fig.colorbar(im, ax=axes, shrink=0.8, label="exact-match accuracy")
+        fig.suptitle(f"{task}: accuracy by needle depth and context length" if task != "multi-needle" else
+                     "multi-needle: accuracy by context length\n(needles sit at random depths; the depth rows only vary the samples)",
+                     fontsize=9)
+        save(fig, out, f"heatmap_{task}.png")
+
+
+def plot_kl(sw, out):
+    recs = [r for r in sw.of("bpb") if isinstance(r["metrics"].get("kl_by_bucket"), list)
+            and isinstance(r["metrics"].get("bucket_starts"), list) and not r.get("baseline")]
+    if not recs:
+        return note("skipping kl.png: no bpb records of a non-baseline setting")
+    lengths = sorted({r["length"] for r in recs})
+    fig, axes = panels(len(lengths), 5.5, 4.2)
+    for ax, L in zip(axes, lengths):
+        positive = []
+        for s in sw.settings:
+            by_starts = defaultdict(list)  # records of one bucket layout (windows/prefill fixed per sweep)
+            for r in recs:
+                if sw.label[id(r)] == s and r["length"] == L:
+                    by_starts[tuple(r["metrics"]["bucket_starts"])].append(r["metrics"]["kl_by_bucket"])
+            for starts, kls in by_starts.items():
+                kl = np.mean(np.array(kls, dtype=float), axis=0)
+                positive += [v for v in kl if v > 0]
+                ax.plot(starts, kl, marker="o", color=sw.color[s], label=s)
+        if positive and max(positive) > 100 * min(positive):
+            ax.set_yscale("symlog", linthresh=10 ** math.floor(math.log10(min(positive))))
+        else:
+            ax.set_ylim(bottom=0)
+        ax.set_xlabel("position (start of bucket, tokens)")
+        ax.set_ylabel("KL(baseline || policy), nats per token")
+        ax.set_title(f"KL by position, length {L}")
+        ax.grid(alpha=0.3)
+    axes[-1].legend(fontsize=7, loc="best")
+    save(fig, out, "kl.png")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="Plot a kvlab sweep's results.jsonl (pareto, latency, heatmaps, KL).")
+    ap.add_argument("results_dir", help="a sweep's output directory, e.g. results/quickstart")
+    ap.add_argument("--out", help="where to write the PNGs (default: the results directory)")
+    args = ap.parse_args(argv)
+    try:
+        recs = load_records(args.results_dir)
+    except PlotError as e:
+        print(f"plot.py: error: {e}", file=sys.stderr)
+        return 1
+    if not recs:
+        note(f"{os.path.join(args.results_dir, 'results.jsonl')}: no successful records to plot")
+    out = args.out or args.results_dir
+    os.makedirs(out, exist_ok=True)
+    sw = Sweep(recs)
+    for plot in (plot_pareto, plot_latency, plot_heatmaps, plot_kl):
+        plot(sw, out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
