@@ -7,7 +7,7 @@ mode=${1:-run}
 cd "$(dirname "$0")/.."
 
 packages=(cmake g++ make libtorch-dev libopenblas0-openmp libtomlplusplus-dev nlohmann-json3-dev libcli11-dev
-          googletest libgtest-dev libbenchmark-dev libssl-dev python3-numpy python3-matplotlib)
+          googletest libgtest-dev libbenchmark-dev libssl-dev libxxhash-dev python3-numpy python3-matplotlib)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -26,8 +26,7 @@ cmake --build build -j"$(nproc)"
 
 case "$mode" in
   run)
-    build/kvlab generate --model small --prompt "The KV cache grows with every token" --max-new-tokens 32
-    build/kvlab memory --model llama-3.1-8b --tokens 8192
+    build/kvlab run evals/configs/quickstart.toml
     ;;
   test)
     ctest --test-dir build --output-on-failure -j2

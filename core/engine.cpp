@@ -93,6 +93,13 @@ Status Engine::Create(const EngineOptions& options, const std::vector<PolicySpec
   KVLAB_RETURN_IF_ERROR(KVCache::Create(shape, num_blocks, /*with_storage=*/true, &impl->cache, num_enc_blocks));
   PlacementOptions placement;
   if (impl->policies.Placement(&placement)) KVLAB_RETURN_IF_ERROR(impl->cache->EnableOffload(placement));
+  if (options.prefix_caching) {
+    std::string why_not;
+    if (!impl->policies.SharesPrefixBlocks(&why_not)) {
+      return Status::InvalidArgument("engine: prefix caching with the stack '" + impl->policies.Describe() + "': " + why_not);
+    }
+    KVLAB_RETURN_IF_ERROR(impl->cache->EnablePrefixCaching());
+  }
   out->reset(new Engine(std::move(impl)));
   return Status::OK();
 }
@@ -108,6 +115,14 @@ Status Engine::AddSequence(int64_t seq) {
   return Status::OK();
 }
 
+Status Engine::AddSequenceWithPrefix(int64_t seq, const std::vector<BlockHash>& prefix) {
+  KVLAB_RETURN_IF_ERROR(impl_->cache->AddSequenceWithPrefix(seq, prefix));
+  impl_->seq_len[seq] = static_cast<int64_t>(prefix.size()) * impl_->cache->prefix_unit_tokens();
+  return Status::OK();
+}
+
+void Engine::CacheFullUnits(int64_t seq, const std::vector<BlockHash>& hashes) { impl_->cache->CacheFullUnits(seq, hashes); }
+
 Status Engine::RemoveSequence(int64_t seq) {
   KVLAB_RETURN_IF_ERROR(impl_->cache->RemoveSequence(seq));
   impl_->seq_len.erase(seq);
@@ -122,7 +137,7 @@ int64_t Engine::SequenceLength(int64_t seq) const {
 bool Engine::CanForward(const std::vector<SeqChunk>& chunks) const {
   int64_t need = 0;
   for (const SeqChunk& c : chunks) need += impl_->cache->BlocksNeeded(c.seq, static_cast<int64_t>(c.tokens.size()));
-  return impl_->cache->pool().CanAllocate(need);
+  return need <= impl_->cache->AvailableBlocks();
 }
 
 Status Engine::Forward(const std::vector<SeqChunk>& chunks, bool all_logits,
@@ -153,7 +168,7 @@ Status Engine::Forward(const std::vector<SeqChunk>& chunks, bool all_logits,
     qo_indptr.push_back(static_cast<int32_t>(tokens.size()));
   }
   if (!CanForward(chunks)) {
-    return Status::ResourceExhausted("KV pool has " + std::to_string(s.cache->pool().num_free()) +
+    return Status::ResourceExhausted("KV pool has " + std::to_string(s.cache->AvailableBlocks()) +
                                      " free blocks, too few for this step");
   }
   for (size_t i = 0; i < chunks.size(); ++i) {

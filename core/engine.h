@@ -32,6 +32,10 @@ struct EngineOptions {
   int64_t prefill_chunk = 512;   // prompt tokens per prefill step (chunked prefill)
   std::string attention = "cpu"; // "cpu" (optimised) or "reference"
   int num_threads = 0;           // 0: all cores
+  // Share full blocks across sequences with the same prefix (KVCache's
+  // prefix caching). InvalidArgument at Create for a stack that cannot
+  // (PolicyStack::SharesPrefixBlocks).
+  bool prefix_caching = false;
 };
 
 struct SeqChunk {
@@ -83,6 +87,14 @@ class Engine {
 
   Status AddSequence(int64_t seq);
   Status RemoveSequence(int64_t seq);
+  // Prefix caching (options().prefix_caching): adds a sequence holding the
+  // cached units `prefix` (the chained hashes of its leading units, see
+  // core/prefix_cache.h), which it reads as its first tokens without
+  // computing them; its next Forward starts at position
+  // prefix.size() * cache().prefix_unit_tokens().
+  Status AddSequenceWithPrefix(int64_t seq, const std::vector<BlockHash>& prefix);
+  // Offers the sequence's full units to the prefix cache (hashes[u]: unit u).
+  void CacheFullUnits(int64_t seq, const std::vector<BlockHash>& hashes);
   // Tokens the sequence has processed (its next position).
   int64_t SequenceLength(int64_t seq) const;
 

@@ -15,6 +15,12 @@ class EngineExecutor : public StepExecutor {
   int64_t MaxSequenceTokens() const override { return plan_.MaxSequenceTokens(); }
   Status AddSequence(int64_t seq) override { return engine_->AddSequence(seq); }
   Status RemoveSequence(int64_t seq) override { return engine_->RemoveSequence(seq); }
+  Status AddSequenceWithPrefix(int64_t seq, const std::vector<BlockHash>& prefix) override {
+    return engine_->AddSequenceWithPrefix(seq, prefix);
+  }
+  void CacheFullUnits(int64_t seq, const std::vector<BlockHash>& hashes) override {
+    engine_->CacheFullUnits(seq, hashes);
+  }
 
   Status Step(const std::vector<SeqChunk>& chunks, std::vector<int32_t>* next_tokens) override {
     KVLAB_RETURN_IF_ERROR(engine_->Forward(chunks, /*all_logits=*/false, &logits_));
@@ -47,6 +53,7 @@ Status NewEngineExecutor(const EngineOptions& options, const ModelConfig& model,
   }
   EngineOptions eo = options;
   eo.num_blocks = plan.num_blocks;
+  eo.prefix_caching = plan.prefix_caching;
   // Engine::Create sizes the encoded pool as max_seqs x streams x
   // ceil(max_context / tokens_per_block): one "sequence" of the planned size.
   eo.max_seqs = 1;

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -22,6 +23,7 @@ struct ServeRun {
   int64_t preemptions = 0;
   int64_t recomputed = 0;
   int64_t recomputed_outputs = 0;  // generated tokens fed again after preemptions (most of one request)
+  int64_t prefix_hit_tokens = 0;
 };
 
 std::vector<int32_t> Prompt(int64_t id, int64_t n) {
@@ -52,12 +54,16 @@ EngineOptions SmallOptions() {
   return eo;
 }
 
-ServeRun Serve(int64_t blocks_per_stream) {
+// Three requests of 18, 21 and 24 prompt tokens; with shared_prefix their
+// first 12 tokens (3 blocks of 4) are the same.
+ServeRun Serve(int64_t blocks_per_stream, PrefixCachingMode prefix = PrefixCachingMode::kOff,
+               bool shared_prefix = false) {
   ServeRun run;
   ModelConfig mc;
   EXPECT_TRUE(PresetConfig("small", &mc).ok());
   ServePoolSpec pool;
   pool.pool_blocks = blocks_per_stream * mc.num_hidden_layers * mc.num_key_value_heads;
+  pool.prefix_caching = prefix;
   std::unique_ptr<StepExecutor> ex;
   Status s = NewEngineExecutor(SmallOptions(), mc, {{"full", {}, "test"}}, pool, &ex);
   EXPECT_TRUE(s.ok()) << s.ToString();
@@ -72,6 +78,7 @@ ServeRun Serve(int64_t blocks_per_stream) {
     r.id = id;
     r.arrival = static_cast<double>(id);
     r.prompt = Prompt(id, 18 + 3 * id);
+    if (shared_prefix) std::copy_n(Prompt(7, 12).begin(), 12, r.prompt.begin());
     r.max_new_tokens = 24;
     EXPECT_TRUE(sched.AddRequest(std::move(r)).ok());
   }
@@ -90,7 +97,9 @@ ServeRun Serve(int64_t blocks_per_stream) {
   EXPECT_FALSE(sched.HasUnfinished());
   run.preemptions = sched.num_preemptions();
   run.recomputed = sched.num_recomputed_tokens();
-  EXPECT_EQ(ex->cache().BytesInUse(), 0);
+  run.prefix_hit_tokens = sched.num_prefix_hit_tokens();
+  EXPECT_EQ(ex->cache().prefix_caching(), prefix == PrefixCachingMode::kOn);
+  EXPECT_EQ(ex->cache().BytesInUse(), ex->cache().CachedOnlyBytes());  // only the prefix cache holds blocks
   return run;
 }
 
@@ -122,6 +131,109 @@ TEST(EngineExecutorTest, PreemptedRequestsGenerateTheSameGreedyTokens) {
   GenerateStats stats;
   ASSERT_TRUE(engine->Generate({Prompt(1, 21)}, go, &results, &stats).ok());
   EXPECT_EQ(results[0].tokens, roomy.outputs.at(1));
+}
+
+// Prefix caching on the engine: requests that share a prefix (and
+// preempted requests that find their own blocks again) generate the greedy
+// tokens they generate without it.
+TEST(EngineExecutorTest, PrefixCachingKeepsTheGreedyTokens) {
+  const ServeRun off = Serve(64, PrefixCachingMode::kOff, true);
+  const ServeRun on = Serve(64, PrefixCachingMode::kOn, true);
+  const ServeRun tight = Serve(13, PrefixCachingMode::kOn, true);
+  EXPECT_EQ(off.prefix_hit_tokens, 0);
+  EXPECT_GE(on.prefix_hit_tokens, 2 * 12) << "the later requests did not reuse the shared 12 tokens";
+  EXPECT_GT(tight.preemptions, 0);
+  ASSERT_EQ(off.outputs.size(), 3u);
+  EXPECT_EQ(on.outputs, off.outputs);
+  EXPECT_EQ(tight.outputs, off.outputs);
+}
+
+std::vector<BlockHash> HashesOf(const std::vector<int32_t>& tokens, int unit) {
+  std::vector<BlockHash> h;
+  ExtendBlockHashes(tokens.data(), static_cast<int64_t>(tokens.size()), nullptr, 0, unit, &h);
+  return h;
+}
+
+float MaxAbsDiff(const std::vector<float>& x, const std::vector<float>& y) {
+  float d = 0;
+  for (size_t i = 0; i < x.size(); ++i) d = std::max(d, std::abs(x[i] - y[i]));
+  return d;
+}
+
+// Engine level: a sequence added with a cached prefix holds the first
+// sequence's blocks (same ids), and its logits are exactly those of the same
+// tokens on an engine without prefix caching that prefills the prefix as a
+// chunk of its own (as the first sequence did) and then the rest. Against
+// a single-chunk prefill they differ by float rounding only, as any two
+// chunkings of a prefill do on this engine (checked too).
+TEST(EnginePrefixCacheTest, SharedPrefixReusesBlocksAndGivesIdenticalLogits) {
+  EngineOptions eo = SmallOptions();
+  eo.max_seqs = 4;
+  eo.max_context = 64;
+  eo.prefix_caching = true;
+  std::unique_ptr<Engine> cached, plain;
+  ASSERT_TRUE(Engine::Create(eo, {{"full", {}, "test"}}, &cached).ok());
+  eo.prefix_caching = false;
+  ASSERT_TRUE(Engine::Create(eo, {{"full", {}, "test"}}, &plain).ok());
+  auto slice = [](const std::vector<int32_t>& v, size_t from, size_t to) {
+    return std::vector<int32_t>(v.begin() + static_cast<std::ptrdiff_t>(from), v.begin() + static_cast<std::ptrdiff_t>(to));
+  };
+
+  const std::vector<int32_t> a = Prompt(1, 40);
+  std::vector<int32_t> b = slice(a, 0, 32);       // 8 blocks of a ...
+  for (int32_t t : Prompt(9, 11)) b.push_back(t);  // ... and 11 tokens of its own
+  std::vector<std::vector<float>> logits;
+  ASSERT_TRUE(cached->AddSequence(1).ok());
+  ASSERT_TRUE(cached->Forward({{1, slice(a, 0, 32)}}, false, &logits).ok());
+  ASSERT_TRUE(cached->Forward({{1, slice(a, 32, 40)}}, false, &logits).ok());
+  cached->CacheFullUnits(1, HashesOf(a, 4));
+  const std::vector<BlockHash> hb = HashesOf(b, 4);
+  const KVCache::PrefixMatch m = cached->cache().MatchPrefix(hb, 10);
+  ASSERT_EQ(m.units, 8);
+  ASSERT_TRUE(cached->AddSequenceWithPrefix(2, std::vector<BlockHash>(hb.begin(), hb.begin() + 8)).ok());
+  EXPECT_EQ(cached->SequenceLength(2), 32);
+  const KVCache& c = cached->cache();
+  for (int l = 0; l < c.shape().num_layers; ++l) {
+    for (int h = 0; h < c.shape().num_kv_heads; ++h) {
+      const std::vector<int32_t>& b1 = c.stream(1, l, h).blocks;
+      EXPECT_EQ(c.stream(2, l, h).blocks, std::vector<int32_t>(b1.begin(), b1.begin() + 8)) << "layer " << l << " head " << h;
+    }
+  }
+  std::vector<std::vector<float>> got, want, whole;
+  ASSERT_TRUE(cached->Forward({{2, slice(b, 32, 43)}}, true, &got).ok());
+  ASSERT_TRUE(plain->AddSequence(2).ok());
+  ASSERT_TRUE(plain->Forward({{2, slice(b, 0, 32)}}, false, &want).ok());
+  ASSERT_TRUE(plain->Forward({{2, slice(b, 32, 43)}}, true, &want).ok());
+  const int64_t vocab = cached->model_config().vocab_size;
+  ASSERT_EQ(got[0].size(), static_cast<size_t>(11 * vocab));
+  EXPECT_EQ(got[0], want[0]) << "logits after a cached prefix differ from computing the prefix";
+  // The same tokens in one chunk: rounding-level differences only (K/V
+  // computed in a different batch can round to a neighbouring bf16 value).
+  ASSERT_TRUE(plain->AddSequence(3).ok());
+  ASSERT_TRUE(plain->Forward({{3, b}}, true, &whole).ok());
+  const std::vector<float> whole_tail(whole[0].end() - 11 * vocab, whole[0].end());
+  EXPECT_LT(MaxAbsDiff(got[0], whole_tail), 1e-2);
+  EXPECT_EQ(MaxAbsDiff(got[0], whole_tail), MaxAbsDiff(want[0], whole_tail));
+  // Decoding on from there stays identical.
+  for (int step = 0; step < 8; ++step) {
+    const int32_t next = Argmax(got[0].data() + got[0].size() - static_cast<size_t>(vocab), vocab);
+    ASSERT_EQ(next, Argmax(want[0].data() + want[0].size() - static_cast<size_t>(vocab), vocab));
+    ASSERT_TRUE(cached->Forward({{2, {next}}}, false, &got).ok());
+    ASSERT_TRUE(plain->Forward({{2, {next}}}, false, &want).ok());
+    EXPECT_EQ(got[0], want[0]) << "decode step " << step;
+  }
+}
+
+TEST(EnginePrefixCacheTest, RefusedForSelectionStacks) {
+  EngineOptions eo = SmallOptions();
+  eo.prefix_caching = true;
+  std::unique_ptr<Engine> e;
+  Status s = Engine::Create(eo, {{"window", {{"window", "16"}}, "test"}}, &e);
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("selection policy 'window'"), std::string::npos) << s.message();
+  ASSERT_TRUE(Engine::Create(eo, {{"kivi", {{"group", "32"}, {"residual", "32"}}, "test"}}, &e).ok());
+  EXPECT_TRUE(e->cache().prefix_caching());
+  EXPECT_EQ(e->cache().prefix_unit_tokens(), 32);
 }
 
 TEST(EngineExecutorTest, BuildsThePlannedPoolsAndRefusesPlacement) {

@@ -1,7 +1,9 @@
 #include "core/kv_cache.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
+#include <numeric>
 #include <string>
 
 namespace kvlab {
@@ -114,7 +116,134 @@ Status KVCache::RemoveSequence(SeqId id) {
     for (int32_t b : s.enc_blocks) FreeRef(b, true);
   }
   seqs_.erase(it);
+  auto u = seq_units_.find(id);
+  if (u != seq_units_.end()) {
+    // Last unit first, as vLLM frees: a prefix's tail is evicted before its
+    // head, which more sequences are likely to share.
+    for (auto h = u->second.held.rbegin(); h != u->second.held.rend(); ++h) prefix_->Release(*h);
+    seq_units_.erase(u);
+  }
   return Status::OK();
+}
+
+Status KVCache::EnablePrefixCaching() {
+  if (!seqs_.empty()) return Status::InvalidArgument("prefix caching: enable it before adding sequences");
+  if (store_) return Status::InvalidArgument("prefix caching: not supported with offloading (placement policies)");
+  prefix_ = std::make_unique<PrefixCache>(shape_.encoded ? shape_.enc.tokens_per_block : shape_.block_size,
+                                          shape_.encoded);
+  return Status::OK();
+}
+
+int KVCache::prefix_unit_tokens() const { return shape_.encoded ? shape_.enc.tokens_per_block : shape_.block_size; }
+
+KVCache::PrefixMatch KVCache::MatchPrefix(const std::vector<BlockHash>& hashes, int64_t max_units) const {
+  PrefixMatch m;
+  if (!prefix_) return m;
+  const int64_t n = std::min<int64_t>(max_units, static_cast<int64_t>(hashes.size()));
+  for (; m.units < n; ++m.units) {
+    const PrefixCache::Unit* u = prefix_->Find(hashes[static_cast<size_t>(m.units)]);
+    if (u == nullptr) break;
+    m.evictable_units += u->users == 0 ? 1 : 0;
+  }
+  return m;
+}
+
+Status KVCache::AddSequenceWithPrefix(SeqId id, const std::vector<BlockHash>& prefix) {
+  if (!prefix_) return Status::InvalidArgument("AddSequenceWithPrefix: prefix caching is not enabled");
+  if (seqs_.count(id)) return Status::InvalidArgument("sequence " + std::to_string(id) + " already in the cache");
+  if (MatchPrefix(prefix, static_cast<int64_t>(prefix.size())).units != static_cast<int64_t>(prefix.size())) {
+    return Status::NotFound("AddSequenceWithPrefix: sequence " + std::to_string(id) + ": a unit of its prefix is not cached");
+  }
+  std::vector<Stream>& streams = seqs_[id];
+  streams.resize(static_cast<size_t>(shape_.StreamsPerSequence()));
+  BlockPool& pool = prefix_->encoded() ? *enc_pool_ : *pool_;
+  SeqUnits& su = seq_units_[id];
+  for (BlockHash h : prefix) {
+    const PrefixCache::Unit* u = prefix_->Find(h);
+    for (size_t i = 0; i < streams.size(); ++i) {
+      const int32_t b = u->blocks[i];
+      pool.IncRef(b);
+      (prefix_->encoded() ? streams[i].enc_blocks : streams[i].blocks).push_back(b);
+    }
+    prefix_->Acquire(h);
+    su.held.push_back(h);
+  }
+  su.num_seen = static_cast<int64_t>(prefix.size());
+  const int64_t n = su.num_seen * prefix_unit_tokens();
+  for (Stream& s : streams) {
+    s.num_tokens = n;
+    s.num_encoded = prefix_->encoded() ? n : 0;
+    s.positions.resize(static_cast<size_t>(n));
+    std::iota(s.positions.begin(), s.positions.end(), 0);
+    s.score.assign(static_cast<size_t>(n), 0.0f);
+  }
+  return Status::OK();
+}
+
+void KVCache::CacheFullUnits(SeqId id, const std::vector<BlockHash>& hashes) {
+  auto it = seqs_.find(id);
+  if (!prefix_ || it == seqs_.end()) return;
+  const std::vector<Stream>& streams = it->second;
+  SeqUnits& su = seq_units_[id];
+  // Units every stream holds in full: the streams of a sequence grow together.
+  int64_t full = INT64_MAX;
+  for (const Stream& s : streams) {
+    const int64_t n = prefix_->encoded() ? s.num_encoded : s.num_tokens;
+    full = std::min(full, n / prefix_unit_tokens());
+  }
+  const int64_t last = std::min<int64_t>(full, static_cast<int64_t>(hashes.size()));
+  std::vector<int32_t> blocks;
+  for (; su.num_seen < last; ++su.num_seen) {
+    const BlockHash h = hashes[static_cast<size_t>(su.num_seen)];
+    if (prefix_->Find(h) != nullptr) continue;  // cached by another sequence first: this copy stays private
+    blocks.clear();
+    BlockPool& pool = prefix_->encoded() ? *enc_pool_ : *pool_;
+    for (const Stream& s : streams) {
+      const int32_t b = (prefix_->encoded() ? s.enc_blocks : s.blocks)[static_cast<size_t>(su.num_seen)];
+      pool.IncRef(b);  // the cache's own reference
+      blocks.push_back(b);
+    }
+    prefix_->Insert(h, blocks);
+    su.held.push_back(h);
+  }
+}
+
+bool KVCache::MakeFree(bool encoded, int64_t n) {
+  BlockPool& pool = encoded ? *enc_pool_ : *pool_;
+  if (prefix_ && prefix_->encoded() == encoded) {
+    BlockHash h;
+    std::vector<int32_t> blocks;
+    while (pool.num_free() < n && prefix_->EvictLru(&h, &blocks)) {
+      for (int32_t b : blocks) pool.DecRef(b);  // only the cache held it: back to the free list
+    }
+  }
+  return pool.num_free() >= n;
+}
+
+int64_t KVCache::AvailableBlocks() const {
+  const bool cached_here = prefix_ && !prefix_->encoded();
+  return pool_->num_free() + (cached_here ? prefix_->num_evictable() * shape_.StreamsPerSequence() : 0);
+}
+
+int64_t KVCache::AvailableEncodedBlocks() const {
+  if (!enc_pool_) return 0;
+  const bool cached_here = prefix_ && prefix_->encoded();
+  return enc_pool_->num_free() + (cached_here ? prefix_->num_evictable() * shape_.StreamsPerSequence() : 0);
+}
+
+int64_t KVCache::UnitBlockBytes() const {
+  if (!prefix_) return 0;
+  return prefix_->encoded() ? enc_pool_->block_bytes() : pool_->block_bytes();
+}
+
+int64_t KVCache::CachedOnlyBytes() const {
+  if (!prefix_) return 0;
+  return prefix_->num_evictable() * shape_.StreamsPerSequence() * UnitBlockBytes();
+}
+
+int64_t KVCache::SharedExtraBytes() const {
+  if (!prefix_) return 0;
+  return prefix_->num_extra_holds() * shape_.StreamsPerSequence() * UnitBlockBytes();
 }
 
 int64_t KVCache::BlocksNeeded(SeqId id, int64_t n) const {
@@ -133,11 +262,12 @@ Status KVCache::Reserve(SeqId id, int64_t n, const int32_t* positions) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return Status::NotFound("sequence " + std::to_string(id) + " not in the cache");
   const int64_t need = BlocksNeeded(id, n);
-  if (!pool_->CanAllocate(need)) {
-    return Status::ResourceExhausted("KV pool '" + pool_->name() + "' has " + std::to_string(pool_->num_free()) +
+  if (need > AvailableBlocks()) {
+    return Status::ResourceExhausted("KV pool '" + pool_->name() + "' has " + std::to_string(AvailableBlocks()) +
                                      " free blocks, sequence " + std::to_string(id) + " needs " +
                                      std::to_string(need));
   }
+  MakeFree(/*encoded=*/false, need);
   for (Stream& s : it->second) {
     while (s.Capacity(shape_.block_size) < s.num_plain() + n) s.blocks.push_back(pool_->Allocate());
     s.positions.insert(s.positions.end(), positions, positions + n);
@@ -157,7 +287,7 @@ void KVCache::SealStream(Stream* s) {
   const bool has_data = pool_->data() != nullptr;
   std::vector<float> k, v;
   std::vector<uint8_t> scratch;
-  while (s->num_plain() >= shape_.residual + tpb && enc_pool_->CanAllocate(1)) {
+  while (s->num_plain() >= shape_.residual + tpb && MakeFree(/*encoded=*/true, 1)) {
     const int32_t eb = enc_pool_->Allocate();
     if (has_data) {
       k.resize(static_cast<size_t>(tpb) * d);
@@ -182,6 +312,13 @@ void KVCache::Seal(SeqId id) {
 }
 
 Status KVCache::Compact(SeqId id, int layer, int head, const std::vector<int64_t>& keep) {
+  auto su = seq_units_.find(id);
+  if (su != seq_units_.end() && !su->second.held.empty()) {
+    // Moving slots would write into blocks the prefix cache (and maybe other
+    // sequences) hold; there is no copy-on-write.
+    return Status::InvalidArgument("Compact: sequence " + std::to_string(id) +
+                                   " holds prefix-cached blocks; selection policies cannot run with prefix caching");
+  }
   if (store_) KVLAB_RETURN_IF_ERROR(PromoteStream(id, layer, head));
   Stream& s = mutable_stream(id, layer, head);
   int64_t prev = -1;
@@ -242,7 +379,7 @@ Status KVCache::Compact(SeqId id, int layer, int head, const std::vector<int64_t
     // Reuse the stream's plain blocks, allocating only if the decoded tokens need more.
     const size_t blocks_needed = static_cast<size_t>((n_plain + bs - 1) / bs);
     while (s.blocks.size() < blocks_needed) {
-      const int32_t b = pool_->Allocate();
+      const int32_t b = MakeFree(/*encoded=*/false, 1) ? pool_->Allocate() : -1;
       if (b < 0) return Status::ResourceExhausted("Compact: KV pool full while re-laying encoded tokens");
       s.blocks.push_back(b);
     }
@@ -367,6 +504,7 @@ void KVCache::BuildPageTable(const std::vector<SeqId>& seqs, PageTable* out) con
 }
 
 Status KVCache::EnableOffload(const PlacementOptions& options) {
+  if (prefix_) return Status::InvalidArgument("offloading: not supported with prefix caching");
   std::vector<int64_t> bytes = {pool_->block_bytes()};
   if (enc_pool_) bytes.push_back(enc_pool_->block_bytes());
   return OffloadStore::Create(bytes, options.host_budget_bytes, options.disk_path, &store_);

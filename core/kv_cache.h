@@ -13,6 +13,7 @@
 #include "core/block_pool.h"
 #include "core/offload_store.h"
 #include "core/dtype.h"
+#include "core/prefix_cache.h"
 #include "core/status.h"
 #include "kernels/kv_encoding.h"
 #include "kernels/paged_kv.h"
@@ -154,14 +155,59 @@ class KVCache {
 
   Status AddSequence(SeqId id);
   bool HasSequence(SeqId id) const { return seqs_.count(id) != 0; }
-  // Frees every block of every stream of the sequence.
+  // Frees every block of every stream of the sequence (blocks the prefix
+  // cache holds stay cached).
   Status RemoveSequence(SeqId id);
   size_t num_sequences() const { return seqs_.size(); }
+
+  // --- prefix caching ---
+  // Full units (one full block per stream for block_size tokens; with an
+  // encoding, one sealed encoded block per stream for tokens_per_block
+  // tokens) are cached under the chained hash of the tokens up to their end
+  // and shared by reference count: a sequence added with a cached prefix
+  // holds the same block ids, and new tokens only ever go to blocks after
+  // them, so a shared block is never written. Units no sequence holds stay
+  // cached until an allocation needs their blocks (least recently released
+  // first). Callers must not Compact or Demote streams holding shared units
+  // (the executors refuse prefix caching with selection and placement).
+  // REQUIRES: no sequences yet; no offloading.
+  Status EnablePrefixCaching();
+  bool prefix_caching() const { return prefix_ != nullptr; }
+  // Tokens per unit (block_size, or the encoding's tokens_per_block).
+  int prefix_unit_tokens() const;
+  // nullptr without prefix caching.
+  const PrefixCache* prefix_cache() const { return prefix_.get(); }
+  struct PrefixMatch {
+    int64_t units = 0;            // leading units cached
+    int64_t evictable_units = 0;  // of which no sequence holds (adding the sequence takes them off the LRU)
+  };
+  // The leading units of `hashes`, at most max_units, that are cached.
+  PrefixMatch MatchPrefix(const std::vector<BlockHash>& hashes, int64_t max_units) const;
+  // Adds a sequence that holds the cached units `prefix` (its leading
+  // units' hashes): its streams start with their blocks and
+  // prefix.size() * prefix_unit_tokens() slots at positions 0, 1, ...
+  // NotFound, adding nothing, if one is not cached.
+  Status AddSequenceWithPrefix(SeqId id, const std::vector<BlockHash>& prefix);
+  // Caches the sequence's full units that are not cached yet: hashes[u]
+  // identifies unit u of its tokens (units past those its streams hold in
+  // full are ignored). A unit whose hash another sequence cached first stays
+  // private to this one (no deduplication, as in vLLM).
+  void CacheFullUnits(SeqId id, const std::vector<BlockHash>& hashes);
+  // Blocks an allocation can get from the plain (encoded) pool: the free
+  // ones and those only the prefix cache holds, which it evicts on demand.
+  int64_t AvailableBlocks() const;
+  int64_t AvailableEncodedBlocks() const;
+  // Bytes of the blocks only the prefix cache holds (in use in the pools,
+  // but free for allocation).
+  int64_t CachedOnlyBytes() const;
+  // Bytes counted more than once when the streams' block lists of all
+  // sequences are summed (units held by several sequences).
+  int64_t SharedExtraBytes() const;
 
   // Check-then-act pair: blocks needed to append n slots to every stream of
   // `id`, and the append itself (slots get original positions positions[0..n)).
   // Reserve fails with ResourceExhausted, changing nothing, when the pool
-  // cannot supply the blocks.
+  // cannot supply the blocks (evicting unreferenced cached units if needed).
   int64_t BlocksNeeded(SeqId id, int64_t n) const;
   Status Reserve(SeqId id, int64_t n, const int32_t* positions);
 
@@ -197,6 +243,10 @@ class KVCache {
   const uint8_t* BlockData(int32_t ref, bool encoded, std::vector<uint8_t>* scratch) const;
   void ReadPlainSlot(const Stream& s, int64_t i, float* k, float* v, std::vector<uint8_t>* scratch) const;
   void FreeRef(int32_t ref, bool encoded);
+  // Evicts unreferenced cached units until the pool has n free blocks; false
+  // if it cannot.
+  bool MakeFree(bool encoded, int64_t n);
+  int64_t UnitBlockBytes() const;
   CacheShape shape_;
   std::unique_ptr<BlockPool> pool_;
   std::unique_ptr<BlockPool> enc_pool_;
@@ -204,6 +254,12 @@ class KVCache {
   int64_t peak_device_bytes_ = 0;
   std::unique_ptr<OffloadStore> store_;
   std::unordered_map<SeqId, std::vector<Stream>> seqs_;
+  struct SeqUnits {
+    int64_t num_seen = 0;            // leading units attached, cached or found cached by another
+    std::vector<BlockHash> held;     // units this sequence is a user of, in unit order
+  };
+  std::unique_ptr<PrefixCache> prefix_;
+  std::unordered_map<SeqId, SeqUnits> seq_units_;
 };
 
 }  // namespace kvlab

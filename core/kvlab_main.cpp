@@ -193,7 +193,8 @@ int Main(int argc, char** argv) {
   RunSweepOptions run_opts;
   bool run_quiet = false;
   run->add_option("config", run_config, "Sweep TOML config")->required();
-  run->add_option("--set", run_sets, "Override a config key: KEY=VALUE (VALUE in TOML), repeatable");
+  run->add_option("--set", run_sets, "Override a config key: KEY=VALUE (VALUE in TOML), repeatable")
+      ->allow_extra_args(false);
   run->add_option("--out", run_opts.out_dir, "Output directory (default results/NAME)");
   run->add_option("--shard", run_shard, "I/N: run every N-th point starting at I (0-based)");
   run->add_flag("--dry-run", run_opts.dry_run, "List the points and an estimate of the time; run nothing");

@@ -34,6 +34,19 @@ Status PlanServeCache(const ModelConfig& model, const PolicyStack& stack, int bl
   PlacementOptions placement;
   plan.has_placement = stack.Placement(&placement);
   plan.policy = stack.Describe();
+  std::string why_not;
+  const bool can_share = stack.SharesPrefixBlocks(&why_not);
+  switch (spec.prefix_caching) {
+    case PrefixCachingMode::kDefault: plan.prefix_caching = can_share && stack.PrefixCachingByDefault(); break;
+    case PrefixCachingMode::kOff: plan.prefix_caching = false; break;
+    case PrefixCachingMode::kOn:
+      if (!can_share) {
+        return Status::InvalidArgument("prefix_caching: the stack '" + plan.policy + "' cannot share cached blocks: " +
+                                       why_not + " (set prefix_caching = false)");
+      }
+      plan.prefix_caching = true;
+      break;
+  }
 
   const int64_t streams = shape.StreamsPerSequence();
   const int64_t block_bytes = shape.BlockBytes();
@@ -106,6 +119,14 @@ class ModelFreeExecutor : public StepExecutor {
     len_.erase(seq);
     return Status::OK();
   }
+  Status AddSequenceWithPrefix(int64_t seq, const std::vector<BlockHash>& prefix) override {
+    KVLAB_RETURN_IF_ERROR(cache_->AddSequenceWithPrefix(seq, prefix));
+    len_[seq] = static_cast<int64_t>(prefix.size()) * cache_->prefix_unit_tokens();
+    return Status::OK();
+  }
+  void CacheFullUnits(int64_t seq, const std::vector<BlockHash>& hashes) override {
+    cache_->CacheFullUnits(seq, hashes);
+  }
 
   Status Step(const std::vector<SeqChunk>& chunks, std::vector<int32_t>* next_tokens) override {
     int64_t need = 0;
@@ -118,8 +139,8 @@ class ModelFreeExecutor : public StepExecutor {
       if (c.tokens.empty()) return Status::InvalidArgument("step: empty chunk for sequence " + std::to_string(c.seq));
       need += cache_->BlocksNeeded(c.seq, static_cast<int64_t>(c.tokens.size()));
     }
-    if (!cache_->pool().CanAllocate(need)) {
-      return Status::ResourceExhausted("KV pool has " + std::to_string(cache_->pool().num_free()) +
+    if (need > cache_->AvailableBlocks()) {
+      return Status::ResourceExhausted("KV pool has " + std::to_string(cache_->AvailableBlocks()) +
                                        " free blocks, the step needs " + std::to_string(need));
     }
     next_tokens->clear();
@@ -177,6 +198,7 @@ Status NewModelFreeExecutor(const ModelConfig& model, const std::vector<PolicySp
   }
   std::unique_ptr<KVCache> cache;
   KVLAB_RETURN_IF_ERROR(KVCache::Create(plan.shape, plan.num_blocks, /*with_storage=*/false, &cache, plan.num_encoded_blocks));
+  if (plan.prefix_caching) KVLAB_RETURN_IF_ERROR(cache->EnablePrefixCaching());
   out->reset(new ModelFreeExecutor(model, std::move(stack), plan, std::move(cache)));
   return Status::OK();
 }

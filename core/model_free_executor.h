@@ -23,6 +23,12 @@ namespace kvlab {
 // into an encoding (quant, kivi) the budget is split: the plain pool holds
 // each request's open tail and residual plus one step's new tokens, the
 // encoded pool the rest.
+enum class PrefixCachingMode {
+  kDefault,  // on for stacks where sharing is exact (PolicyStack::PrefixCachingByDefault: full, head sharing)
+  kOn,       // an error for a stack that cannot share blocks (PolicyStack::SharesPrefixBlocks)
+  kOff,
+};
+
 struct ServePoolSpec {
   int64_t pool_bytes = 0;
   int64_t pool_blocks = 0;          // plain blocks (one stream's block_size tokens each)
@@ -33,6 +39,8 @@ struct ServePoolSpec {
   // of max_num_seqs requests, its residual and open tail, capped at half.
   int64_t max_num_batched_tokens = 2048;
   int64_t max_num_seqs = 256;
+  // Prefix caching of full blocks across requests (core/prefix_cache.h).
+  PrefixCachingMode prefix_caching = PrefixCachingMode::kDefault;
 };
 
 struct ServeCachePlan {
@@ -41,6 +49,7 @@ struct ServeCachePlan {
   int64_t num_encoded_blocks = 0;   // encoded pool (a multiple of the streams per sequence)
   bool has_selection = false;       // a selection policy bounds every stream
   bool has_placement = false;
+  bool prefix_caching = false;      // the spec's mode resolved for the stack
   std::string policy;               // PolicyStack::Describe()
 
   int64_t PlainBytes() const { return num_blocks * shape.BlockBytes(); }
@@ -52,15 +61,18 @@ struct ServeCachePlan {
 };
 
 // The cache shape of `stack` on `model` (stored heads, storage dtype, sealed
-// encoding: the same rules as Engine::Create) and the pools of `spec`.
+// encoding: the same rules as Engine::Create), the pools of `spec`, and
+// whether prefix caching is on (InvalidArgument if spec asks for it with a
+// stack that cannot share blocks).
 Status PlanServeCache(const ModelConfig& model, const PolicyStack& stack, int block_size, DType kv_dtype,
                       const ServePoolSpec& spec, ServeCachePlan* out);
 
 // A model-free executor for `model`'s shapes. Policies act as in the engine:
 // selection policies compact streams after each step (ranking on zero
 // attention scores: there is no attention here, only the budget is real),
-// representation policies seal blocks into the encoded pool. Placement
-// (offload) needs the engine and is refused. Dummy tokens are
+// representation policies seal blocks into the encoded pool; with prefix
+// caching, cached units are shared by block id exactly as in the engine.
+// Placement (offload) needs the engine and is refused. Dummy tokens are
 // (31 * seq + position) mod vocab.
 Status NewModelFreeExecutor(const ModelConfig& model, const std::vector<PolicySpec>& policies, int block_size,
                             DType kv_dtype, const ServePoolSpec& spec, std::unique_ptr<StepExecutor>* out);

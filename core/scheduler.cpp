@@ -75,12 +75,33 @@ Status Scheduler::AddRequest(RequestSpec spec) {
   return Status::OK();
 }
 
-int64_t Scheduler::BlocksForNewSequence(int64_t n) const {
-  const CacheShape& s = executor_->cache().shape();
-  return static_cast<int64_t>(s.StreamsPerSequence()) * ((n + s.block_size - 1) / s.block_size);
+void Scheduler::UpdateBlockHashes(Request* r) const {
+  const KVCache& c = executor_->cache();
+  if (!c.prefix_caching()) return;
+  ExtendBlockHashes(r->spec.prompt.data(), static_cast<int64_t>(r->spec.prompt.size()), r->output.data(),
+                    static_cast<int64_t>(r->output.size()), c.prefix_unit_tokens(), &r->block_hashes);
 }
 
-int64_t Scheduler::FreeBlocks() const { return executor_->cache().pool().num_free() - booked_blocks_; }
+KVCache::PrefixMatch Scheduler::MatchPrefix(const Request& r) const {
+  const KVCache& c = executor_->cache();
+  if (!c.prefix_caching() || r.num_computed > 0) return {};
+  const CacheShape& s = c.shape();
+  const int64_t n = r.num_tokens();
+  int64_t max_tokens = n - 1;
+  if (s.encoded) {
+    const int64_t tpb = s.enc.tokens_per_block;
+    max_tokens = std::min(max_tokens, n > s.residual ? (n - s.residual) / tpb * tpb : 0);
+  }
+  return c.MatchPrefix(r.block_hashes, max_tokens / c.prefix_unit_tokens());
+}
+
+int64_t Scheduler::CachedPrefixTokens(const Request& r) const {
+  return MatchPrefix(r).units * executor_->cache().prefix_unit_tokens();
+}
+
+// Free blocks of the plain pool (cached blocks no one holds included: the
+// cache evicts them on demand) not yet promised to this step.
+int64_t Scheduler::FreeBlocks() const { return executor_->cache().AvailableBlocks() - booked_blocks_; }
 
 int64_t Scheduler::Watermark(const BlockPool& pool) const {
   return static_cast<int64_t>(options_.watermark * static_cast<double>(pool.num_blocks()));
@@ -91,7 +112,12 @@ bool Scheduler::CanAllocate(const Request& r, int64_t n) const {
   const CacheShape& s = c.shape();
   const int64_t streams = s.StreamsPerSequence();
   auto blocks = [&](int64_t tokens) { return streams * ((tokens + s.block_size - 1) / s.block_size); };
-  int64_t plain = blocks(n);  // the first chunk is written plain
+  // Cached units this request takes: those no one holds leave the free count.
+  const KVCache::PrefixMatch hit = MatchPrefix(r);
+  const int64_t hit_tokens = hit.units * (c.prefix_caching() ? c.prefix_unit_tokens() : 0);
+  const int64_t revived = hit.evictable_units * streams;
+  const bool revived_encoded = c.prefix_caching() && c.prefix_cache()->encoded();
+  int64_t plain = blocks(n);  // the first chunk is written plain, after the cached units
   if (max_sequence_tokens_ != INT64_MAX) {
     // Memory grows with length: room for the whole prefill. With an
     // encoding, what will be sealed must fit the encoded pool and only the
@@ -101,17 +127,35 @@ bool Scheduler::CanAllocate(const Request& r, int64_t n) const {
     if (s.encoded && c.encoded_pool() != nullptr) {
       const int64_t tpb = s.enc.tokens_per_block;
       sealed = total > s.residual ? (total - s.residual) / tpb * tpb : 0;
-      const BlockPool& enc = *c.encoded_pool();
-      if (streams * (sealed / tpb) + Watermark(enc) > enc.num_free()) return false;
+      const int64_t new_sealed = std::max<int64_t>(0, sealed - hit_tokens);  // cached units are sealed already
+      const int64_t available = c.AvailableEncodedBlocks() - (revived_encoded ? revived : 0);
+      if (streams * (new_sealed / tpb) + Watermark(*c.encoded_pool()) > available) return false;
     }
-    plain = std::max(plain, blocks(total - sealed));
+    plain = std::max(plain, blocks(total - std::max(sealed, hit_tokens)));
   }
-  return plain + Watermark(c.pool()) <= FreeBlocks();
+  return plain + Watermark(c.pool()) <= FreeBlocks() - (revived_encoded ? 0 : revived);
 }
 
 Status Scheduler::Allocate(Request* r, int64_t n) {
-  KVLAB_RETURN_IF_ERROR(executor_->AddSequence(r->spec.id));
-  booked_blocks_ += BlocksForNewSequence(n);
+  const KVCache::PrefixMatch hit = MatchPrefix(*r);
+  if (hit.units > 0) {
+    const std::vector<BlockHash> prefix(r->block_hashes.begin(), r->block_hashes.begin() + hit.units);
+    KVLAB_RETURN_IF_ERROR(executor_->AddSequenceWithPrefix(r->spec.id, prefix));
+  } else {
+    KVLAB_RETURN_IF_ERROR(executor_->AddSequence(r->spec.id));
+  }
+  const int64_t hit_tokens = hit.units > 0 ? hit.units * executor_->cache().prefix_unit_tokens() : 0;
+  r->num_computed = hit_tokens;
+  r->cached_tokens += hit_tokens;
+  num_prefix_hit_tokens_ += hit_tokens;
+  if (!r->admitted) r->prompt_cached_tokens = hit_tokens;
+  r->admitted = true;
+  // Tokens the last preemption discarded that the cache gave back are not recomputed.
+  const int64_t saved = std::min(hit_tokens, r->last_discarded);
+  r->recomputed_tokens -= saved;
+  num_recomputed_tokens_ -= saved;
+  r->last_discarded = 0;
+  booked_blocks_ += executor_->cache().BlocksNeeded(r->spec.id, n);
   return Status::OK();
 }
 
@@ -147,6 +191,7 @@ Status Scheduler::DoPreempt(Request* r, std::vector<int64_t>* preempted) {
   KVLAB_RETURN_IF_ERROR(executor_->RemoveSequence(r->spec.id));
   running_.erase(std::find(running_.begin(), running_.end(), r));
   r->recompute_until = std::max(r->recompute_until, r->num_computed);
+  r->last_discarded = r->num_computed;
   r->recomputed_tokens += r->num_computed;
   num_recomputed_tokens_ += r->num_computed;
   r->num_computed = 0;
@@ -273,12 +318,19 @@ Status Scheduler::Step(double now, StepOutcome* out) {
   if (out->preempted.empty()) {
     while (!waiting_.empty() && static_cast<int64_t>(running_.size()) < options_.max_num_seqs && prefill_budget > 0) {
       Request* r = waiting_.front();
-      int64_t n = std::min({r->num_uncomputed(), chunk_cap, prefill_budget});
+      UpdateBlockHashes(r);
+      const KVCache::PrefixMatch hit = MatchPrefix(*r);
+      const int64_t hit_tokens = CachedPrefixTokens(*r);
+      int64_t n = std::min({r->num_uncomputed() - hit_tokens, chunk_cap, prefill_budget});
       if (!CanAllocate(*r, n)) {
         if (!running_.empty()) break;
-        // An empty pool: take the part of the first chunk that fits at all.
-        const CacheShape& s = executor_->cache().shape();
-        const int64_t blocks_per_stream = FreeBlocks() / s.StreamsPerSequence();
+        // An empty pool: take the part of the first chunk that fits at all
+        // (cached units it takes up are not free for it).
+        const KVCache& c = executor_->cache();
+        const CacheShape& s = c.shape();
+        const bool revived_plain = c.prefix_caching() && !c.prefix_cache()->encoded();
+        const int64_t free = FreeBlocks() - (revived_plain ? hit.evictable_units * s.StreamsPerSequence() : 0);
+        const int64_t blocks_per_stream = free / s.StreamsPerSequence();
         n = std::min(n, blocks_per_stream * s.block_size);
         if (n <= 0) {
           r->abort_reason = "request " + std::to_string(r->spec.id) + " cannot get one block per stream in an empty pool";
@@ -289,6 +341,7 @@ Status Scheduler::Step(double now, StepOutcome* out) {
       }
       waiting_.pop_front();
       KVLAB_RETURN_IF_ERROR(Allocate(r, n));
+      out->prefix_hit_tokens += hit_tokens;
       InsertRunning(r);
       prefill_budget -= n;
       plan.push_back({r, n});
@@ -317,6 +370,11 @@ Status Scheduler::Step(double now, StepOutcome* out) {
     out->num_batched_tokens += plan[i].n;
     if (r->first_scheduled_time < 0) r->first_scheduled_time = now;
     r->num_computed += plan[i].n;
+    if (prefix_caching()) {
+      // Full units now in the cache become shareable (before Finish frees them).
+      UpdateBlockHashes(r);
+      executor_->CacheFullUnits(r->spec.id, r->block_hashes);
+    }
     if (r->num_computed < r->num_tokens()) continue;  // a chunk in the middle of a prefill
     r->output.push_back(next[i]);
     if (r->output.size() == 1) r->first_token_time = now + 1;

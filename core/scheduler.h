@@ -4,9 +4,13 @@
 // blocks run out preempts whole requests, latest arrivals first, freeing all
 // their blocks; a preempted request goes back to the front of the waiting
 // queue and later recomputes its cache (a prefill over its prompt plus the
-// tokens it has generated). Bookkeeping only: torch-free, it drives a
-// StepExecutor (the real Engine, or a model-free pool) that owns the KV
-// memory. Not thread-safe.
+// tokens it has generated). With prefix caching (the executor's cache has
+// it on), an admitted request starts after the leading full blocks of its
+// tokens that are cached (vLLM's automatic prefix caching): it holds the same
+// blocks and its prefill skips their tokens; the full blocks it computes are
+// offered to the cache after every step. Bookkeeping only: torch-free, it
+// drives a StepExecutor (the real Engine, or a model-free pool) that owns
+// the KV memory. Not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +39,13 @@ class StepExecutor {
   // Adds an empty sequence (no blocks yet) / frees every block of one.
   virtual Status AddSequence(int64_t seq) = 0;
   virtual Status RemoveSequence(int64_t seq) = 0;
+  // Prefix caching (when cache().prefix_caching()): adds a sequence holding
+  // the cached units `prefix` (KVCache::AddSequenceWithPrefix), its first
+  // prefix.size() * cache().prefix_unit_tokens() tokens computed; and offers
+  // a sequence's full units to the cache after a step (hashes[u]: unit u of
+  // its tokens; KVCache::CacheFullUnits).
+  virtual Status AddSequenceWithPrefix(int64_t seq, const std::vector<BlockHash>& prefix) = 0;
+  virtual void CacheFullUnits(int64_t seq, const std::vector<BlockHash>& hashes) = 0;
   // One step over chunks of distinct added sequences: appends their tokens
   // to the cache and writes, per chunk, the greedy next token after its last
   // token (model-free: a deterministic dummy). ResourceExhausted, changing
@@ -75,8 +86,18 @@ struct Request {
   // prompt + output - 1: the last generated token is the next step's input.
   int64_t num_computed = 0;
   int64_t num_preemptions = 0;
-  int64_t recomputed_tokens = 0;   // computed tokens discarded by preemptions (computed again later)
+  // Computed tokens discarded by preemptions and computed again (those a
+  // readmission finds in the prefix cache are not counted).
+  int64_t recomputed_tokens = 0;
   int64_t recompute_until = 0;     // tokens below this were computed once before and are being recomputed
+  int64_t last_discarded = 0;      // tokens the last preemption discarded
+  // Prefix caching: chained hashes of the full units of prompt ++ output
+  // (extended as tokens come), prompt tokens taken from the cache at the
+  // first admission, and tokens taken from it over all admissions.
+  std::vector<BlockHash> block_hashes;
+  bool admitted = false;
+  int64_t prompt_cached_tokens = 0;
+  int64_t cached_tokens = 0;
   double first_scheduled_time = -1;
   double first_token_time = -1;    // end of the step that produced output[0]
   double finish_time = -1;
@@ -101,6 +122,7 @@ struct StepOutcome {
   std::vector<int64_t> preempted;    // in preemption order (latest arrival first)
   std::vector<int64_t> finished;     // finished this step
   std::vector<int64_t> aborted;      // could not run even alone (see Step)
+  int64_t prefix_hit_tokens = 0;     // tokens this step's admissions took from the prefix cache
   bool ran() const { return !chunks.empty(); }
 };
 
@@ -130,14 +152,25 @@ class Scheduler {
   // The acts book blocks against the step being planned; the executor's
   // Step takes them from the pool (Engine::Forward reserves a step's slots
   // itself), so a planned step never runs out of blocks.
-  // Can waiting request r be admitted with a first chunk of n tokens? Its
-  // whole prefill (r.num_uncomputed() tokens) must fit the pools, keeping
-  // the watermark free in each; with a selection policy (executor's
-  // MaxSequenceTokens() == INT64_MAX) only the first chunk. Allocate adds
-  // its sequence to the executor and books the first chunk's blocks for
-  // this step.
+  // Can waiting request r be admitted with a first chunk of n tokens (the
+  // chunk starts after CachedPrefixTokens(r))? Its whole prefill (the
+  // tokens after the cached prefix) must fit the pools, keeping the
+  // watermark free in each, and reusing cached blocks that no one holds
+  // takes them out of the free count; with a selection policy (executor's
+  // MaxSequenceTokens() == INT64_MAX) only the first chunk must fit.
+  // Allocate adds its sequence to the executor, holding the cached prefix,
+  // and books the first chunk's blocks for this step.
+  // REQUIRES (for prefix hits): UpdateBlockHashes(r) since r's last token.
   bool CanAllocate(const Request& r, int64_t n) const;
   Status Allocate(Request* r, int64_t n);
+  // Tokens of waiting request r that admission would take from the prefix
+  // cache: its leading cached units, leaving at least one token to compute
+  // (for the next token's logits) and, with an encoding, the tokens a
+  // prefill of r would leave unsealed (the residual), so that the cache
+  // ends as a prefill without the hit leaves it. 0 without prefix caching.
+  int64_t CachedPrefixTokens(const Request& r) const;
+  // Extends r.block_hashes to every full unit of r's tokens.
+  void UpdateBlockHashes(Request* r) const;
   // Can a running request append n tokens this step (blocks booked so far
   // this step included)? Append books them.
   bool CanAppend(const Request& r, int64_t n) const;
@@ -159,6 +192,9 @@ class Scheduler {
 
   int64_t num_preemptions() const { return num_preemptions_; }
   int64_t num_recomputed_tokens() const { return num_recomputed_tokens_; }
+  // Tokens admissions took from the prefix cache (readmissions included).
+  int64_t num_prefix_hit_tokens() const { return num_prefix_hit_tokens_; }
+  bool prefix_caching() const { return executor_->cache().prefix_caching(); }
   const SchedulerOptions& options() const { return options_; }
   StepExecutor* executor() const { return executor_; }
 
@@ -168,7 +204,7 @@ class Scheduler {
     int64_t n;
   };
   Request* Get(int64_t id);
-  int64_t BlocksForNewSequence(int64_t n) const;
+  KVCache::PrefixMatch MatchPrefix(const Request& r) const;
   int64_t Watermark(const BlockPool& pool) const;
   int64_t FreeBlocks() const;
   void InsertRunning(Request* r);
@@ -187,6 +223,7 @@ class Scheduler {
   int64_t booked_blocks_ = 0;      // blocks promised to this step's chunks so far
   int64_t num_preemptions_ = 0;
   int64_t num_recomputed_tokens_ = 0;
+  int64_t num_prefix_hit_tokens_ = 0;
 };
 
 }  // namespace kvlab

@@ -1,116 +1,46 @@
 // The scheduler over model-free pools: block accounting under random
-// operations, preemption order, chunked prefill with decode, admission
-// errors, and the seed article's serving figures at llama-3.1-70b shapes.
+// operations (with and without prefix caching), preemption order, chunked
+// prefill with decode, admission errors, and the seed article's serving
+// figures at llama-3.1-70b shapes. Prefix caching's own cases are in
+// scheduler_prefix_test.cpp.
 #include "core/scheduler.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <random>
 #include <set>
 
 #include "core/model_config.h"
 #include "core/model_free_executor.h"
+#include "core/scheduler_test_util.h"
 
 namespace kvlab {
 namespace {
 
-// 2 layers x 2 KV heads: 4 streams per sequence.
-ModelConfig TinyModel() {
-  ModelConfig m;
-  m.name = "tiny";
-  m.vocab_size = 100;
-  m.hidden_size = 32;
-  m.intermediate_size = 64;
-  m.num_hidden_layers = 2;
-  m.num_attention_heads = 4;
-  m.num_key_value_heads = 2;
-  m.head_dim = 8;
-  m.max_position_embeddings = 1 << 20;
-  return m;
-}
-
-std::unique_ptr<StepExecutor> MakeExecutor(const ModelConfig& m, int64_t pool_blocks, int block_size,
-                                           std::vector<PolicySpec> policies = {{"full", {}, "test"}},
-                                           int64_t encoded_blocks = 0) {
-  ServePoolSpec spec;
-  spec.pool_blocks = pool_blocks;
-  spec.encoded_pool_blocks = encoded_blocks;
-  std::unique_ptr<StepExecutor> ex;
-  Status s = NewModelFreeExecutor(m, policies, block_size, DType::kBF16, spec, &ex);
-  EXPECT_TRUE(s.ok()) << s.ToString();
-  return ex;
-}
-
-RequestSpec Req(int64_t id, double arrival, int64_t prompt_len, int64_t max_new) {
-  RequestSpec r;
-  r.id = id;
-  r.arrival = arrival;
-  r.prompt.assign(static_cast<size_t>(prompt_len), 7);
-  for (int64_t i = 0; i < prompt_len; ++i) r.prompt[static_cast<size_t>(i)] = static_cast<int32_t>((id * 13 + i) % 100);
-  r.max_new_tokens = max_new;
-  return r;
-}
-
-// Every block of a pool is either free or held by exactly one stream of a
-// running request (no sharing yet), and the pools' bytes are the streams'.
-void CheckPool(const BlockPool& pool, const std::vector<int32_t>& held) {
-  std::set<int32_t> unique(held.begin(), held.end());
-  ASSERT_EQ(unique.size(), held.size()) << pool.name() << ": a block is held twice";
-  ASSERT_EQ(static_cast<int64_t>(held.size()), pool.num_used()) << pool.name() << ": leaked or double-freed blocks";
-  int64_t zero = 0;
-  for (int32_t id = 0; id < pool.num_blocks(); ++id) {
-    const bool is_held = unique.count(id) != 0;
-    ASSERT_EQ(pool.RefCount(id), is_held ? 1 : 0) << pool.name() << " block " << id;
-    zero += pool.RefCount(id) == 0 ? 1 : 0;
-  }
-  ASSERT_EQ(zero, pool.num_free()) << pool.name() << ": the free list has duplicates";
-  ASSERT_EQ(pool.bytes_in_use(), static_cast<int64_t>(held.size()) * pool.block_bytes());
-}
-
-void CheckAccounting(const Scheduler& sched, const StepExecutor& ex, bool exact_tokens) {
-  const KVCache& c = ex.cache();
-  const CacheShape& shape = c.shape();
-  const std::vector<int64_t> running = sched.RunningIds();
-  ASSERT_EQ(c.num_sequences(), running.size());
-  std::vector<int32_t> plain, enc;
-  int64_t stream_bytes = 0;
-  for (int64_t id : running) {
-    ASSERT_TRUE(c.HasSequence(id));
-    const Request* r = sched.Find(id);
-    for (int l = 0; l < shape.num_layers; ++l) {
-      for (int h = 0; h < shape.num_kv_heads; ++h) {
-        const Stream& s = c.stream(id, l, h);
-        plain.insert(plain.end(), s.blocks.begin(), s.blocks.end());
-        enc.insert(enc.end(), s.enc_blocks.begin(), s.enc_blocks.end());
-        stream_bytes += static_cast<int64_t>(s.blocks.size()) * c.pool().block_bytes();
-        if (c.encoded_pool()) stream_bytes += static_cast<int64_t>(s.enc_blocks.size()) * c.encoded_pool()->block_bytes();
-        if (exact_tokens) {
-          ASSERT_EQ(s.num_tokens, r->num_computed) << "request " << id;
-        }
-        ASSERT_LE(s.num_plain(), s.Capacity(shape.block_size));
-      }
-    }
-  }
-  for (int64_t id : sched.WaitingIds()) ASSERT_FALSE(c.HasSequence(id)) << "waiting request " << id << " holds blocks";
-  CheckPool(c.pool(), plain);
-  if (c.encoded_pool()) CheckPool(*c.encoded_pool(), enc);
-  ASSERT_EQ(c.BytesInUse(), stream_bytes);
-}
+using namespace scheduler_test;  // NOLINT
 
 struct RandomCase {
   const char* name;
   std::vector<PolicySpec> policies;
   int64_t encoded_blocks;
   bool exact_tokens;  // stream length == computed tokens (no selection)
+  PrefixCachingMode prefix;
 };
 
 class SchedulerRandomTest : public ::testing::TestWithParam<RandomCase> {};
 
+// Thousands of random arrivals, steps, outside preemptions and aborts; with
+// prefix caching, prompts share system prompts and continue earlier
+// conversations (prompt + answer + a new message), so admissions hit the
+// cache, and preempted requests find their own blocks again.
 TEST_P(SchedulerRandomTest, BlockAccountingHoldsUnderRandomOperations) {
   const RandomCase& rc = GetParam();
   const ModelConfig m = TinyModel();
-  auto ex = MakeExecutor(m, 4 * 40, 4, rc.policies, rc.encoded_blocks);
+  auto ex = MakeExecutor(m, 4 * 40, 4, rc.policies, rc.encoded_blocks, rc.prefix);
+  const bool prefix = rc.prefix == PrefixCachingMode::kOn;
+  ASSERT_EQ(ex->cache().prefix_caching(), prefix);
   SchedulerOptions so;
   so.max_num_batched_tokens = 48;
   so.max_num_seqs = 12;
@@ -118,12 +48,34 @@ TEST_P(SchedulerRandomTest, BlockAccountingHoldsUnderRandomOperations) {
   Scheduler sched(so, ex.get());
   std::mt19937_64 rng(1234);
   auto pick = [&](const std::vector<int64_t>& ids) { return ids[rng() % ids.size()]; };
-  int64_t next_id = 0, steps = 0, finished = 0;
+  auto random_tokens = [&](int64_t n, std::vector<int32_t>* out) {
+    for (int64_t i = 0; i < n; ++i) out->push_back(static_cast<int32_t>(rng() % 100));
+  };
+  std::vector<std::vector<int32_t>> systems(3), histories;
+  for (auto& sys : systems) random_tokens(8 + static_cast<int64_t>(rng() % 24), &sys);
+  int64_t next_id = 0, steps = 0, finished = 0, first_hits = 0, cached_prompt_tokens = 0;
   for (int op = 0; op < 4000; ++op) {
     const int kind = static_cast<int>(rng() % 20);
     if (kind < 4) {  // a request arrives
-      const int64_t prompt = 1 + static_cast<int64_t>(rng() % 60);
-      ASSERT_TRUE(sched.AddRequest(Req(next_id++, static_cast<double>(op), prompt, 1 + static_cast<int64_t>(rng() % 40))).ok());
+      const int64_t max_new = 1 + static_cast<int64_t>(rng() % 40);
+      RequestSpec spec;
+      if (!prefix) {
+        spec = Req(next_id, static_cast<double>(op), 1 + static_cast<int64_t>(rng() % 60), max_new);
+      } else {
+        spec.id = next_id;
+        spec.arrival = static_cast<double>(op);
+        spec.max_new_tokens = max_new;
+        const int how = static_cast<int>(rng() % 3);
+        if (how == 0 || (how == 1 && histories.empty())) {  // a shared system prompt and a message
+          spec.prompt = systems[rng() % systems.size()];
+        } else if (how == 1) {  // the next turn of an earlier conversation
+          spec.prompt = histories[rng() % histories.size()];
+        }
+        random_tokens(1 + static_cast<int64_t>(rng() % 30), &spec.prompt);
+        if (spec.prompt.size() > 100) spec.prompt.resize(100);
+      }
+      next_id++;
+      ASSERT_TRUE(sched.AddRequest(std::move(spec)).ok());
     } else if (kind == 4 && !sched.RunningIds().empty()) {  // an outside preemption
       ASSERT_TRUE(sched.Preempt(pick(sched.RunningIds())).ok());
     } else if (kind == 5 && (!sched.RunningIds().empty() || !sched.WaitingIds().empty())) {  // a client goes away
@@ -139,25 +91,47 @@ TEST_P(SchedulerRandomTest, BlockAccountingHoldsUnderRandomOperations) {
     }
     CheckAccounting(sched, *ex, rc.exact_tokens);
     for (const Request& r : sched.TakeFinished()) {
-      if (r.state == RequestState::kFinished) {
-        ASSERT_EQ(static_cast<int64_t>(r.output.size()), r.spec.max_new_tokens);
-      }
+      if (r.state != RequestState::kFinished) continue;
+      ASSERT_EQ(static_cast<int64_t>(r.output.size()), r.spec.max_new_tokens);
+      ASSERT_LT(r.prompt_cached_tokens, static_cast<int64_t>(r.spec.prompt.size()));
+      first_hits += r.prompt_cached_tokens > 0 ? 1 : 0;
+      cached_prompt_tokens += r.prompt_cached_tokens;
+      std::vector<int32_t> h = r.spec.prompt;
+      h.insert(h.end(), r.output.begin(), r.output.end());
+      if (h.size() < 90) histories.push_back(std::move(h));
     }
   }
   EXPECT_GT(steps, 1000);
   EXPECT_GT(finished, 100);
   EXPECT_GT(sched.num_preemptions(), 20) << "the pool never ran out: the test does not exercise preemption";
+  if (prefix) {
+    EXPECT_GT(first_hits, 50) << "few admissions hit the prefix cache";
+    EXPECT_GT(sched.num_prefix_hit_tokens(), cached_prompt_tokens) << "no readmission found its own blocks";
+    EXPECT_GT(ex->cache().prefix_cache()->num_units(), 0);
+  } else {
+    EXPECT_EQ(sched.num_prefix_hit_tokens(), 0);
+  }
   for (int64_t id : sched.RunningIds()) ASSERT_TRUE(sched.Abort(id, "end").ok());
   for (int64_t id : sched.WaitingIds()) ASSERT_TRUE(sched.Abort(id, "end").ok());
   CheckAccounting(sched, *ex, rc.exact_tokens);
-  EXPECT_EQ(ex->cache().BytesInUse(), 0);
+  // Only the cache holds blocks now, each exactly once, all of them evictable.
+  EXPECT_EQ(ex->cache().BytesInUse(), ex->cache().CachedOnlyBytes());
+  if (prefix) {
+    EXPECT_EQ(ex->cache().prefix_cache()->num_evictable(), ex->cache().prefix_cache()->num_units());
+  }
 }
 
-INSTANTIATE_TEST_SUITE_P(Stacks, SchedulerRandomTest,
-                         ::testing::Values(RandomCase{"full", {{"full", {}, "t"}}, 0, true},
-                                           RandomCase{"quant", {{"quant", {}, "t"}}, 4 * 40, true},
-                                           RandomCase{"window", {{"window", {{"window", "12"}}, "t"}}, 0, false}),
-                         [](const ::testing::TestParamInfo<RandomCase>& i) { return std::string(i.param.name); });
+const PrefixCachingMode kOff = PrefixCachingMode::kOff, kOn = PrefixCachingMode::kOn;
+INSTANTIATE_TEST_SUITE_P(
+    Stacks, SchedulerRandomTest,
+    ::testing::Values(RandomCase{"full", {{"full", {}, "t"}}, 0, true, kOff},
+                      RandomCase{"quant", {{"quant", {}, "t"}}, 4 * 40, true, kOff},
+                      RandomCase{"window", {{"window", {{"window", "12"}}, "t"}}, 0, false, kOff},
+                      RandomCase{"full_prefix", {{"full", {}, "t"}}, 0, true, kOn},
+                      RandomCase{"quant_prefix", {{"quant", {}, "t"}}, 4 * 40, true, kOn},
+                      RandomCase{"kivi_residual_prefix",
+                                 {{"kivi", {{"group", "8"}, {"residual", "8"}, {"bits", "4"}}, "t"}}, 4 * 20, true, kOn}),
+    [](const ::testing::TestParamInfo<RandomCase>& i) { return std::string(i.param.name); });
 
 TEST(SchedulerTest, PreemptsLatestArrivalFirstAndRequeuesAtTheFront) {
   // 4 streams x 8 blocks of 4 tokens: 32 tokens per stream in all. Three

@@ -103,6 +103,8 @@ Status RunServeBenchWith(const ServeBenchConfig& config, StepExecutor* executor,
   res.plain_pool_bytes = cache.pool().bytes_reserved();
   res.encoded_pool_bytes = enc_pool ? enc_pool->bytes_reserved() : 0;
   res.kv_bytes_per_token = 2LL * shape.num_layers * shape.num_kv_heads * shape.head_dim * DTypeBytes(shape.dtype);
+  res.prefix_caching = cache.prefix_caching();
+  res.prefix_unit_tokens = cache.prefix_caching() ? cache.prefix_unit_tokens() : 0;
   {
     PolicyStack stack;
     KVLAB_RETURN_IF_ERROR(PolicyStack::Create(config.policies, &stack));
@@ -122,7 +124,8 @@ Status RunServeBenchWith(const ServeBenchConfig& config, StepExecutor* executor,
     csv.open(overrides.csv_path);
     if (!csv) return Status::IOError(overrides.csv_path + ": cannot write the occupancy CSV");
     csv << "time,running,waiting,batched_tokens,prefill_tokens,preempted,bytes_in_use,pool_bytes,occupancy,"
-           "token_bytes,largest_request,largest_request_tokens,largest_request_bytes,largest_request_share,wall_ms\n";
+           "token_bytes,largest_request,largest_request_tokens,largest_request_bytes,largest_request_share,wall_ms,"
+           "cached_bytes,shared_bytes,prefix_hit_tokens\n";
   }
 
   std::vector<ChatSession> sessions;
@@ -137,7 +140,8 @@ Status RunServeBenchWith(const ServeBenchConfig& config, StepExecutor* executor,
   std::vector<double> ttft_steps, tpot_steps, ttft_ms, tpot_ms;
   std::vector<std::vector<double>> class_ttft(res.classes.size()), class_tpot(res.classes.size());
   std::vector<double> wall_at = {0.0};  // wall ms inside steps before time t
-  double wall = 0, sum_running = 0, sum_occupancy = 0, sum_token_bytes = 0, sum_used_bytes = 0;
+  double wall = 0, sum_running = 0, sum_occupancy = 0, sum_token_bytes = 0, sum_used_bytes = 0, sum_cached = 0,
+         sum_shared = 0;
   const int64_t max_steps = overrides.max_steps > 0 ? overrides.max_steps : config.max_steps;
   int64_t t = 0, next_id = 0, stalls = 0;
 
@@ -207,11 +211,19 @@ Status RunServeBenchWith(const ServeBenchConfig& config, StepExecutor* executor,
         used_by_requests += bytes;
         if (bytes > largest_bytes) largest_bytes = bytes, largest_id = id;
       }
-      const int64_t in_use = cache.BytesInUse();
-      if (used_by_requests != in_use) {
-        return Status::Internal("serve-bench: the pools hold " + std::to_string(in_use) + " B but the running requests' " +
-                                "streams hold " + std::to_string(used_by_requests) + " B");
+      // Blocks shared by several requests count once; blocks only the prefix
+      // cache holds are free for allocation and counted apart.
+      const int64_t shared_extra = cache.SharedExtraBytes(), cached_only = cache.CachedOnlyBytes();
+      const int64_t in_use = cache.BytesInUse() - cached_only;
+      if (used_by_requests - shared_extra != in_use) {
+        return Status::Internal("serve-bench: the pools hold " + std::to_string(in_use) + " B for requests (and " +
+                                std::to_string(cached_only) + " B cached) but the running requests' streams hold " +
+                                std::to_string(used_by_requests) + " B, " + std::to_string(shared_extra) +
+                                " B of it shared");
       }
+      token_bytes -= static_cast<double>(shared_extra);  // shared units are full blocks of real tokens
+      sum_cached += static_cast<double>(cached_only);
+      sum_shared += static_cast<double>(shared_extra);
       for (const StepOutcome::Chunk& c : step.chunks) prefill_tokens += c.prefill ? c.num_tokens : 0;
       sum_running += static_cast<double>(running.size());
       res.peak_running = std::max<int64_t>(res.peak_running, static_cast<int64_t>(running.size()));
@@ -235,7 +247,7 @@ Status RunServeBenchWith(const ServeBenchConfig& config, StepExecutor* executor,
             << Fmt(static_cast<double>(in_use) / static_cast<double>(pool_bytes), 5) << ','
             << std::llround(token_bytes) << ',' << largest_id << ',' << largest_tokens << ',' << largest_bytes << ','
             << Fmt(static_cast<double>(largest_bytes) / static_cast<double>(pool_bytes), 5) << ',' << Fmt(wall, 3)
-            << '\n';
+            << ',' << cached_only << ',' << shared_extra << ',' << step.prefix_hit_tokens << '\n';
       }
     }
     ++t;
@@ -256,6 +268,8 @@ Status RunServeBenchWith(const ServeBenchConfig& config, StepExecutor* executor,
       }
       res.finished++;
       cs.finished++;
+      res.prompt_cached_tokens += r.prompt_cached_tokens;
+      res.readmission_cached_tokens += r.cached_tokens - r.prompt_cached_tokens;
       cs.max_tokens = std::max(cs.max_tokens, r.num_tokens());
       res.prompt_tokens += static_cast<int64_t>(r.spec.prompt.size());
       res.output_tokens += static_cast<int64_t>(r.output.size());
@@ -303,6 +317,8 @@ Status RunServeBenchWith(const ServeBenchConfig& config, StepExecutor* executor,
     res.mean_running = sum_running / static_cast<double>(res.steps);
     res.mean_occupancy = sum_occupancy / static_cast<double>(res.steps);
     res.token_share_of_pool = sum_token_bytes / (static_cast<double>(pool_bytes) * static_cast<double>(res.steps));
+    res.mean_cached_only_bytes = sum_cached / static_cast<double>(res.steps);
+    res.mean_shared_saved_bytes = sum_shared / static_cast<double>(res.steps);
   }
   if (sum_used_bytes > 0) res.token_share_of_used = sum_token_bytes / sum_used_bytes;
 
@@ -319,7 +335,11 @@ Status RunServeBenchWith(const ServeBenchConfig& config, StepExecutor* executor,
         {"truncated_turns", res.truncated_turns}, {"prompt_tokens", res.prompt_tokens},
         {"output_tokens", res.output_tokens}, {"batched_tokens", res.batched_tokens},
         {"preemptions", res.preemptions}, {"preempted_requests", res.preempted_requests},
-        {"recomputed_tokens", res.recomputed_tokens}, {"ttft_steps", PercentilesJson(res.ttft_steps)},
+        {"recomputed_tokens", res.recomputed_tokens}, {"prefix_caching", res.prefix_caching},
+        {"prompt_cached_tokens", res.prompt_cached_tokens}, {"prefix_hit_rate", res.prefix_hit_rate()},
+        {"readmission_cached_tokens", res.readmission_cached_tokens},
+        {"mean_cached_only_bytes", res.mean_cached_only_bytes},
+        {"mean_shared_saved_bytes", res.mean_shared_saved_bytes}, {"ttft_steps", PercentilesJson(res.ttft_steps)},
         {"tpot_steps", PercentilesJson(res.tpot_steps)}, {"ttft_ms", PercentilesJson(res.ttft_ms)},
         {"tpot_ms", PercentilesJson(res.tpot_ms)}, {"mean_running", res.mean_running},
         {"peak_running", res.peak_running}, {"peak_bytes_in_use", res.peak_bytes_in_use},
@@ -372,6 +392,18 @@ std::string FormatServeBenchReport(const ServeBenchConfig& config, const ServeBe
     << WithCommas(r.recomputed_tokens) << " tokens recomputed ("
     << Pct(r.batched_tokens > 0 ? static_cast<double>(r.recomputed_tokens) / static_cast<double>(r.batched_tokens) : 0)
     << " of the tokens processed)\n";
+  if (r.prefix_caching) {
+    o << "  prefix hits " << Pct(r.prefix_hit_rate()) << " of prompt tokens served from the cache ("
+      << WithCommas(r.prompt_cached_tokens) << " of " << WithCommas(r.prompt_tokens) << ", units of "
+      << r.prefix_unit_tokens << " tokens); " << WithCommas(r.readmission_cached_tokens)
+      << " more on readmission after preemption\n";
+    o << "  sharing     blocks held once for several running requests: mean "
+      << DecimalUnits(static_cast<int64_t>(r.mean_shared_saved_bytes)) << " saved; blocks only the cache holds "
+      << "(evicted on demand): mean " << DecimalUnits(static_cast<int64_t>(r.mean_cached_only_bytes)) << " ("
+      << Pct(pool > 0 ? r.mean_cached_only_bytes / static_cast<double>(pool) : 0) << " of the pool)\n";
+  } else {
+    o << "  prefix hits prefix caching off\n";
+  }
   o << "  running     mean " << Fmt(r.mean_running, 1) << ", peak " << r.peak_running << " requests\n";
   o << "  occupancy   mean " << Pct(r.mean_occupancy) << " of the pool, peak " << DecimalUnits(r.peak_bytes_in_use)
     << " (" << Pct(pool > 0 ? static_cast<double>(r.peak_bytes_in_use) / static_cast<double>(pool) : 0) << ")\n";

@@ -1,8 +1,8 @@
 // serve-bench: runs a seeded chat workload through the scheduler over a KV
 // pool of a given size and policy stack, on the real engine or model-free at
 // real model shapes, and reports throughput, time to first token, time per
-// output token, preemptions, recomputed tokens, pool occupancy over time and
-// the share of KV memory holding real tokens. Configs are TOML; every
+// output token, preemptions, recomputed tokens, the prefix-cache hit rate,
+// pool occupancy over time and the share of KV memory holding real tokens. Configs are TOML; every
 // unknown key or bad value is an error naming file:line:column. The CLI's
 // `kvlab serve-bench` calls RunServeBench.
 #pragma once
@@ -27,6 +27,8 @@ namespace kvlab {
 //   max_num_batched_tokens = 2048   max_num_seqs = 64   max_prefill_chunk = 0   watermark = 0.01
 //   max_context = 0           per-request cap on prompt + answer: the client drops the oldest history
 //   max_steps = 100000
+//   prefix_caching = true     share cached full blocks across requests; default: on for `full` (and head
+//                             sharing alone), off for other stacks; true with a stack that cannot share is an error
 //   weight_seed = 0   attention = "cpu"   threads = 0        (engine only)
 //   [[policy]]  name = "quant" ...                          (the stack; default full)
 //   [workload]  seed = 1
@@ -74,11 +76,24 @@ struct ServeBenchResult {
   std::vector<std::string> reject_reasons;  // the first few
   int64_t prompt_tokens = 0, output_tokens = 0, batched_tokens = 0;
   int64_t preemptions = 0, preempted_requests = 0, recomputed_tokens = 0;
+  // Prefix caching: prompt tokens of finished requests served from the cache
+  // at their first admission (the hit rate is this over prompt_tokens), and
+  // tokens served from it when preempted requests were admitted again.
+  bool prefix_caching = false;
+  int prefix_unit_tokens = 0;
+  int64_t prompt_cached_tokens = 0, readmission_cached_tokens = 0;
+  double mean_cached_only_bytes = 0;  // blocks only the cache holds (free for allocation), step average
+  double mean_shared_saved_bytes = 0; // what running requests' shared blocks would take again unshared, step average
+  double prefix_hit_rate() const {
+    return prompt_tokens > 0 ? static_cast<double>(prompt_cached_tokens) / static_cast<double>(prompt_tokens) : 0.0;
+  }
   Percentiles ttft_steps, tpot_steps, ttft_ms, tpot_ms;
   double mean_running = 0;
   int64_t peak_running = 0;
   int64_t peak_bytes_in_use = 0;
   int64_t peak_plain_bytes = 0, peak_encoded_bytes = 0;  // each pool's own peak
+  // Bytes in use are the blocks requests hold (each shared block once);
+  // blocks only the prefix cache holds are counted apart (cached_only).
   double mean_occupancy = 0;       // bytes in use / pool bytes, averaged over steps
   double token_share_of_used = 0;  // bytes of real token slots / bytes in use (blocks held), step average
   double token_share_of_pool = 0;  // bytes of real token slots / pool bytes, step average

@@ -161,11 +161,12 @@ Status ParseServeBenchConfig(const std::string& text, const std::string& path, S
   const std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
   double pool_gb = 0, plain_pool_gb = 0;
   bool have_workload = false;
+  std::string prefix_caching_where;
   const std::vector<std::string> valid = {
       "model",      "model_free",  "kv_dtype",     "block_size",    "pool_gb",    "pool_blocks",
       "plain_pool_gb", "encoded_pool_blocks", "max_num_batched_tokens", "max_num_seqs", "max_prefill_chunk",
       "max_context", "watermark",  "max_steps",    "weight_seed",   "attention",  "threads",
-      "policy",     "workload"};
+      "prefix_caching", "policy",  "workload"};
   KVLAB_RETURN_IF_ERROR(ForEachKey(root, path, "", valid,
                                    [&](const std::string& k, const toml::node& n, const std::string& w) -> Status {
     int64_t iv = 0;
@@ -179,6 +180,13 @@ Status ParseServeBenchConfig(const std::string& text, const std::string& path, S
       return Status::OK();
     }
     if (k == "model_free") return WantBool(n, w, k, &cfg.model_free);
+    if (k == "prefix_caching") {
+      bool on = false;
+      KVLAB_RETURN_IF_ERROR(WantBool(n, w, k, &on));
+      cfg.pool.prefix_caching = on ? PrefixCachingMode::kOn : PrefixCachingMode::kOff;
+      prefix_caching_where = w;
+      return Status::OK();
+    }
     if (k == "kv_dtype") {
       KVLAB_RETURN_IF_ERROR(WantString(n, w, k, &sv));
       if (!ParseDType(sv, &cfg.engine.kv_dtype)) {
@@ -239,6 +247,15 @@ Status ParseServeBenchConfig(const std::string& text, const std::string& path, S
   if (!st.ok()) return Status::InvalidArgument(where + st.message());
   if (cfg.max_steps <= 0) return Status::InvalidArgument(where + "max_steps must be positive");
   if (cfg.policies.empty()) cfg.policies.push_back(PolicySpec{"full", {}, path});
+  if (cfg.pool.prefix_caching == PrefixCachingMode::kOn) {
+    // Caught here, with the key's place, rather than when the pools are built.
+    PolicyStack stack;
+    std::string why_not;
+    if (PolicyStack::Create(cfg.policies, &stack).ok() && !stack.SharesPrefixBlocks(&why_not)) {
+      return Status::InvalidArgument(prefix_caching_where + ": prefix_caching = true, but the stack '" + stack.Describe() +
+                                     "' cannot share cached blocks: " + why_not);
+    }
+  }
   *out = std::move(cfg);
   return Status::OK();
 }

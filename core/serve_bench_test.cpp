@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 namespace kvlab {
 namespace {
 
@@ -142,6 +144,67 @@ output_tokens = 10
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_NE(report.find("0 requests: 0 finished, 1 rejected"), std::string::npos) << report;
   EXPECT_NE(report.find("rejected: request 0 needs 5010 tokens"), std::string::npos) << report;
+}
+
+TEST(ServeBenchConfigTest, PrefixCachingKey) {
+  ServeBenchConfig cfg;
+  ASSERT_TRUE(Parse(std::string("pool_gb = 1\n") + kUsers, &cfg).ok());
+  EXPECT_EQ(cfg.pool.prefix_caching, PrefixCachingMode::kDefault);
+  ASSERT_TRUE(Parse(std::string("pool_gb = 1\nprefix_caching = false\n") + kUsers, &cfg).ok());
+  EXPECT_EQ(cfg.pool.prefix_caching, PrefixCachingMode::kOff);
+  ASSERT_TRUE(Parse(std::string("pool_gb = 1\nprefix_caching = true\n[[policy]]\nname = \"kivi\"\n") + kUsers, &cfg).ok());
+  EXPECT_EQ(cfg.pool.prefix_caching, PrefixCachingMode::kOn);
+  std::string e = ErrorOf(std::string("pool_gb = 1\nprefix_caching = true\n[[policy]]\nname = \"h2o\"\n") + kUsers);
+  EXPECT_NE(e.find("cfg.toml:2:18: prefix_caching = true, but the stack 'h2o("), std::string::npos) << e;
+  EXPECT_NE(e.find("selection policy 'h2o' changes a stream's kept slots"), std::string::npos) << e;
+  e = ErrorOf(std::string("pool_gb = 1\nprefix_caching = 1\n") + kUsers);
+  EXPECT_NE(e.find("cfg.toml:2:18: 'prefix_caching' must be true or false"), std::string::npos) << e;
+}
+
+// A shared system prompt and multi-turn chats: the same workload with
+// prefix caching off and on (the default for full).
+TEST(ServeBenchRunTest, PrefixCachingServesSharedPromptsFromTheCache) {
+  const std::string common = R"(
+model = "llama-3.1-8b"
+pool_gb = 0.5
+max_num_seqs = 16
+max_num_batched_tokens = 512
+[workload]
+seed = 3
+[[workload.users]]
+name = "chat"
+count = 12
+arrival_rate = 0.2
+turns = 3
+user_tokens = {dist = "uniform", min = 16, max = 64}
+output_tokens = {dist = "uniform", min = 8, max = 32}
+think_steps = 5
+system_tokens = 200
+)";
+  std::string off, on;
+  ServeBenchOverrides ov;
+  ov.json_path = ::testing::TempDir() + "serve_prefix.jsonl";
+  std::remove(ov.json_path.c_str());
+  ASSERT_TRUE(RunModelFree(WriteTemp("serve_off.toml", "prefix_caching = false\n" + common), ov, &off).ok());
+  Status s = RunModelFree(WriteTemp("serve_on.toml", common), ov, &on);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_NE(off.find("prefix hits prefix caching off"), std::string::npos) << off;
+  EXPECT_NE(on.find("prefix hits "), std::string::npos) << on;
+  EXPECT_NE(on.find("units of 16 tokens"), std::string::npos) << on;
+  EXPECT_NE(on.find("36 finished, 0 rejected, 0 aborted, 0 unfinished"), std::string::npos) << on;
+  std::ifstream f(ov.json_path);
+  std::string line_off, line_on;
+  ASSERT_TRUE(std::getline(f, line_off) && std::getline(f, line_on));
+  const auto j_off = nlohmann::json::parse(line_off), j_on = nlohmann::json::parse(line_on);
+  EXPECT_EQ(j_off["prefix_caching"], false);
+  EXPECT_EQ(j_off["prompt_cached_tokens"], 0);
+  EXPECT_EQ(j_on["prefix_caching"], true);
+  EXPECT_EQ(j_on["prompt_tokens"], j_off["prompt_tokens"]);
+  // Every conversation after the first finds the 192 tokens of whole blocks of
+  // the system prompt; later turns find their history too.
+  EXPECT_GT(j_on["prompt_cached_tokens"].get<int64_t>(), 11 * 192);
+  EXPECT_GT(j_on["prefix_hit_rate"].get<double>(), 0.5);
+  EXPECT_LT(j_on["batched_tokens"].get<int64_t>(), j_off["batched_tokens"].get<int64_t>() / 2);
 }
 
 }  // namespace

@@ -4,11 +4,11 @@
     python3 evals/plot.py results/NAME [--out DIR]
 
 Writes, when their data is present (otherwise one line on stderr says why not):
-  pareto.png          KV memory / the baseline's vs bpb and retrieval accuracy,
+  pareto.png          KV memory / the baseline's vs bpb (and bpb-recompute) and retrieval accuracy,
                       one point per setting, the non-dominated ones joined
   latency.png         decode ms per step (median, bar up to p90) vs context length
   heatmap_TASK.png    retrieval accuracy by needle depth x length, per setting
-  kl.png              KL(baseline || policy) by position bucket, per setting
+  kl.png              KL(full cache || policy) by position bucket, per setting
 Only the latest "ok" record of each point ("key") counts.
 """
 import argparse
@@ -24,6 +24,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+BPB = ("bpb", "bpb-recompute")  # bits per byte, KL and top-1 against the full cache
 RETRIEVAL = ("passkey", "multi-needle", "recall")
 
 
@@ -148,7 +149,7 @@ def label_points(ax, pts, baseline):
 
 
 def plot_pareto(sw, out):
-    tasks = [("bpb", "bpb", "bits per byte (lower is better)", False)] if sw.of("bpb") else []
+    tasks = [(t, "bpb", "bits per byte (lower is better)", False) for t in BPB if sw.of(t)]
     tasks += [(t, "accuracy", f"{t} accuracy (higher is better)", True) for t in RETRIEVAL if sw.of(t)]
     panels_pts = []
     for task, metric, _, _ in tasks:
@@ -251,18 +252,20 @@ def plot_heatmaps(sw, out):
 
 
 def plot_kl(sw, out):
-    recs = [r for r in sw.of("bpb") if isinstance(r["metrics"].get("kl_by_bucket"), list)
-            and isinstance(r["metrics"].get("bucket_starts"), list) and not r.get("baseline")]
+    # bpb: the baseline's KL is 0 by definition; bpb-recompute: every setting, the baseline included, is
+    # compared with the full cache fed token by token.
+    recs = [r for t in BPB for r in sw.of(t) if isinstance(r["metrics"].get("kl_by_bucket"), list)
+            and isinstance(r["metrics"].get("bucket_starts"), list) and (t != "bpb" or not r.get("baseline"))]
     if not recs:
         return note("skipping kl.png: no bpb records of a non-baseline setting")
-    lengths = sorted({r["length"] for r in recs})
-    fig, axes = panels(len(lengths), 5.5, 4.2)
-    for ax, L in zip(axes, lengths):
+    cases = sorted({(r["task"], r["length"]) for r in recs})
+    fig, axes = panels(len(cases), 5.5, 4.2)
+    for ax, (task, L) in zip(axes, cases):
         positive = []
         for s in sw.settings:
             by_starts = defaultdict(list)  # records of one bucket layout (windows/prefill fixed per sweep)
             for r in recs:
-                if sw.label[id(r)] == s and r["length"] == L:
+                if sw.label[id(r)] == s and r["task"] == task and r["length"] == L:
                     by_starts[tuple(r["metrics"]["bucket_starts"])].append(r["metrics"]["kl_by_bucket"])
             for starts, kls in by_starts.items():
                 kl = np.mean(np.array(kls, dtype=float), axis=0)
@@ -273,8 +276,8 @@ def plot_kl(sw, out):
         else:
             ax.set_ylim(bottom=0)
         ax.set_xlabel("position (start of bucket, tokens)")
-        ax.set_ylabel("KL(baseline || policy), nats per token")
-        ax.set_title(f"KL by position, length {L}")
+        ax.set_ylabel("KL(full cache || policy), nats per token")
+        ax.set_title(f"{task}: KL by position, length {L}")
         ax.grid(alpha=0.3)
     axes[-1].legend(fontsize=7, loc="best")
     save(fig, out, "kl.png")

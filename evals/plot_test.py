@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Test of evals/plot.py: a synthetic sweep (baseline + two settings; bpb,
-passkey and latency records shaped like `kvlab run`'s) gives every plot; a
+bpb-recompute, passkey and latency records shaped like `kvlab run`'s) gives every plot; a
 missing or malformed results.jsonl fails naming the file; the Pareto front.
 
     python3 evals/plot_test.py
@@ -26,7 +26,7 @@ def record(index, stack, task, length, batch=1, status="ok"):
     key = json.dumps({"model": "small", "stack": stack, "task": task, "length": length, "batch": batch, "seed": 0, "rep": 0},
                      separators=(",", ":"))
     memory = {"kv_bytes_end": int(mem * length * 1024), "kv_bytes_per_token": mem * 1024, "peak_kv_bytes": int(mem * length * 1024)}
-    if task == "bpb":
+    if task in ("bpb", "bpb-recompute"):
         starts = [i * (length - 1) // 4 for i in range(4)]
         m = {"bpb": bpb, "kl": kl, "top1_agreement": 1 - kl, "bucket_starts": starts,
              "kl_by_bucket": [kl * (i + 1) for i in range(4)], "top1_by_bucket": [1 - kl * i for i in range(4)],
@@ -49,7 +49,7 @@ def record(index, stack, task, length, batch=1, status="ok"):
 def write_sweep(d):
     recs = []
     for stack in SETTINGS:
-        for task in ("bpb", "passkey", "latency"):
+        for task in ("bpb", "bpb-recompute", "passkey", "latency"):
             for length in (256, 512, 1024):
                 for batch in ((1, 4) if task == "latency" else (1,)):
                     recs.append(record(len(recs), stack, task, length, batch))
@@ -73,7 +73,7 @@ def test_plots():
     with tempfile.TemporaryDirectory() as d:
         write_sweep(d)
         recs = plot.load_records(d)
-        assert len(recs) == 3 * (3 + 3 + 6), len(recs)  # the latest ok record per key; failures dropped
+        assert len(recs) == 3 * (3 + 3 + 3 + 6), len(recs)  # the latest ok record per key; failures dropped
         assert [r["metrics"]["bpb"] for r in recs if r["index"] == 0] == [2.05]
         out = os.path.join(d, "plots")
         p = run(d, "--out", out)

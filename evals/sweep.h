@@ -8,7 +8,7 @@
 //
 //   name = "quickstart"                 # default: the file's stem
 //   models = ["../../datasets/models/tiny-gqa"]   # paths relative to the config; or presets
-//   tasks = ["bpb", "passkey", "latency"]        # bpb | bpb-recompute | passkey | multi-needle | recall | latency
+//   tasks = ["bpb", "passkey", "latency"]        # bpb | bpb-recompute | passkey | multi-needle | recall | latency | paging
 //   lengths = [512, 1024]
 //   batch_sizes = [1]                   # latency task only; accuracy tasks run one sequence
 //   seeds = [0]
@@ -25,6 +25,8 @@
 //   [task.bpb-recompute] text = "..."; window = 256   # StreamingLLM's "sliding window with
 //                   # recompute": each prediction recomputes the last `window` tokens from
 //                   # scratch (positions 0..window-1); KL and top-1 are against full-cache logits
+//   [task.paging]   requests = 256; median = 0; sigma = 1.0; block_sizes = [1, 16, 64, 256]
+//                   # vLLM's paging: share of reserved KV memory holding real tokens
 //   [[sweep]]                           # a stack; list-valued parameters form a grid
 //   [[sweep.policy]]
 //   name = "sink"
@@ -32,7 +34,7 @@
 //   [[point]]                           # a hand-picked stack, no grids
 //   [[point.policy]]
 //   name = "h2o"
-//   budget = 0.2
+//   ratio = 0.2
 #pragma once
 
 #include <cstdint>
@@ -53,6 +55,12 @@ struct SweepTaskOptions {
   int64_t samples = 2, needles = 4, pairs = 8;
   int64_t decode_tokens = 16;
   int64_t window = 256;                    // bpb-recompute: tokens recomputed for each prediction
+  // paging: requests with lognormal lengths (median, sigma; clipped to
+  // [16, length]) held in paged pools of each block size, against a
+  // contiguous reservation of `length` tokens per request.
+  int64_t requests = 256, median = 0;      // median 0: length / 8
+  double sigma = 1.0;
+  std::vector<int64_t> block_sizes = {1, 16, 64, 256};
 };
 
 struct SweepPoint {
@@ -70,7 +78,9 @@ struct SweepPoint {
 
 struct SweepConfig {
   std::string path, name;
-  std::vector<std::string> models, model_labels;
+  // models: resolved paths or presets; specs: as written (part of each point's
+  // identity); labels: the preset or the directory's last component.
+  std::vector<std::string> models, model_specs, model_labels;
   std::vector<std::string> tasks;
   std::vector<int64_t> lengths = {512}, batch_sizes = {1};
   std::vector<uint64_t> seeds = {0};

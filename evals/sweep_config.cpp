@@ -15,7 +15,7 @@ namespace kvlab {
 
 namespace {
 
-const char* const kTasks[] = {"bpb", "bpb-recompute", "passkey", "multi-needle", "recall", "latency"};
+const char* const kTasks[] = {"bpb", "bpb-recompute", "passkey", "multi-needle", "recall", "latency", "paging"};
 
 bool KnownTask(const std::string& t) {
   for (const char* k : kTasks) if (t == k) return true;
@@ -247,7 +247,7 @@ Status ParseSweepConfig(const std::string& text, const std::string& path, const 
     } else if (key == "tasks") {
       KVLAB_RETURN_IF_ERROR(List<std::string>(path, n, key, "strings", GetString, &c.tasks));
       for (const std::string& t : c.tasks) {
-        if (!KnownTask(t)) return Where(path, n, "unknown task '" + t + "' (valid: bpb, bpb-recompute, passkey, multi-needle, recall, latency)");
+        if (!KnownTask(t)) return Where(path, n, "unknown task '" + t + "' (valid: bpb, bpb-recompute, passkey, multi-needle, recall, latency, paging)");
       }
       have_tasks = true;
     } else if (key == "lengths") {
@@ -276,7 +276,7 @@ Status ParseSweepConfig(const std::string& text, const std::string& path, const 
       if (t == nullptr) return Where(path, n, "'task' must be a table of [task.NAME] tables");
       for (const auto& tk : *t) {
         const std::string tname(tk.first.str());
-        if (!KnownTask(tname)) return Where(path, tk.second, "unknown task '" + tname + "' (valid: bpb, bpb-recompute, passkey, multi-needle, recall, latency)");
+        if (!KnownTask(tname)) return Where(path, tk.second, "unknown task '" + tname + "' (valid: bpb, bpb-recompute, passkey, multi-needle, recall, latency, paging)");
         const toml::table* opts = tk.second.as_table();
         if (opts == nullptr) return Where(path, tk.second, "[task." + tname + "] must be a table");
         SweepTaskOptions& o = c.task_options[tname];
@@ -299,12 +299,19 @@ Status ParseSweepConfig(const std::string& text, const std::string& path, const 
           } else if (okey == "pairs") { KVLAB_RETURN_IF_ERROR(want_int(&o.pairs, 1));
           } else if (okey == "decode_tokens") { KVLAB_RETURN_IF_ERROR(want_int(&o.decode_tokens, 1));
           } else if (okey == "window") { KVLAB_RETURN_IF_ERROR(want_int(&o.window, 1));
+          } else if (okey == "requests") { KVLAB_RETURN_IF_ERROR(want_int(&o.requests, 1));
+          } else if (okey == "median") { KVLAB_RETURN_IF_ERROR(want_int(&o.median, 0));
+          } else if (okey == "sigma") {
+            if (!GetDouble(v, &o.sigma) || o.sigma < 0) return Where(path, v, "'" + full + "' must be a number >= 0");
+          } else if (okey == "block_sizes") {
+            KVLAB_RETURN_IF_ERROR(List<int64_t>(path, v, full, "integers >= 1", GetInt, &o.block_sizes));
+            for (int64_t b : o.block_sizes) if (b < 1) return Where(path, v, "'" + full + "' entries must be >= 1");
           } else if (okey == "depths") {
             KVLAB_RETURN_IF_ERROR(List<double>(path, v, full, "numbers in [0, 1]", GetDouble, &o.depths));
             for (double d : o.depths) if (d < 0 || d > 1) return Where(path, v, "'" + full + "' entries must be in [0, 1]");
           } else {
             return Where(path, v, "unknown key '" + full + "'; valid keys: text, windows, prefill, buckets, depths, samples, "
-                                  "needles, pairs, decode_tokens, window");
+                                  "needles, pairs, decode_tokens, window, requests, median, sigma, block_sizes");
           }
         }
       }
@@ -338,6 +345,7 @@ Status ParseSweepConfig(const std::string& text, const std::string& path, const 
   if (!have_models) return Status::InvalidArgument(path + ": missing key 'models'");
   if (!have_tasks) return Status::InvalidArgument(path + ": missing key 'tasks'");
   // Labels: a preset's name, or the directory's last component.
+  c.model_specs = c.models;
   for (std::string& m : c.models) {
     std::string label = m;
     while (label.size() > 1 && label.back() == '/') label.pop_back();
@@ -407,7 +415,7 @@ std::vector<SweepPoint> ExpandPoints(const SweepConfig& c) {
                 p.repetition = rep;
                 const SweepTaskOptions& o = c.task_options.at(task);
                 nlohmann::ordered_json k;
-                k["model"] = p.model_label;
+                k["model"] = c.model_specs[mi];
                 k["stack"] = p.stack_label;
                 k["task"] = task;
                 k["length"] = length;
@@ -422,6 +430,11 @@ std::vector<SweepPoint> ExpandPoints(const SweepConfig& c) {
                   if (task == "bpb-recompute") k["window"] = o.window;
                 } else if (task == "latency") {
                   k["decode_tokens"] = o.decode_tokens;
+                } else if (task == "paging") {
+                  k["requests"] = o.requests;
+                  k["median"] = o.median;
+                  k["sigma"] = o.sigma;
+                  k["block_sizes"] = o.block_sizes;
                 } else {
                   k["depths"] = o.depths;
                   k["samples"] = o.samples;

@@ -22,6 +22,7 @@ class SweepRunner {
 
  private:
   Status CachedText(const std::string& path, std::string* out);
+  Status Paging(const SweepPoint& p, const SweepTaskOptions& o, nlohmann::ordered_json* m);
   const SweepConfig& config_;
   std::map<std::string, std::string> texts_, hashes_;
   std::map<std::string, std::vector<float>> baseline_logits_;

@@ -196,9 +196,50 @@ Status WriteReports(const std::string& dir, std::string* summary) {
       md << " " << n << (bad ? " (" + std::to_string(bad) + " failed)" : "") << " |\n";
     }
     md << "\n";
+    if (tasks.count("paging")) {
+      // vLLM's paging: share of reserved KV bytes that hold real tokens.
+      std::vector<std::string> sizes;
+      for (const json& r : recs) {
+        if (r.value("model", "") != model || r.value("task", "") != "paging" || r.value("status", "") != "ok") continue;
+        for (auto& kv : r["metrics"]["paged_utilization_by_block_size"].items()) {
+          if (std::find(sizes.begin(), sizes.end(), kv.key()) == sizes.end()) sizes.push_back(kv.key());
+        }
+      }
+      std::sort(sizes.begin(), sizes.end(), [](const std::string& a, const std::string& b) { return std::stoll(a) < std::stoll(b); });
+      md << "### paging: share of reserved KV memory holding tokens\n\n| max length | requests | mean length | contiguous |";
+      for (const auto& b : sizes) md << " paged, block " << b << " |";
+      md << "\n|---|---|---|---|";
+      for (size_t i = 0; i < sizes.size(); ++i) md << "---|";
+      md << "\n";
+      std::vector<int64_t> lengths;
+      for (const json& r : recs) {
+        if (r.value("model", "") == model && r.value("task", "") == "paging") {
+          const int64_t L = r.value("length", 0);
+          if (std::find(lengths.begin(), lengths.end(), L) == lengths.end()) lengths.push_back(L);
+        }
+      }
+      std::sort(lengths.begin(), lengths.end());
+      for (int64_t L : lengths) {
+        Mean contiguous, mean_len, reqs;
+        std::map<std::string, Mean> paged;
+        for (const json& r : recs) {
+          if (r.value("model", "") != model || r.value("task", "") != "paging" || r.value("length", 0) != L ||
+              r.value("status", "") != "ok") continue;
+          const json& m = r["metrics"];
+          contiguous.Add(Num(m, "contiguous_utilization"));
+          mean_len.Add(Num(m, "mean_length"));
+          reqs.Add(Num(m, "requests"));
+          for (const auto& b : sizes) paged[b].Add(Num(m["paged_utilization_by_block_size"], b.c_str()));
+        }
+        md << "| " << L << " | " << reqs.Str("%.0f") << " | " << mean_len.Str("%.0f") << " | " << contiguous.Str("%.3f") << " |";
+        for (const auto& b : sizes) md << " " << paged[b].Str("%.3f") << " |";
+        md << "\n";
+      }
+      md << "\n(means over seeds)\n\n";
+    }
     // Per length: the accuracy-type metric of each task.
     for (const std::string& task : tasks) {
-      if (task == "latency") continue;
+      if (task == "latency" || task == "paging") continue;
       std::vector<int64_t> lengths;
       for (const json& r : recs) {
         if (r.value("model", "") == model && r.value("task", "") == task) {

@@ -153,6 +153,58 @@ void LogSoftmax(const float* x, int64_t V, std::vector<double>* out) {
 
 }  // namespace
 
+// vLLM's paging argument, measured on the pools: requests with long-tailed
+// lengths, each reserved contiguously for `length` tokens (what a
+// max-length allocator holds) or paged in blocks of each size.
+Status SweepRunner::Paging(const SweepPoint& p, const SweepTaskOptions& o, json* m) {
+  ModelConfig mc;
+  if (!PresetConfig(p.model, &mc).ok()) KVLAB_RETURN_IF_ERROR(LoadModelConfig(p.model + "/config.json", &mc));
+  SplitMix rng(p.seed * 1000003ull + 17);
+  const double median = static_cast<double>(o.median > 0 ? o.median : std::max<int64_t>(16, p.length / 8));
+  std::vector<int64_t> lens;
+  int64_t tokens = 0;
+  for (int64_t i = 0; i < o.requests; ++i) {
+    const double u1 = std::max(1e-12, rng.Uniform()), u2 = rng.Uniform();
+    const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+    const int64_t len = std::clamp<int64_t>(static_cast<int64_t>(std::llround(median * std::exp(o.sigma * z))), 16, p.length);
+    lens.push_back(len);
+    tokens += len;
+  }
+  const int bytes = DTypeBytes(config_.kv_dtype);
+  const int64_t per_token = mc.KVBytesPerToken(bytes);
+  (*m)["requests"] = o.requests;
+  (*m)["tokens"] = tokens;
+  (*m)["mean_length"] = static_cast<double>(tokens) / static_cast<double>(o.requests);
+  (*m)["kv_bytes_tokens"] = tokens * per_token;
+  (*m)["contiguous_reserved_bytes"] = o.requests * p.length * per_token;
+  (*m)["contiguous_utilization"] = static_cast<double>(tokens) / static_cast<double>(o.requests * p.length);
+  json paged = json::object(), held = json::object();
+  for (int64_t bs : o.block_sizes) {
+    CacheShape shape;
+    shape.num_layers = static_cast<int>(mc.num_hidden_layers);
+    shape.num_kv_heads = static_cast<int>(mc.num_key_value_heads);
+    shape.head_dim = static_cast<int>(mc.head_dim);
+    shape.block_size = static_cast<int>(bs);
+    shape.dtype = config_.kv_dtype;
+    int64_t blocks = 0;
+    for (int64_t len : lens) blocks += (len + bs - 1) / bs;
+    std::unique_ptr<KVCache> cache;
+    KVLAB_RETURN_IF_ERROR(KVCache::Create(shape, blocks * shape.StreamsPerSequence(), /*with_storage=*/false, &cache));
+    for (size_t i = 0; i < lens.size(); ++i) {
+      KVLAB_RETURN_IF_ERROR(cache->AddSequence(static_cast<int64_t>(i)));
+      std::vector<int32_t> pos(static_cast<size_t>(lens[i]));
+      for (size_t t = 0; t < pos.size(); ++t) pos[t] = static_cast<int32_t>(t);
+      KVLAB_RETURN_IF_ERROR(cache->Reserve(static_cast<int64_t>(i), lens[i], pos.data()));
+    }
+    const int64_t in_use = cache->BytesInUse();
+    held[std::to_string(bs)] = in_use;
+    paged[std::to_string(bs)] = static_cast<double>(tokens * per_token) / static_cast<double>(in_use);
+  }
+  (*m)["paged_bytes_by_block_size"] = held;
+  (*m)["paged_utilization_by_block_size"] = paged;
+  return Status::OK();
+}
+
 // Runs one point; returns its metrics (or an error).
 Status SweepRunner::RunPoint(const SweepPoint& p, json* metrics) {
   const SweepTaskOptions& o = config_.task_options.at(p.task);
@@ -242,6 +294,8 @@ Status SweepRunner::RunPoint(const SweepPoint& p, json* metrics) {
     m["top1_by_bucket"] = topj;
     m["tokens_scored"] = count;
     m["memory"] = MemoryJson(mem);
+  } else if (p.task == "paging") {
+    KVLAB_RETURN_IF_ERROR(Paging(p, o, &m));
   } else if (p.task == "latency") {
     std::string text;
     if (o.text.empty()) text = BuiltinText();
@@ -391,28 +445,34 @@ Status LoadRecords(const std::string& path, std::vector<json>* records) {
   records->clear();
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::OK();  // no file yet
-  std::string line;
-  int64_t good_bytes = 0, pos = 0;
-  bool truncated = false;
-  while (std::getline(in, line)) {
-    const int64_t next = pos + static_cast<int64_t>(line.size()) + 1;
-    const bool complete = !in.eof();  // getline hit a newline
-    try {
-      if (!complete) throw std::runtime_error("partial line");
-      if (!line.empty()) records->push_back(json::parse(line));
-      good_bytes = next;
-    } catch (const std::exception&) {
-      // A line cut by a killed run: only the last may be partial.
-      truncated = true;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string data = ss.str();
+  in.close();
+  size_t pos = 0;
+  int64_t line_no = 0;
+  while (pos < data.size()) {
+    const size_t nl = data.find('\n', pos);
+    ++line_no;
+    if (nl == std::string::npos) {
+      // No newline: the last record was cut by a killed run. Drop it.
+      std::error_code ec;
+      fs::resize_file(path, static_cast<uintmax_t>(pos), ec);
+      if (ec) return Status::IOError(path + ": cannot drop a partial last record: " + ec.message());
+      std::fprintf(stderr, "kvlab: %s:%ld: dropped a partial last record (an interrupted run)\n", path.c_str(),
+                   static_cast<long>(line_no));
       break;
     }
-    pos = next;
-  }
-  in.close();
-  if (truncated) {
-    std::error_code ec;
-    fs::resize_file(path, static_cast<uintmax_t>(good_bytes), ec);
-    if (ec) return Status::IOError(path + ": cannot drop a partial last record: " + ec.message());
+    const std::string line = data.substr(pos, nl - pos);
+    if (!line.empty()) {
+      try {
+        records->push_back(json::parse(line));
+      } catch (const std::exception&) {
+        return Status::InvalidArgument(path + ":" + std::to_string(line_no) +
+                                       ": not a JSON record (edit or remove that line; nothing was changed)");
+      }
+    }
+    pos = nl + 1;
   }
   return Status::OK();
 }
@@ -464,6 +524,7 @@ double EstimateSeconds(const SweepConfig& c, const SweepPoint& p) {
     const double one = steps * (step_overhead + tok + attn * L / 2) + static_cast<double>(o.prefill) * tok;
     return static_cast<double>(o.windows) * one * (p.baseline ? 1.0 : 1.5);
   }
+  if (p.task == "paging") return 0.05 * static_cast<double>(o.requests) * static_cast<double>(o.block_sizes.size()) / 256.0;
   if (p.task == "latency") {
     const double B = static_cast<double>(p.batch);
     return B * L * (tok + attn * L / 2) + static_cast<double>(o.decode_tokens) * (step_overhead + B * (tok + attn * L));

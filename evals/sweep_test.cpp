@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -169,6 +170,24 @@ TEST(SweepRunTest, ResumeAfterKill) {
   ASSERT_TRUE(RunSweep(c, Quiet(dir + "/out"), &report).ok());
   EXPECT_NE(report.find("ran 0 of 6 points"), std::string::npos) << report;
   EXPECT_EQ(Records(dir + "/out").size(), n);
+  // A damaged line in the middle is an error naming file:line; nothing is dropped.
+  std::string damaged;
+  {
+    std::ifstream in(dir + "/out/results.jsonl");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string text = ss.str();
+    text.insert(text.find('\n') + 1, "{not json\n");
+    std::ofstream(dir + "/out/results.jsonl", std::ios::trunc) << text;
+    damaged = text;
+  }
+  const Status bad = RunSweep(c, Quiet(dir + "/out"), &report);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.ToString().find("results.jsonl:2"), std::string::npos) << bad.ToString();
+  std::ifstream after(dir + "/out/results.jsonl");
+  std::stringstream as;
+  as << after.rdbuf();
+  EXPECT_EQ(as.str(), damaged);
   fs::remove_all(dir);
 }
 

@@ -44,6 +44,8 @@ class KiviPolicy : public KVPolicy {
     *residual = params().GetInt("residual");
     return true;
   }
+  // Each sealed block's scales come from its own tokens only.
+  bool EncodingDeterministic() const override { return true; }
 };
 
 }  // namespace

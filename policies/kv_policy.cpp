@@ -123,6 +123,23 @@ DType PolicyStack::StorageDType(DType requested) const {
   return p ? p->StorageDType(requested) : requested;
 }
 
+bool PolicyStack::SharesPrefixBlocks(std::string* why_not) const {
+  std::string why;
+  if (const KVPolicy* p = For(kConcernSelection)) {
+    why = "selection policy '" + std::string(p->Name()) + "' changes a stream's kept slots after its blocks are shared";
+  } else if (const KVPolicy* q = For(kConcernPlacement)) {
+    why = "placement policy '" + std::string(q->Name()) + "' moves blocks off the device";
+  } else if (const KVPolicy* r = For(kConcernRepresentation); r != nullptr && !r->EncodingDeterministic()) {
+    why = "representation policy '" + std::string(r->Name()) + "' does not declare its encoding deterministic";
+  }
+  if (why_not != nullptr) *why_not = why;
+  return why.empty();
+}
+
+bool PolicyStack::PrefixCachingByDefault() const {
+  return (Concerns() & (kConcernSelection | kConcernRepresentation | kConcernPlacement)) == 0;
+}
+
 bool PolicyStack::NeedsAttentionScores() const {
   for (const auto& p : policies_) {
     if (p->NeedsAttentionScores()) return true;

@@ -125,6 +125,13 @@ class KVPolicy {
                               int64_t* /*residual_tokens*/) const {
     return false;
   }
+  // True when the encoding (sealed blocks, storage dtype) of a block is a
+  // function of that block's tokens' K/V alone (no state, no statistics over
+  // other blocks or later tokens), so two sequences with the same prefix
+  // store the same block and prefix caching may share it. The conservative
+  // default keeps a new representation out of prefix caching until its
+  // author says so.
+  virtual bool EncodingDeterministic() const { return false; }
 
   // --- placement ---
   // Returns false for no placement. Else fills *o; after each step core keeps
@@ -174,6 +181,16 @@ class PolicyStack {
   bool KeysBeforeRope() const;
   bool SealedEncoding(int head_dim, int block_size, KvEncoding* enc, int64_t* residual_tokens) const;
   bool Placement(PlacementOptions* o) const;
+  // Whether the cache's full blocks may be shared across sequences with the
+  // same prefix (prefix caching). Not with a selection policy (it changes a
+  // stream's kept slots, and so the shared blocks, after sharing; kvlab has
+  // no copy-on-write), nor with placement (blocks move off the device), nor
+  // with a sealed encoding its policy does not declare deterministic. Else
+  // true; *why_not (if given) says which policy stands in the way.
+  bool SharesPrefixBlocks(std::string* why_not) const;
+  // Prefix caching is on by default where sharing is exact: stacks without
+  // selection, representation or placement (`full`, head sharing).
+  bool PrefixCachingByDefault() const;
   // Every policy's CheckShape, first error wins.
   Status CheckShape(int model_kv_heads, int head_dim, int block_size) const;
 

@@ -26,6 +26,8 @@ class QuantPolicy : public KVPolicy {
     *residual = 0;
     return true;
   }
+  // Each sealed block's scales come from its own tokens only.
+  bool EncodingDeterministic() const override { return true; }
 };
 
 }  // namespace
