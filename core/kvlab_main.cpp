@@ -177,6 +177,9 @@ int Main(int argc, char** argv) {
   tr->add_option("--max-steps", tr_opts.max_steps, "Stop (with a checkpoint) after this many steps of this run");
   tr->add_flag("--restart", tr_restart, "Ignore an existing checkpoint in the output directory and start from step 0");
   tr->add_flag("--quiet", tr_opts.quiet, "No progress lines");
+  std::string tr_init, tr_out;
+  tr->add_option("--init", tr_init, "Start from this checkpoint (replaces the config's init; uptraining)");
+  tr->add_option("--out", tr_out, "Output directory (replaces the config's out)");
   CLI::App* cv = app.add_subcommand("convert", "Pool the KV heads of a checkpoint (MHA -> GQA/MQA, the GQA paper's conversion)");
   std::string cv_in, cv_out, cv_merge = "mean";
   int cv_group = 0;
@@ -372,6 +375,8 @@ int Main(int argc, char** argv) {
   if (*tr) {
     TrainConfig tc;
     Status s = LoadTrainConfig(tr_config, &tc);
+    if (!tr_init.empty()) tc.init = tr_init;
+    if (!tr_out.empty()) tc.out = tr_out;
     tr_opts.resume = !tr_restart;
     TrainResult r;
     if (s.ok()) s = Train(tc, tr_opts, &r);
