@@ -136,6 +136,10 @@ Status WriteReports(const std::string& dir, std::string* summary) {
   std::ostringstream md;
   const std::string name = recs.empty() ? "" : recs[0].value("sweep", "");
   md << "# Sweep `" << name << "`\n\n";
+  if (!recs.empty() && recs[0].contains("config")) {
+    md << "Made by `kvlab run " << recs[0].value("config", "") << "` (git " << recs[0].value("git_revision", "?")
+       << "; " << recs[0].value("machine", "?") << ").\n\n";
+  }
   md << "Means over each setting's points (lengths, seeds, repetitions). memory = KV bytes held at the end of each "
         "sequence / the `full` baseline's on the same model, task, length and seed; bpb on held-out text, teacher forced "
         "token by token; KL (nats) and top-1 agreement of next-token distributions against the baseline; retrieval = "

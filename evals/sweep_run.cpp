@@ -602,6 +602,7 @@ Status RunSweep(const SweepConfig& config, const RunSweepOptions& opts, std::str
     json r;
     r["key"] = p->key;
     r["sweep"] = config.name;
+    r["config"] = config.path;
     r["index"] = p->index;
     r["status"] = s.ok() ? "ok" : "error";
     if (!s.ok()) {

@@ -1,0 +1,133 @@
+"""Writes a model card (README.md) for a model trained by `kvlab train`, from
+its own files (train.toml, trainer_state.json, loss.csv, config.json) and the
+model-card sweep (results/model-card/results.jsonl), followed by the
+hand-written notes.md beside it; then the loss curve (loss.png).
+
+  build/kvlab run evals/configs/model-card.toml
+  /usr/bin/python3 datasets/models/make_card.py datasets/models/tiny-gqa
+"""
+import csv
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+
+
+def params(cfg):
+    D, I, L, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
+    d = cfg.get("head_dim") or D // cfg["num_attention_heads"]
+    attn = D * d * (2 * cfg["num_attention_heads"] + 2 * cfg["num_key_value_heads"])
+    per_layer = attn + 3 * D * I + 2 * D
+    emb = V * D * (1 if cfg.get("tie_word_embeddings", False) else 2)
+    return L * per_layer + emb + D
+
+
+def records(name):
+    path = os.path.join(ROOT, "results", "model-card", "results.jsonl")
+    out = {}
+    if not os.path.exists(path):
+        return out, path
+    with open(path) as f:
+        for line in f:
+            r = json.loads(line)
+            if r.get("model") == name and r.get("status") == "ok":
+                out[(r["task"], r["length"])] = r
+    return out, path
+
+
+def main(argv):
+    if len(argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    mdir = os.path.normpath(argv[1])
+    name = os.path.basename(mdir)
+    try:
+        cfg = json.load(open(os.path.join(mdir, "config.json")))
+        state = json.load(open(os.path.join(mdir, "trainer_state.json")))
+        toml_text = open(os.path.join(mdir, "train.toml")).read()
+        rows = list(csv.DictReader(open(os.path.join(mdir, "loss.csv"))))
+    except OSError as e:
+        print(f"make_card: {e}", file=sys.stderr)
+        return 1
+    recs, rpath = records(name)
+    heldout = [(int(r["step"]), float(r["heldout_bpb"])) for r in rows if float(r["heldout_bpb"]) >= 0]
+    elapsed = state["elapsed_seconds"]
+    tokens = state["tokens"]
+    size = os.path.getsize(os.path.join(mdir, "model.safetensors"))
+    out = []
+    w = out.append
+    w(f"# {name}\n")
+    w(f"A byte-level Llama-family model trained by kvlab on this repository's corpora "
+      f"(King James Bible + Brown Corpus, datasets/README.md), for the testbed's accuracy measurements.\n")
+    w("| | |\n|---|---|")
+    w(f"| shape | {cfg['num_hidden_layers']} layers x {cfg['hidden_size']}, {cfg['num_attention_heads']} query heads, "
+      f"{cfg['num_key_value_heads']} KV heads (H_q/H_kv = {cfg['num_attention_heads'] // cfg['num_key_value_heads']}), "
+      f"head dim {cfg.get('head_dim') or cfg['hidden_size'] // cfg['num_attention_heads']}, MLP {cfg['intermediate_size']}, "
+      f"tied embeddings, RoPE theta {cfg['rope_theta']:g} |")
+    w(f"| parameters | {params(cfg):,} |")
+    w(f"| checkpoint | model.safetensors, fp32, {size / 1e6:.1f} MB |")
+    w(f"| vocabulary | 259: bytes 0-255, BOS 256, EOS 257, PAD 258 |")
+    w(f"| trained context | {cfg['max_position_embeddings']:,} tokens (last phase) |")
+    w(f"| steps | {state['step']:,} of {state['total_steps']:,} |")
+    w(f"| tokens | {tokens:,} |")
+    w(f"| wall time | {elapsed / 3600:.2f} h ({elapsed / 60:.0f} min) |")
+    w(f"| tokens/s | {tokens / elapsed:,.0f} (mean over the run) |")
+    if heldout:
+        w(f"| held-out bits per byte (trainer, 32K bytes, windows of 512) | {heldout[-1][1]:.3f} at step {heldout[-1][0]} |")
+    w("")
+    w("## How it was trained\n")
+    w("    build/kvlab train " + os.path.relpath(os.path.join(mdir, "train.toml"), ROOT) + "\n")
+    w("The config (phases, data mix, schedule) is train.toml beside this card; the log of the run is train.log and "
+      "the loss per step loss.csv. Training resumes from its last checkpoint when the command is run again.\n")
+    w("![loss curve](loss.png)\n")
+    w("## Evaluation (full cache)\n")
+    w("    build/kvlab run evals/configs/model-card.toml")
+    w(f"    /usr/bin/python3 datasets/models/make_card.py {os.path.relpath(mdir, ROOT)}\n")
+    if not recs:
+        w(f"(no records for {name} in {os.path.relpath(rpath, ROOT)} yet)\n")
+    else:
+        lengths = sorted({k[1] for k in recs})
+        w("| task | " + " | ".join(f"L = {L}" for L in lengths) + " |")
+        w("|---|" + "---|" * len(lengths))
+        for task, key, fmt in (("bpb", "bpb", "{:.3f}"), ("passkey", "accuracy", "{:.2f}"),
+                               ("multi-needle", "accuracy", "{:.2f}"), ("recall", "accuracy", "{:.2f}")):
+            cells = []
+            for L in lengths:
+                r = recs.get((task, L))
+                cells.append(fmt.format(r["metrics"][key]) if r else "–")
+            label = "held-out bits per byte" if task == "bpb" else f"{task} accuracy"
+            w(f"| {label} | " + " | ".join(cells) + " |")
+        w("")
+        w("Passkey accuracy by depth (rows) and length (columns):\n")
+        depths = []
+        for L in lengths:
+            r = recs.get(("passkey", L))
+            if r:
+                for d in r["metrics"]["accuracy_by_depth"]:
+                    if d not in depths:
+                        depths.append(d)
+        w("| depth | " + " | ".join(str(L) for L in lengths) + " |")
+        w("|---|" + "---|" * len(lengths))
+        for d in depths:
+            cells = []
+            for L in lengths:
+                r = recs.get(("passkey", L))
+                cells.append(f"{r['metrics']['accuracy_by_depth'].get(d, float('nan')):.2f}" if r else "–")
+            w(f"| {d} | " + " | ".join(cells) + " |")
+        w("")
+        chance = {"passkey": "1e-5 (5 digits)", "multi-needle": "1e-5", "recall": "0.1 (one digit)"}
+        w("Chance levels: " + "; ".join(f"{k} {v}" for k, v in chance.items()) + ".\n")
+    notes = os.path.join(mdir, "notes.md")
+    if os.path.exists(notes):
+        out.append(open(notes).read())
+    open(os.path.join(mdir, "README.md"), "w").write("\n".join(out) + "\n")
+    subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "datasets", "plot_loss.py"), mdir], check=False)
+    print(f"wrote {os.path.join(mdir, 'README.md')} (figures from the files above; notes.md appended)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
