@@ -21,7 +21,10 @@ import sys
 import matplotlib
 
 matplotlib.use("Agg")
+import matplotlib.lines  # noqa: E402
+import matplotlib.patches  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 
 REQUIRED = ("time", "running", "waiting", "occupancy")
@@ -89,8 +92,8 @@ def plot(paths, labels, out, smooth_n=1, title=None):
     runs = [load(p) for p in paths]
     has_preempted = any("preempted" in d for d in runs)
     npanels = 3 if has_preempted else 2
-    heights = [3, 2, 1.4][:npanels]
-    fig, axes = plt.subplots(npanels, 1, sharex=True, figsize=(11, 2.3 * sum(heights)),
+    heights = [3, 2, 1.3][:npanels]
+    fig, axes = plt.subplots(npanels, 1, sharex=True, figsize=(11, 1.9 * sum(heights)),
                              gridspec_kw={"height_ratios": heights})
     ax_occ, ax_req = axes[0], axes[1]
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]

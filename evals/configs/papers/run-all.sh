@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Regenerates every committed reproduction under results/ (and the model-card
+# figures), in two lanes of one thread each on a 2-core machine (about 30
+# minutes). Each command also works alone; rerunning skips recorded points
+# unless the results directory is removed first.
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+k=build/kvlab
+lane_a() {
+  $k run evals/configs/model-card.toml --set threads=1 --no-progress
+  $k run evals/configs/papers/streamingllm.toml --set threads=1 --no-progress
+  $k run evals/configs/papers/streamingllm-recompute.toml --set threads=1 --no-progress
+  $k run evals/configs/papers/kivi.toml --set threads=1 --no-progress
+  $k run evals/configs/papers/paging.toml --set threads=1 --no-progress
+}
+lane_b() {
+  $k run evals/configs/papers/h2o.toml --set threads=1 --no-progress
+  $k run evals/configs/papers/gqa.toml --set threads=1 --no-progress
+  $k run evals/configs/composition.toml --set threads=1 --no-progress
+  bash evals/configs/papers/gqa-uptrain.sh
+}
+lane_a > results/run-all-a.log 2>&1 &
+a=$!
+lane_b > results/run-all-b.log 2>&1 &
+b=$!
+wait $a
+wait $b
+for d in results/paper-* results/composition results/model-card; do
+  /usr/bin/python3 evals/plot.py "$d" > /dev/null || true
+done
+/usr/bin/python3 datasets/models/make_card.py datasets/models/tiny-gqa
+/usr/bin/python3 datasets/models/make_card.py datasets/models/tiny-mha
