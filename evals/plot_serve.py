@@ -71,13 +71,23 @@ def load(path):
     return data
 
 
-def smooth(y, n):
-    if n <= 1 or len(y) < 2:
+def segments(t):
+    """Row ranges between idle gaps (a jump of more than one step in time)."""
+    cuts = [0] + list(np.nonzero(np.diff(t) > 1)[0] + 1) + [len(t)]
+    return list(zip(cuts[:-1], cuts[1:]))
+
+
+def smooth(t, y, n):
+    """Centred moving average over n rows within each stretch between idle gaps, the window shrunk at the
+    ends (no drop towards zero there)."""
+    if n <= 1:
         return y
-    n = min(n, len(y))
-    k = np.ones(n) / n
-    # Moving average with the window shrunk at the ends (no drop towards zero).
-    return np.convolve(y, k, mode="same") / np.convolve(np.ones_like(y), k, mode="same")
+    out = np.empty_like(y)
+    for a, b in segments(t):
+        seg, m = y[a:b], min(n, b - a)
+        k = np.ones(m) / m
+        out[a:b] = np.convolve(seg, k, mode="same") / np.convolve(np.ones_like(seg), k, mode="same")
+    return out
 
 
 def with_gaps(t, *ys):
@@ -101,15 +111,15 @@ def plot(paths, labels, out, smooth_n=1, title=None):
     for i, (d, label) in enumerate(zip(runs, labels)):
         color = colors[i % len(colors)]
         t = d["time"]
-        occ = smooth(d["occupancy"], smooth_n)
+        occ = smooth(t, d["occupancy"], smooth_n)
         if "cached_bytes" in d and np.any(d["cached_bytes"] > 0):
-            top = smooth((d["bytes_in_use"] + d["cached_bytes"]) / d["pool_bytes"], smooth_n)
+            top = smooth(t, (d["bytes_in_use"] + d["cached_bytes"]) / d["pool_bytes"], smooth_n)
             tg, lo, hi = with_gaps(t, occ, top)
             ax_occ.fill_between(tg, lo, hi, color=color, alpha=0.18, linewidth=0)
             band_drawn = True
         tg, occ_g = with_gaps(t, occ)
         ax_occ.plot(tg, occ_g, color=color, linewidth=0.8, label=label)
-        tg, run_g, wait_g = with_gaps(t, smooth(d["running"], smooth_n), smooth(d["waiting"], smooth_n))
+        tg, run_g, wait_g = with_gaps(t, smooth(t, d["running"], smooth_n), smooth(t, d["waiting"], smooth_n))
         ax_req.plot(tg, run_g, color=color, linewidth=0.8)
         ax_req.plot(tg, wait_g, color=color, linewidth=0.8, linestyle="--")
         if "preempted" in d:
@@ -122,8 +132,9 @@ def plot(paths, labels, out, smooth_n=1, title=None):
     if band_drawn:
         handles.append(matplotlib.patches.Patch(color="grey", alpha=0.3, linewidth=0))
         names.append("+ blocks only the prefix cache holds")
-    ax_occ.legend(handles, names, fontsize="small", ncol=2 if len(names) > 4 else 1, loc="lower right",
-                  framealpha=0.9)
+    # Above the panel: the lines fill the panel's corners.
+    ax_occ.legend(handles, names, fontsize="small", ncol=len(names) if len(names) <= 4 else 3, loc="lower left",
+                  bbox_to_anchor=(0, 1.02, 1, 0.1), mode="expand", frameon=False)
     ax_req.set_ylabel("requests")
     ax_req.set_ylim(bottom=0)
     ax_req.legend([matplotlib.lines.Line2D([], [], color="k", linewidth=0.8),
@@ -138,7 +149,7 @@ def plot(paths, labels, out, smooth_n=1, title=None):
     for ax in axes:
         ax.grid(True, alpha=0.3)
     if title:
-        axes[0].set_title(title)
+        fig.suptitle(title)
     fig.align_ylabels(axes)
     fig.tight_layout()
     parent = os.path.dirname(out)
@@ -154,7 +165,7 @@ def main(argv=None):
     ap.add_argument("--out", required=True, help="output image (PNG)")
     ap.add_argument("--labels", help="comma-separated labels, one per CSV (default: the file names)")
     ap.add_argument("--smooth", type=int, default=1, metavar="N", help="moving average over N steps (default 1: none)")
-    ap.add_argument("--title", help="title above the first panel")
+    ap.add_argument("--title", help="title above the figure")
     args = ap.parse_args(argv)
     if args.labels is not None:
         labels = [s.strip() for s in args.labels.split(",")]
