@@ -5,11 +5,12 @@
 # results/paper-gqa-uptrained/models/ (not committed: rerun this to rebuild).
 #   bash evals/configs/papers/gqa-uptrain.sh
 set -euo pipefail
+k=${KVLAB:-build/kvlab}
 cd "$(dirname "$0")/../../.."
 models=results/paper-gqa-uptrained/models
 mkdir -p "$models"
 for g in 2 4 8; do
-  build/kvlab convert datasets/models/tiny-mha "$models/pool$g-mean" --pool-kv-heads "$g" --merge mean
-  build/kvlab train evals/configs/papers/gqa-uptrain.toml --init "$models/pool$g-mean" --out "$models/pool$g-mean-up" --quiet
+  $k convert datasets/models/tiny-mha "$models/pool$g-mean" --pool-kv-heads "$g" --merge mean
+  $k train evals/configs/papers/gqa-uptrain.toml --init "$models/pool$g-mean" --out "$models/pool$g-mean-up" --quiet
 done
-build/kvlab run evals/configs/papers/gqa-uptrained.toml --no-progress
+$k run evals/configs/papers/gqa-uptrained.toml --no-progress

@@ -5,7 +5,7 @@
 # unless the results directory is removed first.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
-k=build/kvlab
+k=${KVLAB:-build/kvlab}
 lane_a() {
   $k run evals/configs/model-card.toml --set threads=1 --no-progress
   $k run evals/configs/papers/streamingllm.toml --set threads=1 --no-progress
