@@ -7,7 +7,8 @@ mode=${1:-run}
 cd "$(dirname "$0")/.."
 
 packages=(cmake g++ make libtorch-dev libopenblas0-openmp libtomlplusplus-dev nlohmann-json3-dev libcli11-dev
-          googletest libgtest-dev libbenchmark-dev libssl-dev libxxhash-dev python3-numpy python3-matplotlib)
+          googletest libgtest-dev libbenchmark-dev libssl-dev libxxhash-dev libsentencepiece-dev sentencepiece
+          python3-numpy python3-matplotlib)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -63,6 +63,41 @@ expect_out "generate from checkpoint" "tokens:" "in use" -- \
   "$KVLAB" generate --model "$T/ok" --prompt "hi" --max-new-tokens 3 --threads 1
 broken() { rm -rf "$T/$1"; cp -r "$T/ok" "$T/$1"; }
 
+# --- prompts from files, token-id files (FILE.ids), tokenizers ---
+printf 'Once upon' > "$T/prompt.txt"
+printf '256, 79 110\n99\n' > "$T/prompt.ids"
+printf '256, 79\n110 999\n' > "$T/bad.ids"
+expect_out "--prompt-file text" "tokenizer: byte" "prefill: 10 tokens" -- \
+  "$KVLAB" generate --model "$T/ok" --prompt-file "$T/prompt.txt" --max-new-tokens 2 --threads 1
+expect_out "--prompt-file ids" "prefill: 4 tokens" -- \
+  "$KVLAB" generate --model "$T/ok" --prompt-file "$T/prompt.ids" --max-new-tokens 2 --threads 1
+expect_err "--prompt-file missing" "$T/nope.txt" -- "$KVLAB" generate --model "$T/ok" --prompt-file "$T/nope.txt"
+expect_err "--prompt-file missing ids" "$T/nope.ids" -- "$KVLAB" generate --model "$T/ok" --prompt-file "$T/nope.ids"
+expect_err "--prompt-file bad id" "$T/bad.ids:2" "'999'" "[0, 259)" -- \
+  "$KVLAB" generate --model "$T/ok" --prompt-file "$T/bad.ids"
+expect_err "text prompt, model without tokenizer" "llama-2-7b" "32000" "token ids" -- \
+  "$KVLAB" generate --model llama-2-7b --layers 1 --prompt "hi"
+expect_out "logits --tokens-file" "wrote 4 x 259 logits" -- \
+  "$KVLAB" logits --model "$T/ok" --tokens-file "$T/prompt.ids" --out "$T/logits.bin"
+expect_err "logits --tokens-file missing" "$T/nope.ids" -- \
+  "$KVLAB" logits --model "$T/ok" --tokens-file "$T/nope.ids" --out "$T/logits.bin"
+expect_err "logits --tokens-file bad id" "$T/bad.ids:2" "'999'" -- \
+  "$KVLAB" logits --model "$T/ok" --tokens-file "$T/bad.ids" --out "$T/logits.bin"
+expect_err "logits without tokens" "--tokens-file" -- "$KVLAB" logits --model "$T/ok" --out "$T/logits.bin"
+broken spm
+echo "not a sentencepiece model" > "$T/spm/tokenizer.model"
+expect_err "broken tokenizer.model" "spm/tokenizer.model" -- "$KVLAB" generate --model "$T/spm" --prompt "hi"
+if command -v spm_train >/dev/null; then
+  # A tiny SentencePiece model (Debian package sentencepiece) beside the checkpoint.
+  for i in $(seq 200); do echo "the key value cache of attention head $i holds tokens in blocks"; done > "$T/corpus.txt"
+  spm_train --input="$T/corpus.txt" --model_prefix="$T/spm/tokenizer" --vocab_size=60 --hard_vocab_limit=false \
+    --minloglevel=2 >/dev/null 2>&1
+  expect_out "sentencepiece tokenizer.model" "tokenizer: sentencepiece" "[0] text:" -- \
+    "$KVLAB" generate --model "$T/spm" --prompt "the key value cache" --max-new-tokens 2 --threads 1
+else
+  echo "skip  sentencepiece tokenizer.model (no spm_train: Debian package sentencepiece)"
+fi
+
 broken trunc
 truncate -s -1000 "$T/trunc/model.safetensors"
 expect_err "truncated safetensors" "trunc/model.safetensors" -- "$KVLAB" generate --model "$T/trunc" --max-new-tokens 1

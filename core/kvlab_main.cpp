@@ -99,16 +99,21 @@ int Main(int argc, char** argv) {
 
   // --- generate ---
   CLI::App* gen = app.add_subcommand("generate", "Generate from a prompt and report KV memory");
-  std::string gen_config, prompt, token_text;
+  std::string gen_config, prompt, prompt_file, token_text;
   std::vector<std::string> policy_args;
   EngineOptions eo;
   GenerateOptions go;
   std::string kv_dtype = "bf16";
   int batch = 1;
-  gen->add_option("--config", gen_config, "TOML run config (then only --prompt and --tokens are taken from the command line)");
+  gen->add_option("--config", gen_config,
+                  "TOML run config (then only --prompt, --prompt-file and --tokens are taken from the command line)");
   gen->add_option("--model", eo.model, "Preset name (random weights) or Hugging Face model directory")->capture_default_str();
-  gen->add_option("--prompt", prompt, "Prompt text (byte-level tokens, BOS first)");
-  gen->add_option("--tokens", token_text, "Prompt as token ids: 5,17,42");
+  CLI::Option* prompt_opt = gen->add_option("--prompt", prompt, "Prompt text (the model's tokenizer, BOS first)");
+  CLI::Option* prompt_file_opt =
+      gen->add_option("--prompt-file", prompt_file, "Prompt from a file: text, or token ids when it ends in .ids");
+  CLI::Option* tokens_opt = gen->add_option("--tokens", token_text, "Prompt as token ids: 5,17,42");
+  prompt_opt->excludes(prompt_file_opt)->excludes(tokens_opt);
+  prompt_file_opt->excludes(tokens_opt);
   gen->add_option("--policy", policy_args, "Policy NAME or NAME:key=value,...; repeat to stack (default full)");
   gen->add_option("--max-new-tokens", go.max_new_tokens, "Tokens to generate")->capture_default_str();
   gen->add_option("--kv-dtype", kv_dtype, "Cache storage dtype: f32, f16, bf16")->capture_default_str();
@@ -125,10 +130,13 @@ int Main(int argc, char** argv) {
 
   // --- logits ---
   CLI::App* lg = app.add_subcommand("logits", "Write next-token logits of a token list (teacher forced) as raw float32");
-  std::string lg_model, lg_tokens, lg_out, lg_mode = "prefill", lg_dtype = "f32";
+  std::string lg_model, lg_tokens, lg_tokens_file, lg_out, lg_mode = "prefill", lg_dtype = "f32";
   int lg_block = 16;
   lg->add_option("--model", lg_model, "Preset or model directory")->required();
-  lg->add_option("--tokens", lg_tokens, "Token ids: 5,17,42")->required();
+  CLI::Option* lg_tokens_opt = lg->add_option("--tokens", lg_tokens, "Token ids: 5,17,42");
+  lg->add_option("--tokens-file", lg_tokens_file,
+                 "Token ids from a token-id file (FILE.ids: ids separated by commas or whitespace)")
+      ->excludes(lg_tokens_opt);
   lg->add_option("--out", lg_out, "Output file: [num_tokens, vocab] float32, little-endian")->required();
   lg->add_option("--mode", lg_mode, "prefill (one chunk), decode (one token per step), dense, nocache")->capture_default_str();
   lg->add_option("--kv-dtype", lg_dtype, "Cache storage dtype")->capture_default_str();
@@ -221,30 +229,41 @@ int Main(int argc, char** argv) {
       if (!s.ok()) return Fail(s);
       eo = rc.engine;
       go = rc.generate;
-      if (!prompt.empty()) rc.prompt = prompt;
-      if (!token_text.empty()) rc.tokens.clear();
+      // A prompt on the command line replaces the config's.
+      if (!prompt.empty() || !prompt_file.empty() || !token_text.empty()) {
+        rc.prompt = prompt;
+        rc.prompt_file = prompt_file;
+        rc.tokens.clear();
+      }
     } else {
       Status s = ParsePolicyArgs(policy_args, &rc.policies);
       if (!s.ok()) return Fail(s);
       if (!ParseDType(kv_dtype, &eo.kv_dtype)) return Fail(Status::InvalidArgument("--kv-dtype: expected f32, f16 or bf16, got '" + kv_dtype + "'"));
       rc.prompt = prompt;
+      rc.prompt_file = prompt_file;
     }
     if (batch < 1) return Fail(Status::InvalidArgument("--batch must be >= 1"));
     ModelConfig mc;
     Status s = ResolveModelConfig(eo.model, &mc);
     if (!s.ok()) return Fail(s);
+    // The model's tokenizer encodes text prompts and decodes the output; a
+    // model without one (e.g. a preset with a large vocabulary) takes token ids.
+    std::unique_ptr<Tokenizer> tokenizer;
+    Status tok_status = LoadTokenizer(eo.model, mc, &tokenizer);
+    if (tok_status.code() == Status::Code::kInvalidArgument) {
+      tok_status = Status::InvalidArgument(tok_status.message() + "; here: --tokens 5,17,42 or --prompt-file FILE.ids");
+    }
     std::vector<int32_t> ids = rc.tokens;
     if (ids.empty() && !token_text.empty()) {
       s = ParseTokenIds(token_text, mc.vocab_size, "--tokens", &ids);
-      if (!s.ok()) return Fail(s);
+    } else if (ids.empty() && !rc.prompt_file.empty()) {
+      if (!IsTokenIdFile(rc.prompt_file) && !tok_status.ok()) return Fail(tok_status);
+      s = ReadPromptFile(rc.prompt_file, tokenizer.get(), mc.vocab_size, &ids);
+    } else if (ids.empty()) {
+      if (!tok_status.ok()) return Fail(tok_status);
+      s = tokenizer->Encode(rc.prompt.empty() ? std::string("The KV cache") : rc.prompt, /*add_bos=*/true, &ids);
     }
-    if (ids.empty()) {
-      if (mc.vocab_size < ByteTokenizer::kVocabSize) {
-        return Fail(Status::InvalidArgument("model vocabulary (" + std::to_string(mc.vocab_size) +
-                                            ") is smaller than the byte tokenizer's; pass --tokens"));
-      }
-      ids = ByteTokenizer::Encode(rc.prompt.empty() ? std::string("The KV cache") : rc.prompt);
-    }
+    if (!s.ok()) return Fail(s);
     eo.max_seqs = batch;
     eo.max_context = static_cast<int64_t>(ids.size()) + go.max_new_tokens;
     std::unique_ptr<Engine> engine;
@@ -255,11 +274,16 @@ int Main(int argc, char** argv) {
     GenerateStats stats;
     s = engine->Generate(prompts, go, &results, &stats);
     if (!s.ok()) return Fail(s);
+    std::printf("tokenizer: %s\n", tokenizer ? tokenizer->Name().c_str() : "none (token ids only)");
     for (size_t i = 0; i < results.size(); ++i) {
-      std::string ids_text;
+      std::string ids_text, text;
       for (int32_t t : results[i].tokens) ids_text += (ids_text.empty() ? "" : ",") + std::to_string(t);
       std::printf("[%zu] tokens: %s\n", i, ids_text.c_str());
-      if (mc.vocab_size >= ByteTokenizer::kVocabSize) std::printf("[%zu] text: %s\n", i, ByteTokenizer::Decode(results[i].tokens).c_str());
+      if (tokenizer) {
+        s = tokenizer->Decode(results[i].tokens, &text);
+        if (!s.ok()) return Fail(s);
+        std::printf("[%zu] text: %s\n", i, text.c_str());
+      }
     }
     std::vector<double> d = stats.decode_step_ms;
     std::sort(d.begin(), d.end());
@@ -278,7 +302,9 @@ int Main(int argc, char** argv) {
     Status s = ResolveModelConfig(lg_model, &mc);
     if (!s.ok()) return Fail(s);
     std::vector<int32_t> ids;
-    s = ParseTokenIds(lg_tokens, mc.vocab_size, "--tokens", &ids);
+    if (!lg_tokens_file.empty()) s = ReadTokenIdFile(lg_tokens_file, mc.vocab_size, &ids);
+    else if (!lg_tokens.empty()) s = ParseTokenIds(lg_tokens, mc.vocab_size, "--tokens", &ids);
+    else s = Status::InvalidArgument("logits: give the tokens, --tokens 5,17,42 or --tokens-file FILE.ids");
     if (!s.ok()) return Fail(s);
     o.max_context = static_cast<int64_t>(ids.size());
     std::vector<float> out;

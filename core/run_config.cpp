@@ -113,6 +113,9 @@ Status ParseRunConfig(const std::string& text, const std::string& path, RunConfi
       }
     } else if (key == "prompt") {
       KVLAB_RETURN_IF_ERROR(want_string(&cfg.prompt));
+    } else if (key == "prompt_file") {
+      KVLAB_RETURN_IF_ERROR(want_string(&cfg.prompt_file));
+      if (!cfg.prompt_file.empty() && cfg.prompt_file[0] != '/') cfg.prompt_file = dir + "/" + cfg.prompt_file;
     } else if (key == "tokens") {
       const toml::array* arr = n.as_array();
       if (arr == nullptr) return Status::InvalidArgument(where + ": 'tokens' must be an array of integers");
@@ -148,9 +151,13 @@ Status ParseRunConfig(const std::string& text, const std::string& path, RunConfi
       KVLAB_RETURN_IF_ERROR(PolicySpecsFromToml(n, path, &cfg.policies));
     } else {
       return Status::InvalidArgument(where + ": unknown key '" + key +
-                                     "'; valid keys: model, prompt, tokens, max_new_tokens, kv_dtype, block_size, "
+                                     "'; valid keys: model, prompt, prompt_file, tokens, max_new_tokens, kv_dtype, block_size, "
                                      "prefill_chunk, attention, temperature, top_p, seed, policy");
     }
+  }
+  if (static_cast<int>(!cfg.prompt.empty()) + static_cast<int>(!cfg.prompt_file.empty()) +
+          static_cast<int>(!cfg.tokens.empty()) > 1) {
+    return Status::InvalidArgument(path + ": give one of 'prompt', 'prompt_file' and 'tokens'");
   }
   if (cfg.policies.empty()) cfg.policies.push_back(PolicySpec{"full", {}, path});
   *out = std::move(cfg);

@@ -17,7 +17,8 @@ namespace kvlab {
 
 // A `kvlab generate` run:
 //   model = "small"            # preset or HF directory (relative to the config's directory)
-//   prompt = "text"            # or: tokens = [1, 2, 3]
+//   prompt = "text"            # or: tokens = [1, 2, 3], or: prompt_file = "p.txt" / "p.ids"
+//                              #   (text, or token ids when it ends in .ids; relative to the config)
 //   max_new_tokens = 32
 //   kv_dtype = "bf16"          # f32 | f16 | bf16
 //   block_size = 16
@@ -32,6 +33,7 @@ namespace kvlab {
 struct RunConfig {
   EngineOptions engine;
   std::string prompt;
+  std::string prompt_file;      // text, or token ids when it ends in .ids (core/tokenizer.h)
   std::vector<int32_t> tokens;  // non-empty when given as token ids
   GenerateOptions generate;
   std::vector<PolicySpec> policies;

@@ -39,6 +39,18 @@ TEST(RunConfigTest, DefaultsToFullPolicy) {
   EXPECT_EQ(rc.tokens, (std::vector<int32_t>{1, 2, 3}));
 }
 
+TEST(RunConfigTest, PromptFileIsRelativeToTheConfigAndExcludesPrompt) {
+  RunConfig rc;
+  ASSERT_TRUE(ParseRunConfig("prompt_file = \"p.ids\"\n", "cfg/run.toml", &rc).ok());
+  EXPECT_EQ(rc.prompt_file, "cfg/p.ids");
+  ASSERT_TRUE(ParseRunConfig("prompt_file = \"/abs/p.txt\"\n", "cfg/run.toml", &rc).ok());
+  EXPECT_EQ(rc.prompt_file, "/abs/p.txt");
+  Status s = ParseRunConfig("prompt = \"hi\"\nprompt_file = \"p.txt\"\n", "cfg/run.toml", &rc);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("cfg/run.toml"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("prompt_file"), std::string::npos) << s.message();
+}
+
 TEST(RunConfigTest, UnknownKeyNamesFileLineColumn) {
   RunConfig rc;
   Status s = ParseRunConfig("model = \"small\"\nmax_new_tokns = 4\n", "cfg/run.toml", &rc);

@@ -49,7 +49,8 @@
 namespace kvlab {
 
 struct SweepTaskOptions {
-  std::string text;                        // bpb / latency: a text file (empty: built-in text)
+  std::string text;                        // bpb / latency: a text file (empty: built-in text), or token
+                                           // ids when it ends in .ids (then bpb is bits per token)
   int64_t windows = 1, prefill = 0, buckets = 4;
   std::vector<double> depths = {0.0, 0.25, 0.5, 0.75, 1.0};
   int64_t samples = 2, needles = 4, pairs = 8;

@@ -22,9 +22,19 @@ class SweepRunner {
 
  private:
   Status CachedText(const std::string& path, std::string* out);
+  // A task's text as token ids of the point's model, without BOS: a token-id
+  // file's ids (path ends in .ids), or the text (the file's; the built-in one
+  // when path is empty) encoded by the model's tokenizer (LoadTokenizer).
+  struct TaskTokens {
+    std::vector<int32_t> ids;
+    int32_t bos = -1;          // what a window starts with; -1: nothing
+    std::string unit = "byte"; // what one id is: "byte" (byte tokenizer) or "token"
+  };
+  Status CachedTokens(const SweepPoint& p, const std::string& path, const TaskTokens** out);
   Status Paging(const SweepPoint& p, const SweepTaskOptions& o, nlohmann::ordered_json* m);
   const SweepConfig& config_;
   std::map<std::string, std::string> texts_, hashes_;
+  std::map<std::string, TaskTokens> tokens_;  // by model and path
   std::map<std::string, std::vector<float>> baseline_logits_;
 };
 

@@ -211,12 +211,11 @@ Status SweepRunner::RunPoint(const SweepPoint& p, json* metrics) {
   json m;
   if (p.task == "bpb" || p.task == "bpb-recompute") {
     const bool recompute = p.task == "bpb-recompute";
-    std::string text;
-    if (o.text.empty()) text = BuiltinText();
-    else KVLAB_RETURN_IF_ERROR(CachedText(o.text, &text));
-    if (static_cast<int64_t>(text.size()) < p.length) {
-      return Status::InvalidArgument(o.text + ": text has " + std::to_string(text.size()) + " bytes, fewer than length " +
-                                     std::to_string(p.length));
+    const TaskTokens* text = nullptr;
+    KVLAB_RETURN_IF_ERROR(CachedTokens(p, o.text, &text));
+    if (static_cast<int64_t>(text->ids.size()) < p.length) {
+      return Status::InvalidArgument(o.text + ": text has " + std::to_string(text->ids.size()) + " " + text->unit +
+                                     "s, fewer than length " + std::to_string(p.length));
     }
     const int64_t buckets = o.buckets;
     std::vector<double> kl_b(static_cast<size_t>(buckets), 0), top_b(static_cast<size_t>(buckets), 0),
@@ -226,8 +225,12 @@ Status SweepRunner::RunPoint(const SweepPoint& p, json* metrics) {
     MemoryStats mem;
     for (int64_t w = 0; w < o.windows; ++w) {
       SplitMix rng(p.seed * 1000003ull + static_cast<uint64_t>(w) * 7919ull + static_cast<uint64_t>(p.length));
-      const size_t off = static_cast<size_t>(rng.Below(text.size() - static_cast<size_t>(p.length) + 1));
-      std::vector<int32_t> ids = ByteTokenizer::Encode(text.substr(off, static_cast<size_t>(p.length - 1)));
+      const size_t off = static_cast<size_t>(rng.Below(text->ids.size() - static_cast<size_t>(p.length) + 1));
+      // BOS (when the model has one), then the window's tokens: p.length in all.
+      std::vector<int32_t> ids;
+      if (text->bos >= 0) ids.push_back(text->bos);
+      ids.insert(ids.end(), text->ids.begin() + static_cast<std::ptrdiff_t>(off),
+                 text->ids.begin() + static_cast<std::ptrdiff_t>(off + static_cast<size_t>(p.length) - ids.size()));
       const EngineOptions eo = Options(config_, p, p.length + 1, 1);
       std::vector<float> logits;
       int64_t V = 0;
@@ -280,6 +283,7 @@ Status SweepRunner::RunPoint(const SweepPoint& p, json* metrics) {
       }
     }
     m["bpb"] = nats / static_cast<double>(count) / std::log(2.0);
+    if (text->unit != "byte") m["bpb_unit"] = text->unit;  // bits per token, not per byte
     m["kl"] = kl / static_cast<double>(count);
     m["top1_agreement"] = agree / static_cast<double>(count);
     json edges = json::array(), klj = json::array(), topj = json::array();
@@ -297,13 +301,21 @@ Status SweepRunner::RunPoint(const SweepPoint& p, json* metrics) {
   } else if (p.task == "paging") {
     KVLAB_RETURN_IF_ERROR(Paging(p, o, &m));
   } else if (p.task == "latency") {
-    std::string text;
-    if (o.text.empty()) text = BuiltinText();
-    else KVLAB_RETURN_IF_ERROR(CachedText(o.text, &text));
-    while (static_cast<int64_t>(text.size()) < p.length + p.batch) text += text;
+    const TaskTokens* text = nullptr;
+    KVLAB_RETURN_IF_ERROR(CachedTokens(p, o.text, &text));
+    if (text->ids.empty()) return Status::InvalidArgument(o.text + ": no tokens");
+    std::vector<int32_t> tokens = text->ids;
+    while (static_cast<int64_t>(tokens.size()) < p.length + p.batch) {
+      tokens.insert(tokens.end(), text->ids.begin(), text->ids.end());
+    }
     std::vector<std::vector<int32_t>> prompts;
     for (int64_t b = 0; b < p.batch; ++b) {
-      prompts.push_back(ByteTokenizer::Encode(text.substr(static_cast<size_t>(b), static_cast<size_t>(p.length - 1))));
+      // BOS (when the model has one), then tokens from offset b: p.length in all.
+      std::vector<int32_t> prompt;
+      if (text->bos >= 0) prompt.push_back(text->bos);
+      const int64_t n = p.length - static_cast<int64_t>(prompt.size());
+      prompt.insert(prompt.end(), tokens.begin() + b, tokens.begin() + b + n);
+      prompts.push_back(std::move(prompt));
     }
     std::unique_ptr<Engine> e;
     KVLAB_RETURN_IF_ERROR(Engine::Create(Options(config_, p, p.length + o.decode_tokens + 1, p.batch), p.stack, &e));
@@ -324,6 +336,14 @@ Status SweepRunner::RunPoint(const SweepPoint& p, json* metrics) {
   } else {
     TaskKind kind;
     KVLAB_RETURN_IF_ERROR(ParseTaskKind(p.task, &kind));
+    // The retrieval tasks are text built for byte-level models (core/tasks.h).
+    ModelConfig mc;
+    if (!PresetConfig(p.model, &mc).ok()) KVLAB_RETURN_IF_ERROR(LoadModelConfig(p.model + "/config.json", &mc));
+    if (mc.vocab_size != ByteTokenizer::kVocabSize) {
+      return Status::InvalidArgument("task '" + p.task + "' is built for byte-level models (vocabulary " +
+                                     std::to_string(ByteTokenizer::kVocabSize) + "); model '" + p.model_label +
+                                     "' has a vocabulary of " + std::to_string(mc.vocab_size));
+    }
     json by_depth = json::object();
     double correct = 0, chars = 0;
     int64_t total = 0;
@@ -378,6 +398,35 @@ Status SweepRunner::CachedText(const std::string& path, std::string* out) {
     it = texts_.emplace(path, std::move(t)).first;
   }
   *out = it->second;
+  return Status::OK();
+}
+
+Status SweepRunner::CachedTokens(const SweepPoint& p, const std::string& path, const TaskTokens** out) {
+  const std::string key = p.model + "\n" + path;
+  auto it = tokens_.find(key);
+  if (it == tokens_.end()) {
+    ModelConfig mc;
+    if (!PresetConfig(p.model, &mc).ok()) KVLAB_RETURN_IF_ERROR(LoadModelConfig(p.model + "/config.json", &mc));
+    TaskTokens t;
+    if (IsTokenIdFile(path)) {
+      // Ids are checked against the model's vocabulary; errors name the file.
+      KVLAB_RETURN_IF_ERROR(ReadTokenIdFile(path, mc.vocab_size, &t.ids));
+      t.bos = mc.bos_token_id >= 0 ? static_cast<int32_t>(mc.bos_token_id) : -1;
+      t.unit = "token";
+    } else {
+      std::string text;
+      if (path.empty()) text = BuiltinText();
+      else KVLAB_RETURN_IF_ERROR(CachedText(path, &text));
+      std::unique_ptr<Tokenizer> tokenizer;
+      const Status s = LoadTokenizer(p.model, mc, &tokenizer);
+      if (!s.ok()) return Status::InvalidArgument((path.empty() ? "the built-in text" : path) + ": " + s.message());
+      KVLAB_RETURN_IF_ERROR(tokenizer->Encode(text, /*add_bos=*/false, &t.ids));
+      t.bos = tokenizer->bos_id();
+      t.unit = tokenizer->Name() == "byte" ? "byte" : "token";
+    }
+    it = tokens_.emplace(key, std::move(t)).first;
+  }
+  *out = &it->second;
   return Status::OK();
 }
 
