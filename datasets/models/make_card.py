@@ -98,7 +98,7 @@ def main(argv):
             for L in lengths:
                 r = recs.get((task, L))
                 cells.append(fmt.format(r["metrics"][key]) if r else "–")
-            label = "held-out bits per byte" if task == "bpb" else f"{task} accuracy"
+            label = "held-out bits per byte (heldout.txt, KJV + Brown, 4 random windows)" if task == "bpb" else f"{task} accuracy"
             w(f"| {label} | " + " | ".join(cells) + " |")
         w("")
         w("Passkey accuracy by depth (rows) and length (columns):\n")
