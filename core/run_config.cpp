@@ -12,10 +12,8 @@ std::string TomlWhere(const std::string& path, const toml::source_region& src) {
   return path + ":" + std::to_string(src.begin.line) + ":" + std::to_string(src.begin.column);
 }
 
-namespace {
-
 // Canonical text of a scalar TOML value, or false if it is not a scalar.
-bool ScalarText(const toml::node& n, std::string* out) {
+bool TomlScalarText(const toml::node& n, std::string* out) {
   if (auto v = n.as_integer()) { *out = std::to_string(v->get()); return true; }
   if (auto v = n.as_floating_point()) {
     // Shortest text that reads back as the same double, so `ratio = 0.2`
@@ -33,6 +31,8 @@ bool ScalarText(const toml::node& n, std::string* out) {
   return false;
 }
 
+namespace {
+
 Status PolicyFromTable(const toml::table& t, const std::string& path, PolicySpec* spec) {
   spec->source = TomlWhere(path, t.source());
   const toml::node* name = t.get("name");
@@ -44,7 +44,7 @@ Status PolicyFromTable(const toml::table& t, const std::string& path, PolicySpec
     const std::string key(kv.first.str());
     if (key == "name") continue;
     std::string text;
-    if (!ScalarText(kv.second, &text)) {
+    if (!TomlScalarText(kv.second, &text)) {
       return Status::InvalidArgument(TomlWhere(path, kv.second.source()) + ": policy '" + spec->name + "' parameter '" +
                                      key + "' must be a number, boolean or string");
     }

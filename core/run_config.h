@@ -43,6 +43,10 @@ Status LoadRunConfig(const std::string& path, RunConfig* out);
 // Parses TOML from a string (`path` is used in messages only).
 Status ParseRunConfig(const std::string& text, const std::string& path, RunConfig* out);
 
+// Canonical text of a scalar TOML value (the shortest text that reads back
+// as the same double, so `ratio = 0.2` is "0.2" as from the command line);
+// false when the node is not a scalar.
+bool TomlScalarText(const toml::node& n, std::string* out);
 // "FILE:LINE:COL" of a node.
 std::string TomlWhere(const std::string& path, const toml::source_region& src);
 // A [[policy]] array (or a single inline table) into specs; each table's

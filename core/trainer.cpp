@@ -491,11 +491,21 @@ Status Train(const TrainConfig& cfg, const TrainOptions& opts, TrainResult* resu
       const double tps = secs > 0 ? static_cast<double>(window_tokens) / secs : 0;
       const double text_bpb = n_text ? sum_text / static_cast<double>(n_text) : -1;
       const double task_bits = n_task ? sum_task / static_cast<double>(n_task) : -1;
-      const double per_step = (st.elapsed - elapsed0) / static_cast<double>(std::max<int64_t>(1, result->step_losses.size()));
+      // ETA: the current window's seconds per unit of work, times the work
+      // left, where a step's work is batch x seq_len x (1 + seq_len / 256)
+      // (attention grows with the sequence), so later, longer phases count.
+      auto work = [&](int64_t step) {
+        const TrainPhase& p = cfg.PhaseAt(step);
+        return static_cast<double>(p.batch * p.seq_len) * (1.0 + static_cast<double>(p.seq_len) / 256.0);
+      };
+      double window_work = 0, left_work = 0;
+      for (int64_t s = st.step - n_loss; s < st.step; ++s) window_work += work(s);
+      for (int64_t s = st.step; s < stop; ++s) left_work += work(s);
+      const double eta = window_work > 0 ? secs * left_work / window_work : 0;
       if (!opts.quiet) {
         std::fprintf(stderr, "step %ld/%ld  loss %.4f  text %.3f bpb  task %.3f bits  lr %.2e  %.0f tok/s  elapsed %s  ETA %s%s\n",
                      static_cast<long>(st.step), static_cast<long>(total), sum_loss / static_cast<double>(n_loss), text_bpb,
-                     task_bits, lr, tps, Hms(st.elapsed).c_str(), Hms(per_step * static_cast<double>(stop - st.step)).c_str(),
+                     task_bits, lr, tps, Hms(st.elapsed).c_str(), Hms(eta).c_str(),
                      eval_now ? ("  heldout " + std::to_string(st.heldout_bpb).substr(0, 5) + " bpb").c_str() : "");
       }
       log << st.step << "," << st.tokens << "," << lr << "," << sum_loss / static_cast<double>(n_loss) << "," << text_bpb << ","

@@ -33,23 +33,6 @@ std::string Resolve(const std::string& dir, const std::string& p) {
   return dir + "/" + p;
 }
 
-// Canonical text of a scalar (as run_config does for policy parameters).
-bool ScalarText(const toml::node& n, std::string* out) {
-  if (auto v = n.as_integer()) { *out = std::to_string(v->get()); return true; }
-  if (auto v = n.as_floating_point()) {
-    char buf[32];
-    for (int prec = 1; prec <= 17; ++prec) {
-      std::snprintf(buf, sizeof(buf), "%.*g", prec, v->get());
-      if (std::strtod(buf, nullptr) == v->get()) break;
-    }
-    *out = buf;
-    return true;
-  }
-  if (auto v = n.as_boolean()) { *out = v->get() ? "true" : "false"; return true; }
-  if (auto v = n.as_string()) { *out = v->get(); return true; }
-  return false;
-}
-
 Status Where(const std::string& path, const toml::node& n, const std::string& msg) {
   return Status::InvalidArgument(TomlWhere(path, n.source()) + ": " + msg);
 }
@@ -128,11 +111,11 @@ Status ReadStack(const std::string& path, const toml::table& t, bool allow_lists
       if (const toml::array* a = kv.second.as_array()) {
         if (!allow_lists) return Where(path, kv.second, "a [[point]] takes single values; use [[sweep]] for grids ('" + key + "')");
         for (const toml::node& el : *a) {
-          if (!ScalarText(el, &text)) return Where(path, el, "policy '" + g.name + "' parameter '" + key + "' values must be scalars");
+          if (!TomlScalarText(el, &text)) return Where(path, el, "policy '" + g.name + "' parameter '" + key + "' values must be scalars");
           values.push_back(text);
         }
         if (values.empty()) return Where(path, kv.second, "policy '" + g.name + "' parameter '" + key + "' is an empty grid");
-      } else if (ScalarText(kv.second, &text)) {
+      } else if (TomlScalarText(kv.second, &text)) {
         values.push_back(text);
       } else {
         return Where(path, kv.second, "policy '" + g.name + "' parameter '" + key + "' must be a number, boolean, string or a list of them");
