@@ -619,7 +619,7 @@ Status RunSweep(const SweepConfig& config, const RunSweepOptions& opts, std::str
       std::snprintf(line, sizeof(line), "  %4ld  %-5s %-12s %-44s L=%-6ld B=%-3ld seed=%-3lu rep=%ld  ~%s\n",
                     static_cast<long>(p.index), s ? "done" : "todo", p.task.c_str(), p.stack_label.substr(0, 44).c_str(),
                     static_cast<long>(p.length), static_cast<long>(p.batch), static_cast<unsigned long>(p.seed),
-                    static_cast<long>(p.repetition), Hms(EstimateSeconds(config, p)).c_str());
+                    static_cast<long>(p.repetition), Hms(est).c_str());
       rep << line;
     }
     rep << todo << " points to run, estimated " << Hms(total) << " (a rough estimate from model FLOPs and per-step overhead)\n";
@@ -636,13 +636,16 @@ Status RunSweep(const SweepConfig& config, const RunSweepOptions& opts, std::str
   const std::string rev = GitRevision(), machine = MachineDescription();
   std::vector<const SweepPoint*> todo;
   for (const SweepPoint& p : mine) if (!skip(p)) todo.push_back(&p);
+  // Each point's estimate once (it reads the model's config.json).
+  std::vector<double> est(todo.size());
   double est_total = 0;
-  for (const SweepPoint* p : todo) est_total += EstimateSeconds(config, *p);
+  for (size_t i = 0; i < todo.size(); ++i) est_total += est[i] = EstimateSeconds(config, *todo[i]);
   ProgressBar bar(static_cast<int64_t>(todo.size()), opts.progress);
   int64_t failures = 0;
   double est_done = 0;
   const auto t_start = Clock::now();
-  for (const SweepPoint* p : todo) {
+  for (size_t i = 0; i < todo.size(); ++i) {
+    const SweepPoint* p = todo[i];
     bar.Update(p->task + " " + p->stack_label + " L=" + std::to_string(p->length), est_done, est_total);
     const auto t0 = Clock::now();
     json metrics;
@@ -684,7 +687,7 @@ Status RunSweep(const SweepConfig& config, const RunSweepOptions& opts, std::str
     r["machine"] = machine;
     r["wall_s"] = wall;
     KVLAB_RETURN_IF_ERROR(AppendRecord(jsonl, r));
-    est_done += EstimateSeconds(config, *p);
+    est_done += est[i];
     bar.Done(s.ok() ? "" : "point " + std::to_string(p->index) + " failed: " + s.ToString());
   }
   bar.Finish(Ms(t_start, Clock::now()) / 1e3);

@@ -1,6 +1,7 @@
 // The sweep harness: config expansion and errors, resume after a killed run,
 // shards + merge, failed points, and honest baseline figures.
 #include "evals/sweep.h"
+#include "evals/sweep_test_util.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -18,21 +19,11 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+using sweep_test::Parse;
+using sweep_test::Quiet;
+using sweep_test::Records;
 
-std::string TempDir(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / ("kvlab_sweep_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
-
-std::vector<json> Records(const std::string& dir) {
-  std::vector<json> out;
-  std::ifstream in(dir + "/results.jsonl");
-  std::string line;
-  while (std::getline(in, line)) out.push_back(json::parse(line));
-  return out;
-}
+std::string TempDir(const std::string& name) { return sweep_test::TempDir("sweep_test", name); }
 
 // A text file for bpb, in the test's directory.
 std::string WriteText(const std::string& dir, size_t bytes) {
@@ -51,15 +42,6 @@ std::string TinySweep(const std::string& dir) {
          "[task.bpb]\ntext = \"text.txt\"\nprefill = 16\n"
          "[task.recall]\ndepths = [0.0, 1.0]\nsamples = 1\npairs = 4\n"
          "[[sweep]]\n[[sweep.policy]]\nname = \"sink\"\nn_sink = 4\nwindow = [16, 24]\n";
-}
-
-SweepConfig Parse(const std::string& dir, const std::string& text, std::vector<std::string> sets = {}) {
-  const std::string path = dir + "/sweep.toml";
-  std::ofstream(path) << text;
-  SweepConfig c;
-  const Status s = LoadSweepConfig(path, sets, &c);
-  EXPECT_TRUE(s.ok()) << s.ToString();
-  return c;
 }
 
 TEST(SweepConfigTest, GridsExpandWithBaselineFirst) {
@@ -120,13 +102,6 @@ TEST(SweepConfigTest, ErrorsNameFileLineColumn) {
   e = error("models = [\"small\"]\ntasks = [\"bpb\"]\nlengths = [64\n");  // TOML syntax
   EXPECT_NE(e.find(path + ":"), std::string::npos) << e;
   fs::remove_all(dir);
-}
-
-RunSweepOptions Quiet(const std::string& out) {
-  RunSweepOptions o;
-  o.out_dir = out;
-  o.progress = false;
-  return o;
 }
 
 // A run killed mid-sweep (records lost and a half-written line) resumes:

@@ -12,45 +12,19 @@
 #include "core/engine.h"
 #include "core/model_config.h"
 #include "evals/sweep.h"
+#include "evals/sweep_test_util.h"
 
 namespace kvlab {
 namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+using sweep_test::Parse;
+using sweep_test::Quiet;
+using sweep_test::Records;
 
-std::string TempDir(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / ("kvlab_sweep_tokens_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
+std::string TempDir(const std::string& name) { return sweep_test::TempDir("sweep_tokens_test", name); }
 
-std::vector<json> Records(const std::string& dir) {
-  std::vector<json> out;
-  std::ifstream in(dir + "/results.jsonl");
-  std::string line;
-  while (std::getline(in, line)) out.push_back(json::parse(line));
-  return out;
-}
-
-RunSweepOptions Quiet(const std::string& out) {
-  RunSweepOptions o;
-  o.out_dir = out;
-  o.progress = false;
-  o.print_summary = false;
-  return o;
-}
-
-SweepConfig Parse(const std::string& dir, const std::string& text) {
-  std::ofstream(dir + "/sweep.toml") << text;
-  SweepConfig c;
-  const Status s = LoadSweepConfig(dir + "/sweep.toml", {}, &c);
-  EXPECT_TRUE(s.ok()) << s.ToString();
-  return c;
-}
-
-// text.txt and text.ids hold the same bytes, as text and as token ids.
 void WriteTextAndIds(const std::string& dir, size_t bytes) {
   std::string t;
   const char* words[] = {"keys ", "values ", "cache ", "tokens ", "heads ", "blocks "};

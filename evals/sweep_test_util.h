@@ -1,0 +1,56 @@
+// Helpers shared by the sweep harness's tests: a fresh temp directory, the
+// records of a results.jsonl, quiet run options, a config written and parsed.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "evals/sweep.h"
+
+namespace kvlab {
+namespace sweep_test {
+
+// An empty directory under the system temp dir, unique to this process.
+inline std::string TempDir(const std::string& suite, const std::string& name) {
+  const std::filesystem::path p = std::filesystem::temp_directory_path() /
+                                  ("kvlab_" + suite + "_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(p);
+  std::filesystem::create_directories(p);
+  return p.string();
+}
+
+inline std::vector<nlohmann::json> Records(const std::string& dir) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(dir + "/results.jsonl");
+  std::string line;
+  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+inline RunSweepOptions Quiet(const std::string& out) {
+  RunSweepOptions o;
+  o.out_dir = out;
+  o.progress = false;
+  o.print_summary = false;
+  return o;
+}
+
+// Writes `text` to DIR/sweep.toml and parses it (a failure fails the test).
+inline SweepConfig Parse(const std::string& dir, const std::string& text, const std::vector<std::string>& sets = {}) {
+  const std::string path = dir + "/sweep.toml";
+  std::ofstream(path) << text;
+  SweepConfig c;
+  const Status s = LoadSweepConfig(path, sets, &c);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return c;
+}
+
+}  // namespace sweep_test
+}  // namespace kvlab
