@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cassert>
 #include <climits>
 #include <cstdint>
@@ -32,6 +33,27 @@ Status BlockPool::Create(std::string name, int64_t block_bytes, int64_t num_bloc
   return Status::OK();
 }
 
+Status BlockPool::CreateOnDevice(std::string name, int64_t block_bytes, int64_t num_blocks,
+                                 const DeviceArenaAllocator& allocator, std::unique_ptr<BlockPool>* out) {
+  std::unique_ptr<BlockPool> pool;
+  KVLAB_RETURN_IF_ERROR(Create(std::move(name), block_bytes, num_blocks, /*with_storage=*/false, &pool));
+  if (!allocator.allocate || !allocator.release) {
+    return Status::InvalidArgument("block pool '" + pool->name_ + "': device allocator without allocate/release");
+  }
+  // One block at least, so that the arena pointer exists for kernels' checks.
+  const int64_t bytes = block_bytes * std::max<int64_t>(num_blocks, 1);
+  uint8_t* p = nullptr;
+  Status s = allocator.allocate(bytes, &p);
+  if (!s.ok()) {
+    return Status::ResourceExhausted("block pool '" + pool->name_ + "': cannot allocate " + std::to_string(bytes) +
+                                     " bytes on " + allocator.device + ": " + s.message());
+  }
+  pool->device_arena_ = p;
+  pool->device_release_ = allocator.release;
+  *out = std::move(pool);
+  return Status::OK();
+}
+
 BlockPool::BlockPool(std::string name, int64_t block_bytes, int64_t num_blocks)
     : name_(std::move(name)), block_bytes_(block_bytes), num_blocks_(num_blocks) {
   free_.reserve(static_cast<size_t>(num_blocks));
@@ -41,6 +63,7 @@ BlockPool::BlockPool(std::string name, int64_t block_bytes, int64_t num_blocks)
 
 BlockPool::~BlockPool() {
   if (arena_ != nullptr) munmap(arena_, mapped_bytes_);
+  if (device_arena_ != nullptr) device_release_(device_arena_);
 }
 
 int32_t BlockPool::Allocate() {

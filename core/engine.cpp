@@ -7,6 +7,7 @@
 #include <map>
 #include <thread>
 
+#include "core/cuda_backend.h"
 #include "core/model.h"
 
 namespace kvlab {
@@ -18,8 +19,9 @@ struct Engine::Impl {
   std::unique_ptr<KVCache> cache;
   std::map<int64_t, int64_t> seq_len;  // tokens processed per sequence
   AttentionBackend backend = AttentionBackend::kCpu;
+  std::unique_ptr<CudaBackend> cuda;  // device "cuda": the step's device side
 
-  void ApplySelection(const std::vector<SeqChunk>& chunks);
+  Status ApplySelection(const std::vector<SeqChunk>& chunks);
   Status ApplyPlacement();
 };
 
@@ -54,6 +56,23 @@ Status Engine::Create(const EngineOptions& options, const std::vector<PolicySpec
     impl->backend = AttentionBackend::kReference;
   } else {
     return Status::InvalidArgument("attention backend '" + options.attention + "': expected cpu or reference");
+  }
+  const bool on_cuda = options.device == "cuda";
+  if (!on_cuda && options.device != "cpu") {
+    return Status::InvalidArgument("device '" + options.device + "': expected cpu or cuda");
+  }
+  const std::string device_option = "device \"cuda\" (--device cuda)";
+  if (on_cuda) {
+    if (options.attention != "cpu") {
+      return Status::InvalidArgument("attention backend '" + options.attention + "' runs on device \"cpu\" only; " +
+                                     device_option + " uses the CUDA kernels");
+    }
+#if KVLAB_ENGINE_CUDA
+    KVLAB_RETURN_IF_ERROR(CudaDeviceStatus(device_option));
+#else
+    return Status::InvalidArgument(device_option + ": this kvlab was built without CUDA (no nvcc at configure time; "
+                                   "configure with -DKVLAB_CUDA=ON and a CUDA toolkit)");
+#endif
   }
   const int threads = options.num_threads > 0 ? options.num_threads
                                               : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -90,13 +109,33 @@ Status Engine::Create(const EngineOptions& options, const std::vector<PolicySpec
     num_enc_blocks = options.max_seqs * shape.StreamsPerSequence() *
                      ((options.max_context + shape.enc.tokens_per_block - 1) / shape.enc.tokens_per_block);
   }
-  KVLAB_RETURN_IF_ERROR(KVCache::Create(shape, num_blocks, /*with_storage=*/true, &impl->cache, num_enc_blocks));
+#if KVLAB_ENGINE_CUDA
+  if (on_cuda) {
+    CudaBackendOptions co;
+    co.policies = &impl->policies;
+    co.shape = shape;
+    co.num_qo_heads = static_cast<int>(mc.num_attention_heads);
+    Status s = NewCudaBackend(co, &impl->cuda);
+    if (!s.ok()) return Status::InvalidArgument(device_option + ": " + s.message());
+  }
+#endif
+  KVLAB_RETURN_IF_ERROR(KVCache::Create(shape, num_blocks, /*with_storage=*/true, &impl->cache, num_enc_blocks,
+                                        impl->cuda ? &impl->cuda->arena_allocator() : nullptr));
+  if (impl->cuda) {
+    impl->cuda->Attach(impl->cache.get());
+    KVLAB_RETURN_IF_ERROR(impl->model->To(impl->cuda->torch_device()));
+  }
   PlacementOptions placement;
   if (impl->policies.Placement(&placement)) KVLAB_RETURN_IF_ERROR(impl->cache->EnableOffload(placement));
   if (options.prefix_caching) {
     std::string why_not;
     if (!impl->policies.SharesPrefixBlocks(&why_not)) {
       return Status::InvalidArgument("engine: prefix caching with the stack '" + impl->policies.Describe() + "': " + why_not);
+    }
+    if (impl->cuda && impl->policies.For(kConcernSelection) != nullptr) {
+      return Status::InvalidArgument(device_option + ": prefix caching with the selection policy '" +
+                                     std::string(impl->policies.For(kConcernSelection)->Name()) +
+                                     "' is not supported yet (copy-on-write of shared blocks on the device)");
     }
     KVLAB_RETURN_IF_ERROR(impl->cache->EnablePrefixCaching());
   }
@@ -184,8 +223,8 @@ Status Engine::Forward(const std::vector<SeqChunk>& chunks, bool all_logits,
   std::vector<int64_t> slot_offsets;
   const CacheShape& shape = s.cache->shape();
   const bool want_scores = s.policies.NeedsAttentionScores();
+  int64_t total = 0;
   if (want_scores) {
-    int64_t total = 0;
     for (int l = 0; l < shape.num_layers; ++l) {
       for (size_t b = 0; b < seqs.size(); ++b) {
         for (int h = 0; h < shape.num_kv_heads; ++h) {
@@ -204,7 +243,13 @@ Status Engine::Forward(const std::vector<SeqChunk>& chunks, bool all_logits,
   in.page_table = &pt;
   in.backend = s.backend;
   in.all_logits = all_logits;
-  if (want_scores) {
+  if (s.cuda) {
+    KVLAB_RETURN_IF_ERROR(s.cuda->BeginStep(pt, qo_indptr, want_scores ? &slot_offsets : nullptr, total));
+    CudaBackend* cuda = s.cuda.get();
+    in.attention = [cuda](int layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+      return cuda->Attention(layer, q, k, v);
+    };
+  } else if (want_scores) {
     in.slot_attn = slot_attn.data();
     in.slot_attn_offsets = slot_offsets.data();
   }
@@ -221,9 +266,11 @@ Status Engine::Forward(const std::vector<SeqChunk>& chunks, bool all_logits,
       }
     };
   }
-  at::Tensor out = s.model->ForwardPaged(in).contiguous();
+  // Logits come back to the host (a no-op on the CPU).
+  at::Tensor out = s.model->ForwardPaged(in).to(at::kCPU).contiguous();
   s.cache->ReleaseStaging(&staging);
   KVLAB_RETURN_IF_ERROR(load_status);
+  if (s.cuda) KVLAB_RETURN_IF_ERROR(s.cuda->EndStep(want_scores ? &slot_attn : nullptr));
   const float* data = out.data_ptr<float>();
   logits->assign(chunks.size(), {});
   for (size_t i = 0; i < chunks.size(); ++i) {
@@ -244,15 +291,20 @@ Status Engine::Forward(const std::vector<SeqChunk>& chunks, bool all_logits,
       }
     }
   }
-  s.ApplySelection(chunks);
-  for (const SeqChunk& c : chunks) s.cache->Seal(c.seq);
+  KVLAB_RETURN_IF_ERROR(s.ApplySelection(chunks));
+  if (s.cuda) {
+    KVLAB_RETURN_IF_ERROR(s.cuda->Seal(seqs));
+  } else {
+    for (const SeqChunk& c : chunks) s.cache->Seal(c.seq);
+  }
   return s.ApplyPlacement();
 }
 
-// Core applies what the selection policy proposes: compaction and freeing.
-void Engine::Impl::ApplySelection(const std::vector<SeqChunk>& chunks) {
+// Core applies what the selection policy proposes: compaction and freeing
+// (on the device, the CUDA backend moves the kept rows).
+Status Engine::Impl::ApplySelection(const std::vector<SeqChunk>& chunks) {
   const KVPolicy* sel = policies.For(kConcernSelection);
-  if (sel == nullptr) return;
+  if (sel == nullptr) return Status::OK();
   const CacheShape& shape = cache->shape();
   std::vector<int64_t> keep;
   for (const SeqChunk& c : chunks) {
@@ -261,10 +313,16 @@ void Engine::Impl::ApplySelection(const std::vector<SeqChunk>& chunks) {
         const Stream& st = cache->stream(c.seq, l, h);
         const StreamState ss = StateOf(st, l, h, seq_len[c.seq], shape.block_size);
         keep.clear();
-        if (sel->SelectSlots(ss, &keep)) cache->Compact(c.seq, l, h, keep);
+        if (!sel->SelectSlots(ss, &keep)) continue;
+        if (cuda) {
+          KVLAB_RETURN_IF_ERROR(cuda->Compact(c.seq, l, h, keep));
+        } else {
+          cache->Compact(c.seq, l, h, keep);
+        }
       }
     }
   }
+  return cuda ? cuda->FinishCompaction() : Status::OK();
 }
 
 // Core moves what the placement policy ranks lowest off the device until the

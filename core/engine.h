@@ -30,7 +30,13 @@ struct EngineOptions {
   int64_t max_seqs = 1;
   int64_t max_context = 4096;
   int64_t prefill_chunk = 512;   // prompt tokens per prefill step (chunked prefill)
-  std::string attention = "cpu"; // "cpu" (optimised) or "reference"
+  std::string attention = "cpu"; // "cpu" (optimised) or "reference"; device "cpu" only
+  // Where the model and the KV pools live: "cpu", or "cuda" (weights as
+  // libtorch CUDA tensors, pools in device memory, attention through
+  // kernels/cuda; core/cuda_backend.h). "cuda" fails at Create when kvlab was
+  // built without nvcc, when no GPU or no CUDA libtorch is present, and for
+  // policies the CUDA path does not implement yet, naming them.
+  std::string device = "cpu";
   int num_threads = 0;           // 0: all cores
   // Share full blocks across sequences with the same prefix (KVCache's
   // prefix caching). InvalidArgument at Create for a stack that cannot

@@ -23,6 +23,23 @@ class EngineExecutor : public StepExecutor {
   }
 
   Status Step(const std::vector<SeqChunk>& chunks, std::vector<int32_t>* next_tokens) override {
+    // Engine::Forward reserves the step's slots before it takes staging
+    // blocks for offloaded KV; check both here so that a step that cannot
+    // get them changes nothing.
+    const KVCache& c = engine_->cache();
+    if (c.offload_enabled()) {
+      std::vector<int64_t> seqs;
+      int64_t need = 0, staging_plain = 0, staging_enc = 0;
+      for (const SeqChunk& ch : chunks) {
+        seqs.push_back(ch.seq);
+        need += c.BlocksNeeded(ch.seq, static_cast<int64_t>(ch.tokens.size()));
+      }
+      c.StagingBlocksNeeded(seqs, &staging_plain, &staging_enc);
+      if (need + staging_plain > c.AvailableBlocks() || staging_enc > c.AvailableEncodedBlocks()) {
+        return Status::ResourceExhausted("KV pools cannot supply the step's " + std::to_string(need) + " new and " +
+                                         std::to_string(staging_plain + staging_enc) + " staging blocks");
+      }
+    }
     KVLAB_RETURN_IF_ERROR(engine_->Forward(chunks, /*all_logits=*/false, &logits_));
     const int64_t vocab = engine_->model_config().vocab_size;
     next_tokens->clear();
@@ -44,13 +61,8 @@ Status NewEngineExecutor(const EngineOptions& options, const ModelConfig& model,
   KVLAB_RETURN_IF_ERROR(PolicyStack::Create(policies, &stack));
   ServeCachePlan plan;
   KVLAB_RETURN_IF_ERROR(PlanServeCache(model, stack, options.block_size, options.kv_dtype, pool, &plan));
-  if (plan.has_placement) {
-    // Engine::Forward takes staging blocks for offloaded KV from the device
-    // pool after reserving the step's slots; the scheduler's capacity check
-    // cannot see them yet, so a step could fail half-applied.
-    return Status::InvalidArgument("serving: placement (offload) policies are not supported by the scheduler yet: "
-                                   "a step's staging blocks are not part of its capacity check");
-  }
+  // Placement (offload): the scheduler books each step's staging blocks
+  // (Scheduler::CanAppend) and Step checks them before Engine::Forward.
   EngineOptions eo = options;
   eo.num_blocks = plan.num_blocks;
   eo.prefix_caching = plan.prefix_caching;
@@ -80,7 +92,9 @@ Status NewServeExecutor(const ServeBenchConfig& config, std::unique_ptr<StepExec
   if (config.model_free) return NewModelFreeServeExecutor(config, out);
   ModelConfig mc;
   KVLAB_RETURN_IF_ERROR(ResolveServeModel(config.engine.model, &mc));
-  return NewEngineExecutor(config.engine, mc, config.policies, config.pool, out);
+  ServePoolSpec pool;
+  KVLAB_RETURN_IF_ERROR(ServePoolFor(config, mc, &pool));
+  return NewEngineExecutor(config.engine, mc, config.policies, pool, out);
 }
 
 Status RunServeBench(const std::string& toml_path, const ServeBenchOverrides& overrides, std::string* report) {

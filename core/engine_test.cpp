@@ -108,6 +108,18 @@ TEST(EngineTest, RejectsBadInput) {
   s = Engine::Create(bad, {PolicySpec{"full", {}, "t"}}, &e);
   EXPECT_NE(s.message().find("/nonexistent/model"), std::string::npos) << s.message();
   EXPECT_FALSE(Engine::Create(SmallOptions(), {PolicySpec{"nope", {}, "t"}}, &e).ok());
+  bad = SmallOptions();
+  bad.device = "tpu";
+  s = Engine::Create(bad, {PolicySpec{"full", {}, "t"}}, &e);
+  EXPECT_NE(s.message().find("device 'tpu'"), std::string::npos) << s.message();
+  // Refused on every machine, naming the device: a build without CUDA, no
+  // GPU, or (with one) the small preset's head_dim 32, which the CUDA decode
+  // kernel does not serve.
+  bad = SmallOptions();
+  bad.device = "cuda";
+  s = Engine::Create(bad, {PolicySpec{"full", {}, "t"}}, &e);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("device \"cuda\""), std::string::npos) << s.message();
 }
 
 }  // namespace

@@ -49,14 +49,16 @@ int64_t PageTable::StreamLength(int layer, int seq, int head) const {
 }
 
 Status KVCache::Create(const CacheShape& shape, int64_t num_blocks, bool with_storage, std::unique_ptr<KVCache>* out,
-                       int64_t num_encoded_blocks) {
+                       int64_t num_encoded_blocks, const DeviceArenaAllocator* device) {
   KVLAB_RETURN_IF_ERROR(shape.Validate());
   std::unique_ptr<BlockPool> pool, enc_pool;
-  KVLAB_RETURN_IF_ERROR(BlockPool::Create(std::string("kv-") + DTypeName(shape.dtype), shape.BlockBytes(), num_blocks,
-                                          with_storage, &pool));
+  auto make = [&](std::string name, int64_t block_bytes, int64_t n, std::unique_ptr<BlockPool>* p) {
+    return device != nullptr ? BlockPool::CreateOnDevice(std::move(name), block_bytes, n, *device, p)
+                             : BlockPool::Create(std::move(name), block_bytes, n, with_storage, p);
+  };
+  KVLAB_RETURN_IF_ERROR(make(std::string("kv-") + DTypeName(shape.dtype), shape.BlockBytes(), num_blocks, &pool));
   if (shape.encoded) {
-    KVLAB_RETURN_IF_ERROR(BlockPool::Create("kv-" + shape.enc.Describe(), shape.enc.BlockBytes(), num_encoded_blocks,
-                                            with_storage, &enc_pool));
+    KVLAB_RETURN_IF_ERROR(make("kv-" + shape.enc.Describe(), shape.enc.BlockBytes(), num_encoded_blocks, &enc_pool));
   }
   out->reset(new KVCache(shape, std::move(pool), std::move(enc_pool)));
   return Status::OK();
@@ -112,15 +114,26 @@ Status KVCache::RemoveSequence(SeqId id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return Status::NotFound("sequence " + std::to_string(id) + " not in the cache");
   for (Stream& s : it->second) {
-    for (int32_t b : s.blocks) FreeRef(b, false);
-    for (int32_t b : s.enc_blocks) FreeRef(b, true);
+    for (int encoded = 0; encoded < 2; ++encoded) {
+      const std::vector<int32_t>& refs = encoded ? s.enc_blocks : s.blocks;
+      const bool cached_here = prefix_ && prefix_->encoded() == (encoded != 0);
+      for (int32_t b : refs) {
+        if (cached_here && !IsOffloaded(b)) {
+          // A cached block has the cache's reference and its holders'.
+          const int32_t rc = (encoded ? *enc_pool_ : *pool_).RefCount(b);
+          if (rc >= 3) --extra_block_holds_;
+          if (rc == 2) ++cache_only_blocks_;
+        }
+        FreeRef(b, encoded != 0);
+      }
+    }
   }
   seqs_.erase(it);
   auto u = seq_units_.find(id);
   if (u != seq_units_.end()) {
     // Last unit first, as vLLM frees: a prefix's tail is evicted before its
     // head, which more sequences are likely to share.
-    for (auto h = u->second.held.rbegin(); h != u->second.held.rend(); ++h) prefix_->Release(*h);
+    for (auto h = u->second.held.rbegin(); h != u->second.held.rend(); ++h) prefix_->Release(h->hash);
     seq_units_.erase(u);
   }
   return Status::OK();
@@ -162,11 +175,14 @@ Status KVCache::AddSequenceWithPrefix(SeqId id, const std::vector<BlockHash>& pr
     const PrefixCache::Unit* u = prefix_->Find(h);
     for (size_t i = 0; i < streams.size(); ++i) {
       const int32_t b = u->blocks[i];
+      if (pool.RefCount(b) == 1) --cache_only_blocks_;
+      if (pool.RefCount(b) >= 2) ++extra_block_holds_;
       pool.IncRef(b);
       (prefix_->encoded() ? streams[i].enc_blocks : streams[i].blocks).push_back(b);
     }
     prefix_->Acquire(h);
-    su.held.push_back(h);
+    su.held.push_back({h, static_cast<int64_t>(su.held.size()), static_cast<int64_t>(streams.size())});
+    if (!prefix_->encoded()) su.shared_plain_holds += static_cast<int64_t>(streams.size());
   }
   su.num_seen = static_cast<int64_t>(prefix.size());
   const int64_t n = su.num_seen * prefix_unit_tokens();
@@ -191,10 +207,18 @@ void KVCache::CacheFullUnits(SeqId id, const std::vector<BlockHash>& hashes) {
     const int64_t n = prefix_->encoded() ? s.num_encoded : s.num_tokens;
     full = std::min(full, n / prefix_unit_tokens());
   }
-  const int64_t last = std::min<int64_t>(full, static_cast<int64_t>(hashes.size()));
+  int64_t last = std::min<int64_t>(full, static_cast<int64_t>(hashes.size()));
+  // After an eviction, new K/V depend on what was evicted: not the prefix's.
+  if (su.evict_horizon != INT64_MAX) last = std::min<int64_t>(last, su.evict_horizon / prefix_unit_tokens());
   std::vector<int32_t> blocks;
   for (; su.num_seen < last; ++su.num_seen) {
     const BlockHash h = hashes[static_cast<size_t>(su.num_seen)];
+    // The unit's slots must be its tokens, in place, in every stream
+    // (positions increase, so the last one being its own says so).
+    const int64_t end = (su.num_seen + 1) * prefix_unit_tokens();
+    bool intact = true;
+    for (const Stream& s : streams) intact = intact && s.positions[static_cast<size_t>(end - 1)] == end - 1;
+    if (!intact) break;
     if (prefix_->Find(h) != nullptr) continue;  // cached by another sequence first: this copy stays private
     blocks.clear();
     BlockPool& pool = prefix_->encoded() ? *enc_pool_ : *pool_;
@@ -204,7 +228,8 @@ void KVCache::CacheFullUnits(SeqId id, const std::vector<BlockHash>& hashes) {
       blocks.push_back(b);
     }
     prefix_->Insert(h, blocks);
-    su.held.push_back(h);
+    su.held.push_back({h, su.num_seen, static_cast<int64_t>(streams.size())});
+    if (!prefix_->encoded()) su.shared_plain_holds += static_cast<int64_t>(streams.size());
   }
 }
 
@@ -215,6 +240,7 @@ bool KVCache::MakeFree(bool encoded, int64_t n) {
     std::vector<int32_t> blocks;
     while (pool.num_free() < n && prefix_->EvictLru(&h, &blocks)) {
       for (int32_t b : blocks) pool.DecRef(b);  // only the cache held it: back to the free list
+      cache_only_blocks_ -= static_cast<int64_t>(blocks.size());
     }
   }
   return pool.num_free() >= n;
@@ -236,14 +262,38 @@ int64_t KVCache::UnitBlockBytes() const {
   return prefix_->encoded() ? enc_pool_->block_bytes() : pool_->block_bytes();
 }
 
-int64_t KVCache::CachedOnlyBytes() const {
-  if (!prefix_) return 0;
-  return prefix_->num_evictable() * shape_.StreamsPerSequence() * UnitBlockBytes();
+int64_t KVCache::CachedOnlyBytes() const { return prefix_ ? cache_only_blocks_ * UnitBlockBytes() : 0; }
+
+int64_t KVCache::SharedExtraBytes() const { return prefix_ ? extra_block_holds_ * UnitBlockBytes() : 0; }
+
+int64_t KVCache::CopyOnWriteBlocks(SeqId id) const {
+  auto it = seq_units_.find(id);
+  return it == seq_units_.end() ? 0 : it->second.shared_plain_holds;
 }
 
-int64_t KVCache::SharedExtraBytes() const {
-  if (!prefix_) return 0;
-  return prefix_->num_extra_holds() * shape_.StreamsPerSequence() * UnitBlockBytes();
+void KVCache::DropStreamRef(SeqId id, size_t stream, bool encoded, size_t index, int32_t ref) {
+  if (prefix_ && prefix_->encoded() == encoded && !IsOffloaded(ref)) {
+    const int32_t rc = (encoded ? *enc_pool_ : *pool_).RefCount(ref);
+    if (rc >= 2) {  // private blocks have one holder: this is a cached unit's block
+      if (rc >= 3) --extra_block_holds_;
+      if (rc == 2) ++cache_only_blocks_;
+      auto su = seq_units_.find(id);
+      if (su != seq_units_.end()) {
+        std::vector<HeldUnit>& held = su->second.held;
+        auto h = std::lower_bound(held.begin(), held.end(), static_cast<int64_t>(index),
+                                  [](const HeldUnit& u, int64_t unit) { return u.unit < unit; });
+        if (h != held.end() && h->unit == static_cast<int64_t>(index) &&
+            prefix_->Find(h->hash)->blocks[stream] == ref) {
+          if (!encoded) --su->second.shared_plain_holds;
+          if (--h->streams == 0) {
+            prefix_->Release(h->hash);
+            held.erase(h);
+          }
+        }
+      }
+    }
+  }
+  FreeRef(ref, encoded);
 }
 
 int64_t KVCache::BlocksNeeded(SeqId id, int64_t n) const {
@@ -312,15 +362,9 @@ void KVCache::Seal(SeqId id) {
 }
 
 Status KVCache::Compact(SeqId id, int layer, int head, const std::vector<int64_t>& keep) {
-  auto su = seq_units_.find(id);
-  if (su != seq_units_.end() && !su->second.held.empty()) {
-    // Moving slots would write into blocks the prefix cache (and maybe other
-    // sequences) hold; there is no copy-on-write.
-    return Status::InvalidArgument("Compact: sequence " + std::to_string(id) +
-                                   " holds prefix-cached blocks; selection policies cannot run with prefix caching");
-  }
   if (store_) KVLAB_RETURN_IF_ERROR(PromoteStream(id, layer, head));
   Stream& s = mutable_stream(id, layer, head);
+  const size_t si = static_cast<size_t>(layer * shape_.num_kv_heads + head);
   int64_t prev = -1;
   for (int64_t k : keep) {
     if (k <= prev || k >= s.num_tokens) {
@@ -336,8 +380,52 @@ Status KVCache::Compact(SeqId id, int layer, int head, const std::vector<int64_t
   // Leading kept slots that are already in place need no work.
   size_t first_moved = 0;
   while (first_moved < keep.size() && keep[first_moved] == static_cast<int64_t>(first_moved)) ++first_moved;
+  const bool decodes = s.num_encoded > 0 && static_cast<int64_t>(first_moved) < s.num_encoded;
+  const int64_t kept_before = s.num_tokens;
 
-  if (s.num_encoded > 0 && static_cast<int64_t>(first_moved) < s.num_encoded) {
+  // Check first, then act: the plain blocks this compaction takes (copies
+  // of shared blocks it writes, or blocks for decoded tokens) must be there.
+  std::vector<size_t> copies;  // plain list entries to copy before writing
+  int64_t need = 0;
+  if (decodes) {
+    const int64_t base = static_cast<int64_t>(first_moved) / shape_.enc.tokens_per_block * shape_.enc.tokens_per_block;
+    const int64_t n_plain = static_cast<int64_t>(keep.end() - std::lower_bound(keep.begin(), keep.end(), base));
+    for (size_t j = 0; j < s.blocks.size() && static_cast<int64_t>(j) * bs < n_plain; ++j) {
+      if (pool_->RefCount(s.blocks[j]) > 1) copies.push_back(j);
+    }
+    need = std::max<int64_t>(0, (n_plain + bs - 1) / bs - static_cast<int64_t>(s.blocks.size()));
+  } else if (first_moved < keep.size()) {
+    const size_t b0 = static_cast<size_t>((static_cast<int64_t>(first_moved) - s.num_encoded) / bs);
+    const size_t b1 = static_cast<size_t>((static_cast<int64_t>(keep.size()) - 1 - s.num_encoded) / bs);
+    for (size_t j = b0; j <= b1; ++j) {
+      if (pool_->RefCount(s.blocks[j]) > 1) copies.push_back(j);
+    }
+  }
+  need += static_cast<int64_t>(copies.size());
+  if (!copies.empty() && pool_->on_device()) {
+    return Status::InvalidArgument("Compact: sequence " + std::to_string(id) +
+                                   ": copying a shared block on a device pool is not implemented");
+  }
+  if (need > 0 && !MakeFree(/*encoded=*/false, need)) {
+    return Status::ResourceExhausted("Compact: sequence " + std::to_string(id) + " needs " + std::to_string(need) +
+                                     " free blocks (copies of shared blocks, room for decoded tokens), the pool has " +
+                                     std::to_string(pool_->num_free()));
+  }
+  if (prefix_ && static_cast<int64_t>(keep.size()) < kept_before) {
+    SeqUnits& su = seq_units_[id];
+    su.evict_horizon = std::min<int64_t>(su.evict_horizon, s.positions.back() + 1);
+  }
+  // Copy on write: the stream gets its own copy of each shared block it writes.
+  for (size_t j : copies) {
+    const int32_t shared = s.blocks[j];
+    const int32_t own = pool_->Allocate();
+    if (has_data) std::memcpy(pool_->BlockData(own), pool_->BlockData(shared), static_cast<size_t>(pool_->block_bytes()));
+    s.blocks[j] = own;
+    DropStreamRef(id, si, /*encoded=*/false, j, shared);
+    ++num_copied_blocks_;
+  }
+
+  if (decodes) {
     // Encoded blocks from the one holding the first moved slot onward are
     // decoded; their kept tokens and the kept plain tokens are rewritten as
     // plain slots, then re-sealed.
@@ -372,19 +460,16 @@ Status KVCache::Compact(SeqId id, int layer, int head, const std::vector<int64_t
       kept_pos.push_back(s.positions[static_cast<size_t>(slot)]);
       kept_score.push_back(s.score[static_cast<size_t>(slot)]);
     }
-    for (size_t b = first_block; b < s.enc_blocks.size(); ++b) enc_pool_->DecRef(s.enc_blocks[b]);
+    // Shared encoded blocks are only dropped (the re-sealed ones are new).
+    for (size_t b = s.enc_blocks.size(); b-- > first_block;) DropStreamRef(id, si, /*encoded=*/true, b, s.enc_blocks[b]);
     s.enc_blocks.resize(first_block);
     s.num_encoded = base;
     const int64_t n_plain = static_cast<int64_t>(kept_pos.size());
-    // Reuse the stream's plain blocks, allocating only if the decoded tokens need more.
+    // Reuse the stream's plain blocks, allocating (checked above) only if the decoded tokens need more.
     const size_t blocks_needed = static_cast<size_t>((n_plain + bs - 1) / bs);
-    while (s.blocks.size() < blocks_needed) {
-      const int32_t b = MakeFree(/*encoded=*/false, 1) ? pool_->Allocate() : -1;
-      if (b < 0) return Status::ResourceExhausted("Compact: KV pool full while re-laying encoded tokens");
-      s.blocks.push_back(b);
-    }
+    while (s.blocks.size() < blocks_needed) s.blocks.push_back(pool_->Allocate());
     while (s.blocks.size() > blocks_needed) {
-      pool_->DecRef(s.blocks.back());
+      DropStreamRef(id, si, /*encoded=*/false, s.blocks.size() - 1, s.blocks.back());
       s.blocks.pop_back();
     }
     if (has_data) {
@@ -421,9 +506,10 @@ Status KVCache::Compact(SeqId id, int layer, int head, const std::vector<int64_t
   s.score.resize(keep.size());
   const size_t blocks_needed = static_cast<size_t>((s.num_plain() + bs - 1) / bs);
   while (s.blocks.size() > blocks_needed) {
-    pool_->DecRef(s.blocks.back());
+    DropStreamRef(id, si, /*encoded=*/false, s.blocks.size() - 1, s.blocks.back());
     s.blocks.pop_back();
   }
+  UpdatePeak();
   return Status::OK();
 }
 
@@ -608,6 +694,44 @@ void KVCache::ReleaseStaging(StagingPlan* plan) {
   plan->plain_blocks.clear();
   plan->enc_blocks.clear();
   plan->per_layer.clear();
+}
+
+void KVCache::StagingBlocksNeeded(const std::vector<SeqId>& seqs, int64_t* plain, int64_t* enc) const {
+  *plain = *enc = 0;
+  if (!store_) return;
+  // As PlanStep counts: per layer, the offloaded blocks of the batch's streams.
+  std::vector<const std::vector<Stream>*> seq_streams;
+  for (SeqId id : seqs) {
+    auto it = seqs_.find(id);
+    if (it != seqs_.end()) seq_streams.push_back(&it->second);
+  }
+  int64_t max_plain = 0, max_enc = 0;
+  for (int l = 0; l < shape_.num_layers; ++l) {
+    int64_t np = 0, ne = 0;
+    for (const std::vector<Stream>* streams : seq_streams) {
+      for (int h = 0; h < shape_.num_kv_heads; ++h) {
+        const Stream& s = (*streams)[static_cast<size_t>(l * shape_.num_kv_heads + h)];
+        np += std::count_if(s.blocks.begin(), s.blocks.end(), IsOffloaded);
+        ne += std::count_if(s.enc_blocks.begin(), s.enc_blocks.end(), IsOffloaded);
+      }
+    }
+    max_plain = std::max(max_plain, np);
+    max_enc = std::max(max_enc, ne);
+  }
+  const int64_t sets = shape_.num_layers > 1 ? 2 : 1;
+  *plain = sets * max_plain;
+  *enc = sets * max_enc;
+}
+
+int64_t KVCache::OffloadedBlocks(SeqId id, bool encoded) const {
+  auto it = seqs_.find(id);
+  if (!store_ || it == seqs_.end()) return 0;
+  int64_t n = 0;
+  for (const Stream& s : it->second) {
+    const std::vector<int32_t>& refs = encoded ? s.enc_blocks : s.blocks;
+    n += std::count_if(refs.begin(), refs.end(), IsOffloaded);
+  }
+  return n;
 }
 
 int64_t KVCache::SlotsInUse(SeqId id) const {

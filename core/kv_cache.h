@@ -5,6 +5,7 @@
 // Not thread-safe.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
@@ -113,8 +114,13 @@ class KVCache {
 
   // A cache whose plain pool holds num_blocks blocks of shape.BlockBytes()
   // and, with an encoding, an encoded pool of num_encoded_blocks blocks.
+  // With `device`, both pools' arenas are device memory from it
+  // (BlockPool::CreateOnDevice; with_storage is then ignored): the cache keeps
+  // the books and the page tables, and never touches the bytes (sealing,
+  // compaction and offload copies are left to the device's owner).
   static Status Create(const CacheShape& shape, int64_t num_blocks, bool with_storage,
-                       std::unique_ptr<KVCache>* out, int64_t num_encoded_blocks = 0);
+                       std::unique_ptr<KVCache>* out, int64_t num_encoded_blocks = 0,
+                       const DeviceArenaAllocator* device = nullptr);
 
   const CacheShape& shape() const { return shape_; }
   BlockPool& pool() { return *pool_; }
@@ -152,6 +158,14 @@ class KVCache {
   // to run on another thread while a different layer computes.
   Status LoadStaged(const StagingPlan& plan, int layer) const;
   void ReleaseStaging(StagingPlan* plan);
+  // Staging blocks PlanStep takes from the plain and encoded pools for a
+  // step over `seqs` (Reserve adds device blocks only, so this holds before
+  // or after it). For one sequence it bounds that sequence's share of any
+  // batch's staging (the sum over a batch is at least the batch's need).
+  void StagingBlocksNeeded(const std::vector<SeqId>& seqs, int64_t* plain, int64_t* enc) const;
+  // Blocks of `id`'s plain (or encoded) lists that live off the device:
+  // what Compact brings back before it moves slots.
+  int64_t OffloadedBlocks(SeqId id, bool encoded) const;
 
   Status AddSequence(SeqId id);
   bool HasSequence(SeqId id) const { return seqs_.count(id) != 0; }
@@ -166,10 +180,16 @@ class KVCache {
   // tokens) are cached under the chained hash of the tokens up to their end
   // and shared by reference count: a sequence added with a cached prefix
   // holds the same block ids, and new tokens only ever go to blocks after
-  // them, so a shared block is never written. Units no sequence holds stay
-  // cached until an allocation needs their blocks (least recently released
-  // first). Callers must not Compact or Demote streams holding shared units
-  // (the executors refuse prefix caching with selection and placement).
+  // them. Units no sequence holds stay cached until an allocation needs
+  // their blocks (least recently released first).
+  // Copy on write: a shared block (reference count > 1: other sequences or
+  // the cache hold it) is never written. Compact gives the stream a private
+  // copy of each shared block it would write and drops the stream's
+  // reference to the shared one (a sequence stops being a user of a unit
+  // when none of its streams holds the unit's blocks any more), so cached
+  // units stay valid for other requests. A unit is cached only while its
+  // slots are its tokens in place in every stream and were computed before
+  // the sequence's first eviction (later K/V depend on what was evicted).
   // REQUIRES: no sequences yet; no offloading.
   Status EnablePrefixCaching();
   bool prefix_caching() const { return prefix_ != nullptr; }
@@ -197,12 +217,19 @@ class KVCache {
   // ones and those only the prefix cache holds, which it evicts on demand.
   int64_t AvailableBlocks() const;
   int64_t AvailableEncodedBlocks() const;
-  // Bytes of the blocks only the prefix cache holds (in use in the pools,
-  // but free for allocation).
+  // Bytes of the blocks only the prefix cache holds (in use in the pools;
+  // those of units no sequence uses are free for allocation, see
+  // AvailableBlocks).
   int64_t CachedOnlyBytes() const;
   // Bytes counted more than once when the streams' block lists of all
-  // sequences are summed (units held by several sequences).
+  // sequences are summed (blocks held by several sequences).
   int64_t SharedExtraBytes() const;
+  // Plain blocks of `id`'s streams that are shared (the prefix cache or
+  // other sequences hold them too): the most blocks Compact can copy before
+  // writing, over all of its streams. 0 for a sequence not in the cache.
+  int64_t CopyOnWriteBlocks(SeqId id) const;
+  // Shared blocks Compact has copied so far.
+  int64_t num_copied_blocks() const { return num_copied_blocks_; }
 
   // Check-then-act pair: blocks needed to append n slots to every stream of
   // `id`, and the append itself (slots get original positions positions[0..n)).
@@ -214,7 +241,12 @@ class KVCache {
   // Keeps only the slots `keep` (strictly increasing slot indices) of one
   // stream, moving their K/V, positions and scores down, and frees the blocks
   // no longer needed. Encoded blocks from the first one that loses a slot
-  // are decoded, and their kept tokens re-sealed by Seal.
+  // are decoded, and their kept tokens re-sealed by Seal. Shared blocks it
+  // would write are copied first (see prefix caching); ResourceExhausted,
+  // keeping every slot, when the pools cannot supply the copies or the plain
+  // blocks decoded tokens need (InvalidArgument for a copy on a device pool,
+  // whose bytes the cache cannot move). With offloading, the stream's
+  // blocks are brought back to the device first.
   Status Compact(SeqId id, int layer, int head, const std::vector<int64_t>& keep);
 
   // Seals, in every stream of `id`, whole groups of the oldest plain tokens
@@ -254,12 +286,27 @@ class KVCache {
   int64_t peak_device_bytes_ = 0;
   std::unique_ptr<OffloadStore> store_;
   std::unordered_map<SeqId, std::vector<Stream>> seqs_;
+  struct HeldUnit {
+    BlockHash hash;
+    int64_t unit;     // its index among the sequence's units (the block's index in each stream's list)
+    int64_t streams;  // streams of the sequence that still hold its block (not copied away)
+  };
   struct SeqUnits {
     int64_t num_seen = 0;            // leading units attached, cached or found cached by another
-    std::vector<BlockHash> held;     // units this sequence is a user of, in unit order
+    std::vector<HeldUnit> held;      // units this sequence is a user of, in unit order
+    int64_t shared_plain_holds = 0;  // sum of held[].streams for plain units
+    int64_t evict_horizon = INT64_MAX;  // tokens computed before the first Compact that dropped a slot
   };
+  // Drops stream `stream` of `id`'s reference to `ref`, entry `index` of its
+  // plain (or encoded) list, keeping the prefix cache's books.
+  void DropStreamRef(SeqId id, size_t stream, bool encoded, size_t index, int32_t ref);
   std::unique_ptr<PrefixCache> prefix_;
   std::unordered_map<SeqId, SeqUnits> seq_units_;
+  // Cached blocks held by more than one stream, counted once per extra
+  // holder; and cached blocks no stream holds (reference count 1).
+  int64_t extra_block_holds_ = 0;
+  int64_t cache_only_blocks_ = 0;
+  int64_t num_copied_blocks_ = 0;
 };
 
 }  // namespace kvlab

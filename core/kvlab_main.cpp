@@ -126,6 +126,8 @@ int Main(int argc, char** argv) {
   gen->add_option("--prefill-chunk", eo.prefill_chunk, "Prompt tokens per prefill step")->capture_default_str();
   gen->add_option("--weight-seed", eo.weight_seed, "Seed of a preset's random weights")->capture_default_str();
   gen->add_option("--attention", eo.attention, "cpu or reference")->capture_default_str();
+  gen->add_option("--device", eo.device, "cpu, or cuda (model and KV pools on the GPU; docs/kernels.md)")
+      ->capture_default_str();
   gen->add_option("--threads", eo.num_threads, "Threads (0 = all cores)")->capture_default_str();
 
   // --- logits ---

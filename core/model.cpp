@@ -137,7 +137,7 @@ Status LlamaModel::Save(const std::string& dir) const {
   std::vector<at::Tensor> keep;
   std::vector<TensorToWrite> tensors;
   for (auto& nt : named) {
-    keep.push_back(nt.second.to(at::kFloat).contiguous());
+    keep.push_back(nt.second.to(at::kCPU).to(at::kFloat).contiguous());
     TensorToWrite w;
     w.name = nt.first;
     w.dtype = DType::kF32;
@@ -146,6 +146,26 @@ Status LlamaModel::Save(const std::string& dir) const {
     tensors.push_back(std::move(w));
   }
   return WriteSafetensors(dir + "/model.safetensors", tensors);
+}
+
+Status LlamaModel::To(const at::Device& device) {
+  try {
+    const bool tied = lm_head_.is_same(embed_);
+    embed_ = embed_.to(device);
+    final_norm_ = final_norm_.to(device);
+    lm_head_ = tied ? embed_ : lm_head_.to(device);
+    for (Layer& l : layers_) {
+      for (at::Tensor* t : {&l.input_norm, &l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.post_norm, &l.gate_proj,
+                            &l.up_proj, &l.down_proj}) {
+        *t = t->to(device);
+      }
+    }
+    inv_freq_ = inv_freq_.to(device);
+  } catch (const c10::Error& e) {
+    return Status::Internal("model '" + config_.name + "': cannot move the weights to " + device.str() + ": " +
+                            e.what_without_backtrace());
+  }
+  return Status::OK();
 }
 
 Status LlamaModel::SetStoredKvHeads(int n, HeadMerge merge) {
@@ -188,7 +208,7 @@ void LlamaModel::InitRope() {
 
 void LlamaModel::RopeTables(const std::vector<int32_t>& positions, at::Tensor* cos, at::Tensor* sin) const {
   std::vector<double> pos(positions.begin(), positions.end());
-  at::Tensor p = at::tensor(pos, at::kDouble);
+  at::Tensor p = at::tensor(pos, at::kDouble).to(inv_freq_.device());
   at::Tensor freqs = at::outer(p, inv_freq_);          // [T, d/2]
   at::Tensor emb = at::cat({freqs, freqs}, -1);         // [T, d]
   *cos = emb.cos().to(at::kFloat).unsqueeze(1);         // [T, 1, d]
@@ -205,7 +225,7 @@ at::Tensor LlamaModel::ApplyRope(const at::Tensor& x, const at::Tensor& cos, con
 
 at::Tensor LlamaModel::Embed(const std::vector<int32_t>& tokens) const {
   std::vector<int64_t> ids(tokens.begin(), tokens.end());
-  return embed_.index_select(0, at::tensor(ids, at::kLong));
+  return embed_.index_select(0, at::tensor(ids, at::kLong).to(embed_.device()));
 }
 
 at::Tensor LlamaModel::RmsNorm(const at::Tensor& x, const at::Tensor& w) const {
@@ -247,8 +267,14 @@ at::Tensor LlamaModel::ForwardPaged(const PagedForward& in) const {
     q = q.contiguous();
     k = MergeHeads(k).contiguous();
     at::Tensor v = MergeHeads(at::linear(h, l.v_proj).view({T, Hkv, d})).contiguous();
-    const PagedKV kv = in.page_table->Layer(static_cast<int>(li));
     if (in.before_attention) in.before_attention(static_cast<int>(li));
+    if (in.attention) {
+      at::Tensor o = in.attention(static_cast<int>(li), q, k, v);
+      x = x + at::linear(o.view({T, Hq * d}), l.o_proj);
+      x = x + Mlp(l, RmsNorm(x, l.post_norm));
+      continue;
+    }
+    const PagedKV kv = in.page_table->Layer(static_cast<int>(li));
     AppendKV(kv, qo_indptr.data(), B, stored_kv_heads_, k.data_ptr<float>(), v.data_ptr<float>());
     at::Tensor o = at::empty({T, Hq, d});
     AttentionParams p;
@@ -283,7 +309,7 @@ at::Tensor LlamaModel::ForwardPaged(const PagedForward& in) const {
   if (!in.all_logits) {
     std::vector<int64_t> last;
     for (int b = 0; b < B; ++b) last.push_back(qo_indptr[static_cast<size_t>(b) + 1] - 1);
-    x = x.index_select(0, at::tensor(last, at::kLong));
+    x = x.index_select(0, at::tensor(last, at::kLong).to(x.device()));
   }
   return Head(x);
 }

@@ -39,6 +39,13 @@ struct PagedForward {
   const int64_t* slot_attn_offsets = nullptr;
   // Called before each layer's attention reads the cache (offload staging).
   std::function<void(int layer)> before_attention;
+  // When set, replaces the CPU kernels (AppendKV and paged attention) for
+  // every layer: the CUDA engine path (core/cuda_backend.h). It gets q
+  // [T, H_q, d] and the stored heads' new k, v [T, H_stored, d] (fp32,
+  // contiguous, on the model's device), writes k and v into the cache and
+  // returns the attention output [T, H_q, d] on the same device. slot_attn
+  // and rope_inv_freq are then the hook's business.
+  std::function<at::Tensor(int layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v)> attention;
 };
 
 // A contiguous per-sequence cache: per layer, K and V as [S, H_kv, d] tensors
@@ -69,6 +76,12 @@ class LlamaModel {
   // Store keys before RoPE; the attention kernel rotates them (and the
   // queries) by positions within the cache.
   void SetKeysBeforeRope(bool on) { keys_before_rope_ = on; }
+  bool keys_before_rope() const { return keys_before_rope_; }
+  // Moves every weight to `device` (the CUDA engine path); inputs are then
+  // made there and the forward passes return logits there. Internal (naming
+  // the device) if the move fails, e.g. out of device memory.
+  Status To(const at::Device& device);
+  at::Device device() const { return embed_.device(); }
 
   // Logits [T, V] (all_logits) or [B, V].
   at::Tensor ForwardPaged(const PagedForward& in) const;

@@ -66,9 +66,26 @@ Status PlanServeCache(const ModelConfig& model, const PolicyStack& stack, int bl
       int64_t plain_bytes = spec.plain_pool_bytes;
       if (plain_bytes <= 0) {
         const int64_t bs = shape.block_size, tpb = shape.enc.tokens_per_block;
-        const int64_t per_stream = (spec.max_num_batched_tokens + bs - 1) / bs +
-                                   spec.max_num_seqs * ((residual + tpb - 1 + bs - 1) / bs + 1);
-        plain_bytes = std::min(streams * per_stream * block_bytes, spec.pool_bytes / 2);
+        const int64_t batch = (spec.max_num_batched_tokens + bs - 1) / bs;  // blocks per stream
+        const int64_t plain_per_request = (residual + tpb - 1 + bs - 1) / bs + 1;
+        if (spec.request_tokens > 0) {
+          // As many requests of request_tokens as the budget holds, each
+          // with its plain and encoded blocks; what max_num_seqs leaves over
+          // goes to the encoded pool (longer requests).
+          const int64_t sealed = spec.request_tokens > residual ? (spec.request_tokens - residual) / tpb : 0;
+          const int64_t request_bytes = streams * (plain_per_request * block_bytes + sealed * shape.enc.BlockBytes());
+          int64_t n = (spec.pool_bytes - streams * batch * block_bytes) / request_bytes;
+          n = std::max<int64_t>(1, std::min(n, spec.max_num_seqs));
+          plain_bytes = streams * (batch + n * plain_per_request) * block_bytes;
+          plan.split_requests = n;
+          if (plain_bytes >= spec.pool_bytes) {  // not even one request fits: fall back to half
+            plain_bytes = spec.pool_bytes / 2;
+            plan.split_requests = 0;
+          }
+        } else {
+          plain_bytes = std::min(streams * (batch + spec.max_num_seqs * plain_per_request) * block_bytes,
+                                 spec.pool_bytes / 2);
+        }
       }
       if (plain_bytes >= spec.pool_bytes) {
         return Status::InvalidArgument("pool: the plain pool (" + std::to_string(plain_bytes) +

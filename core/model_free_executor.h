@@ -22,7 +22,7 @@ namespace kvlab {
 // block counts (pool_blocks wins when > 0). With a stack that seals blocks
 // into an encoding (quant, kivi) the budget is split: the plain pool holds
 // each request's open tail and residual plus one step's new tokens, the
-// encoded pool the rest.
+// encoded pool the rest (see ServePoolSpec::request_tokens).
 enum class PrefixCachingMode {
   kDefault,  // on for stacks where sharing is exact (PolicyStack::PrefixCachingByDefault: full, head sharing)
   kOn,       // an error for a stack that cannot share blocks (PolicyStack::SharesPrefixBlocks)
@@ -34,11 +34,19 @@ struct ServePoolSpec {
   int64_t pool_blocks = 0;          // plain blocks (one stream's block_size tokens each)
   int64_t encoded_pool_blocks = 0;  // with pool_blocks and an encoding stack
   int64_t plain_pool_bytes = 0;     // with pool_bytes and an encoding: the plain share; 0 = automatic
-  // Inputs of the automatic split: the plain pool gets, per stream,
-  // ceil(budget / block_size) blocks for a step's new tokens plus, for each
-  // of max_num_seqs requests, its residual and open tail, capped at half.
+  // Inputs of the automatic split. Per stream, a request holds
+  // p = ceil((residual + tokens_per_block - 1) / block_size) + 1 plain blocks
+  // (its residual, the group being filled, the open tail) and, at
+  // request_tokens tokens, e = floor((request_tokens - residual) /
+  // tokens_per_block) encoded blocks. The plain pool gets ceil(budget /
+  // block_size) blocks for a step's new tokens plus p for each of the n
+  // requests of request_tokens the whole budget holds (n = budget over one
+  // request's p plain plus e encoded blocks, at most max_num_seqs); the
+  // encoded pool the rest. With request_tokens = 0 (unknown), n is
+  // max_num_seqs and the plain pool is capped at half the budget.
   int64_t max_num_batched_tokens = 2048;
   int64_t max_num_seqs = 256;
+  int64_t request_tokens = 0;
   // Prefix caching of full blocks across requests (core/prefix_cache.h).
   PrefixCachingMode prefix_caching = PrefixCachingMode::kDefault;
 };
@@ -50,6 +58,7 @@ struct ServeCachePlan {
   bool has_selection = false;       // a selection policy bounds every stream
   bool has_placement = false;
   bool prefix_caching = false;      // the spec's mode resolved for the stack
+  int64_t split_requests = 0;       // automatic split from request_tokens: the requests it was sized for
   std::string policy;               // PolicyStack::Describe()
 
   int64_t PlainBytes() const { return num_blocks * shape.BlockBytes(); }

@@ -140,6 +140,8 @@ Status ParseRunConfig(const std::string& text, const std::string& path, RunConfi
       KVLAB_RETURN_IF_ERROR(want_int(&cfg.engine.prefill_chunk));
     } else if (key == "attention") {
       KVLAB_RETURN_IF_ERROR(want_string(&cfg.engine.attention));
+    } else if (key == "device") {
+      KVLAB_RETURN_IF_ERROR(want_string(&cfg.engine.device));
     } else if (key == "temperature") {
       KVLAB_RETURN_IF_ERROR(want_float(&cfg.generate.sampling.temperature));
     } else if (key == "top_p") {
@@ -152,7 +154,7 @@ Status ParseRunConfig(const std::string& text, const std::string& path, RunConfi
     } else {
       return Status::InvalidArgument(where + ": unknown key '" + key +
                                      "'; valid keys: model, prompt, prompt_file, tokens, max_new_tokens, kv_dtype, block_size, "
-                                     "prefill_chunk, attention, temperature, top_p, seed, policy");
+                                     "prefill_chunk, attention, device, temperature, top_p, seed, policy");
     }
   }
   if (static_cast<int>(!cfg.prompt.empty()) + static_cast<int>(!cfg.prompt_file.empty()) +

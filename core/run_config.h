@@ -24,6 +24,7 @@ namespace kvlab {
 //   block_size = 16
 //   prefill_chunk = 512
 //   attention = "cpu"          # cpu | reference
+//   device = "cpu"             # cpu | cuda
 //   temperature = 0.0
 //   top_p = 1.0
 //   seed = 0

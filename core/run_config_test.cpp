@@ -16,6 +16,7 @@ block_size = 1
 temperature = 0.7
 top_p = 0.9
 seed = 3
+device = "cuda"
 [[policy]]
 name = "full"
 )", "run.toml", &rc);
@@ -25,10 +26,11 @@ name = "full"
   EXPECT_EQ(rc.generate.max_new_tokens, 8);
   EXPECT_EQ(rc.engine.kv_dtype, DType::kF16);
   EXPECT_EQ(rc.engine.block_size, 1);
+  EXPECT_EQ(rc.engine.device, "cuda");
   EXPECT_DOUBLE_EQ(rc.generate.sampling.temperature, 0.7);
   ASSERT_EQ(rc.policies.size(), 1u);
   EXPECT_EQ(rc.policies[0].name, "full");
-  EXPECT_EQ(rc.policies[0].source, "run.toml:10:1");
+  EXPECT_EQ(rc.policies[0].source, "run.toml:11:1");
 }
 
 TEST(RunConfigTest, DefaultsToFullPolicy) {

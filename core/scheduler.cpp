@@ -102,6 +102,17 @@ int64_t Scheduler::CachedPrefixTokens(const Request& r) const {
 // Free blocks of the plain pool (cached blocks no one holds included: the
 // cache evicts them on demand) not yet promised to this step.
 int64_t Scheduler::FreeBlocks() const { return executor_->cache().AvailableBlocks() - booked_blocks_; }
+int64_t Scheduler::FreeEncodedBlocks() const {
+  return executor_->cache().AvailableEncodedBlocks() - booked_encoded_blocks_;
+}
+
+int64_t Scheduler::StepExtraBlocks(int64_t id, int64_t* encoded) const {
+  const KVCache& c = executor_->cache();
+  int64_t plain = 0;
+  c.StagingBlocksNeeded({id}, &plain, encoded);
+  if (compacts()) plain += c.CopyOnWriteBlocks(id) + c.OffloadedBlocks(id, /*encoded=*/false);
+  return plain;
+}
 
 int64_t Scheduler::Watermark(const BlockPool& pool) const {
   return static_cast<int64_t>(options_.watermark * static_cast<double>(pool.num_blocks()));
@@ -118,6 +129,9 @@ bool Scheduler::CanAllocate(const Request& r, int64_t n) const {
   const int64_t revived = hit.evictable_units * streams;
   const bool revived_encoded = c.prefix_caching() && c.prefix_cache()->encoded();
   int64_t plain = blocks(n);  // the first chunk is written plain, after the cached units
+  // A selection policy may compact right after the first chunk: room to
+  // copy the shared plain blocks it takes up (copy on write).
+  if (compacts() && !revived_encoded) plain += hit.units * streams;
   if (max_sequence_tokens_ != INT64_MAX) {
     // Memory grows with length: room for the whole prefill. With an
     // encoding, what will be sealed must fit the encoded pool and only the
@@ -155,15 +169,21 @@ Status Scheduler::Allocate(Request* r, int64_t n) {
   r->recomputed_tokens -= saved;
   num_recomputed_tokens_ -= saved;
   r->last_discarded = 0;
-  booked_blocks_ += executor_->cache().BlocksNeeded(r->spec.id, n);
+  Append(*r, n);
   return Status::OK();
 }
 
 bool Scheduler::CanAppend(const Request& r, int64_t n) const {
-  return executor_->cache().BlocksNeeded(r.spec.id, n) <= FreeBlocks();
+  int64_t enc = 0;
+  const int64_t extra = StepExtraBlocks(r.spec.id, &enc);
+  return executor_->cache().BlocksNeeded(r.spec.id, n) + extra <= FreeBlocks() && enc <= FreeEncodedBlocks();
 }
 
-void Scheduler::Append(const Request& r, int64_t n) { booked_blocks_ += executor_->cache().BlocksNeeded(r.spec.id, n); }
+void Scheduler::Append(const Request& r, int64_t n) {
+  int64_t enc = 0;
+  booked_blocks_ += executor_->cache().BlocksNeeded(r.spec.id, n) + StepExtraBlocks(r.spec.id, &enc);
+  booked_encoded_blocks_ += enc;
+}
 
 int64_t Scheduler::LargestAppendable(const Request& r, int64_t n) const {
   // BlocksNeeded grows with n, so bisect.
@@ -258,7 +278,7 @@ std::vector<Request> Scheduler::TakeFinished() {
 
 Status Scheduler::Step(double now, StepOutcome* out) {
   *out = StepOutcome();
-  booked_blocks_ = 0;
+  booked_blocks_ = booked_encoded_blocks_ = 0;
   const int64_t chunk_cap = options_.max_prefill_chunk > 0 ? options_.max_prefill_chunk : options_.max_num_batched_tokens;
   // Decode tokens are served before prefill chunks: set their share of the
   // budget aside, then fill the rest with chunks in arrival order.
@@ -329,7 +349,9 @@ Status Scheduler::Step(double now, StepOutcome* out) {
         const KVCache& c = executor_->cache();
         const CacheShape& s = c.shape();
         const bool revived_plain = c.prefix_caching() && !c.prefix_cache()->encoded();
-        const int64_t free = FreeBlocks() - (revived_plain ? hit.evictable_units * s.StreamsPerSequence() : 0);
+        const int64_t copies = revived_plain && compacts() ? hit.units * s.StreamsPerSequence() : 0;
+        const int64_t free =
+            FreeBlocks() - copies - (revived_plain ? hit.evictable_units * s.StreamsPerSequence() : 0);
         const int64_t blocks_per_stream = free / s.StreamsPerSequence();
         n = std::min(n, blocks_per_stream * s.block_size);
         if (n <= 0) {
@@ -362,7 +384,7 @@ Status Scheduler::Step(double now, StepOutcome* out) {
   KVLAB_RETURN_IF_ERROR(executor_->Step(chunks, &next));
   if (next.size() != plan.size()) return Status::Internal("executor returned " + std::to_string(next.size()) +
                                                           " tokens for " + std::to_string(plan.size()) + " chunks");
-  booked_blocks_ = 0;
+  booked_blocks_ = booked_encoded_blocks_ = 0;
   for (size_t i = 0; i < plan.size(); ++i) {
     Request* r = plan[i].r;
     const int64_t before = r->num_computed;

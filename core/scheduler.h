@@ -8,11 +8,14 @@
 // it on), an admitted request starts after the leading full blocks of its
 // tokens that are cached (vLLM's automatic prefix caching): it holds the same
 // blocks and its prefill skips their tokens; the full blocks it computes are
-// offered to the cache after every step. Bookkeeping only: torch-free, it
+// offered to the cache after every step (with a selection policy, a shared
+// block is copied before compaction writes it; see KVCache). Bookkeeping
+// only: torch-free, it
 // drives a StepExecutor (the real Engine, or a model-free pool) that owns
 // the KV memory. Not thread-safe.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -28,8 +31,10 @@ namespace kvlab {
 
 // Runs steps over the KV cache it owns: the scheduler's only way to touch
 // memory or a model (nano-vllm's model_runner). Capacity is read from
-// cache(): the scheduler checks KVCache::BlocksNeeded against the plain
-// pool's free blocks before each step, so Step never runs out of blocks.
+// cache(): the scheduler checks KVCache::BlocksNeeded, plus the staging
+// blocks of offloaded KV and the copies compaction may make of shared
+// blocks, against the pools' free blocks before each step, so Step never
+// runs out of blocks.
 class StepExecutor {
  public:
   virtual ~StepExecutor() = default;
@@ -157,7 +162,9 @@ class Scheduler {
   // tokens after the cached prefix) must fit the pools, keeping the
   // watermark free in each, and reusing cached blocks that no one holds
   // takes them out of the free count; with a selection policy (executor's
-  // MaxSequenceTokens() == INT64_MAX) only the first chunk must fit.
+  // MaxSequenceTokens() == INT64_MAX) only the first chunk must fit, plus
+  // a copy of every shared plain block it takes up (compaction copies a
+  // shared block before writing it).
   // Allocate adds its sequence to the executor, holding the cached prefix,
   // and books the first chunk's blocks for this step.
   // REQUIRES (for prefix hits): UpdateBlockHashes(r) since r's last token.
@@ -172,7 +179,10 @@ class Scheduler {
   // Extends r.block_hashes to every full unit of r's tokens.
   void UpdateBlockHashes(Request* r) const;
   // Can a running request append n tokens this step (blocks booked so far
-  // this step included)? Append books them.
+  // this step included)? Beyond the new slots' blocks a step may take
+  // staging blocks for offloaded KV and, with a selection policy, copies of
+  // shared blocks and blocks brought back before compaction; all are
+  // counted. Append books them.
   bool CanAppend(const Request& r, int64_t n) const;
   void Append(const Request& r, int64_t n);
 
@@ -207,6 +217,16 @@ class Scheduler {
   KVCache::PrefixMatch MatchPrefix(const Request& r) const;
   int64_t Watermark(const BlockPool& pool) const;
   int64_t FreeBlocks() const;
+  int64_t FreeEncodedBlocks() const;
+  // A selection policy compacts streams after each step (the executor then
+  // reports no length bound).
+  bool compacts() const { return max_sequence_tokens_ == INT64_MAX; }
+  // Blocks a step of running sequence `id` may take beyond the slots it
+  // appends (KVCache::BlocksNeeded): staging for its offloaded blocks and,
+  // when streams are compacted, copies of the shared blocks it holds and the
+  // offloaded blocks compaction brings back. Plain pool; *encoded: the
+  // encoded pool's staging.
+  int64_t StepExtraBlocks(int64_t id, int64_t* encoded) const;
   void InsertRunning(Request* r);
   Status DoPreempt(Request* r, std::vector<int64_t>* preempted);
   // Largest m in [1, n] that CanAppend, or 0.
@@ -221,6 +241,7 @@ class Scheduler {
   std::vector<Request*> running_;  // sorted by (arrival, id)
   std::vector<int64_t> done_;      // finished or aborted, not yet taken
   int64_t booked_blocks_ = 0;      // blocks promised to this step's chunks so far
+  int64_t booked_encoded_blocks_ = 0;  // encoded-pool staging promised so far
   int64_t num_preemptions_ = 0;
   int64_t num_recomputed_tokens_ = 0;
   int64_t num_prefix_hit_tokens_ = 0;

@@ -2,7 +2,8 @@
 // with the same prefix holds the first one's blocks (by id) and computes
 // only the rest; a chat's next turn reuses prompt and answer; a preempted
 // request finds its own blocks again; admission counts the cached blocks it
-// takes up; which stacks share.
+// takes up; a selection stack copies shared blocks before compacting them;
+// which stacks share.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -165,12 +166,114 @@ TEST(PrefixCachingTest, ModesFollowTheStack) {
   EXPECT_TRUE(ex->cache().prefix_caching());
   EXPECT_EQ(ex->cache().prefix_unit_tokens(), 4);
   EXPECT_TRUE(ex->cache().prefix_cache()->encoded());
-  Status s = NewModelFreeExecutor(TinyModel(), {{"h2o", {}, "t"}}, 4, DType::kBF16, spec, &ex);
+  // Selection stacks share by copy on write, when asked to.
+  ASSERT_TRUE(NewModelFreeExecutor(TinyModel(), {{"h2o", {}, "t"}}, 4, DType::kBF16, spec, &ex).ok());
+  EXPECT_TRUE(ex->cache().prefix_caching());
+  Status s = NewModelFreeExecutor(TinyModel(), {{"h2o", {}, "t"}, {"offload", {}, "t"}}, 4, DType::kBF16, spec, &ex);
   EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
-  EXPECT_NE(s.message().find("selection policy 'h2o' changes a stream's kept slots"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("placement policy 'offload' moves blocks off the device"), std::string::npos) << s.message();
   spec.prefix_caching = PrefixCachingMode::kDefault;
   ASSERT_TRUE(NewModelFreeExecutor(TinyModel(), {{"h2o", {}, "t"}}, 4, DType::kBF16, spec, &ex).ok());
   EXPECT_FALSE(ex->cache().prefix_caching());
+}
+
+// The cached units' block ids, stream by stream, unit by unit.
+std::vector<std::vector<int32_t>> CachedBlocks(const KVCache& c, const std::vector<BlockHash>& hashes) {
+  std::vector<std::vector<int32_t>> out;
+  for (BlockHash h : hashes) {
+    const PrefixCache::Unit* u = c.prefix_cache()->Find(h);
+    out.push_back(u == nullptr ? std::vector<int32_t>() : u->blocks);
+  }
+  return out;
+}
+
+// sink keeps 2 + 22 slots: request 1 (20 prompt tokens) caches 6 units by
+// its 24th token and evicts at its 25th, moving every slot after the sinks
+// down, so it writes all 6 of their blocks. It copies them first; request 2,
+// admitted in that step with the 5 units of the prompt, holds (and reads)
+// the cached originals.
+TEST(PrefixCachingTest, SelectionCopiesSharedBlocksBeforeCompacting) {
+  auto ex = MakeExecutor(TinyModel(), 4 * 64, 4, {{"sink", {{"n_sink", "2"}, {"window", "22"}}, "t"}}, 0,
+                         PrefixCachingMode::kOn);
+  SchedulerOptions so;
+  so.watermark = 0;
+  Scheduler sched(so, ex.get());
+  RequestSpec a = Req(1, 0, 20, 12);
+  RequestSpec b = a;
+  b.id = 2;
+  b.arrival = 5;
+  b.prompt.push_back(91);
+  ASSERT_TRUE(sched.AddRequest(a).ok());
+  StepOutcome out;
+  const KVCache& c = ex->cache();
+  for (int t = 0; t < 5; ++t) {
+    ASSERT_TRUE(sched.Step(t, &out).ok());
+    CheckAccounting(sched, *ex, true);
+  }
+  ASSERT_EQ(c.stream(1, 0, 0).num_tokens, 24);
+  ASSERT_EQ(c.prefix_cache()->num_units(), 6);
+  std::vector<BlockHash> hashes;
+  ExtendBlockHashes(a.prompt.data(), 20, nullptr, 0, 4, &hashes);
+  const auto cached = CachedBlocks(c, hashes);
+  for (size_t st = 0; st < 4; ++st) {
+    for (size_t u = 0; u < 5; ++u) EXPECT_EQ(LeadingBlocks(c, 1, 5)[st][u], cached[u][st]);
+  }
+  EXPECT_EQ(c.CopyOnWriteBlocks(1), 4 * 6);
+  EXPECT_EQ(c.num_copied_blocks(), 0);
+
+  ASSERT_TRUE(sched.AddRequest(b).ok());
+  ASSERT_TRUE(sched.Step(5, &out).ok());
+  EXPECT_EQ(out.prefix_hit_tokens, 20);
+  CheckAccounting(sched, *ex, false);
+  ASSERT_EQ(sched.Find(1)->num_computed, 25);
+  EXPECT_EQ(c.stream(1, 0, 0).num_tokens, 24);  // one eviction
+  EXPECT_EQ(c.num_copied_blocks(), 4 * 6);
+  EXPECT_EQ(c.CopyOnWriteBlocks(1), 0);
+  EXPECT_EQ(c.CopyOnWriteBlocks(2), 4 * 5);
+  EXPECT_EQ(CachedBlocks(c, hashes), cached) << "the cache's units changed";
+  for (size_t st = 0; st < 4; ++st) {
+    for (size_t u = 0; u < 5; ++u) {
+      EXPECT_NE(LeadingBlocks(c, 1, 5)[st][u], cached[u][st]) << "request 1 still holds a shared block";
+      EXPECT_EQ(LeadingBlocks(c, 2, 5)[st][u], cached[u][st]) << "request 2 does not hold the cached block";
+      EXPECT_EQ(c.pool().RefCount(cached[u][st]), 2);  // the cache and request 2
+    }
+  }
+  // Request 1 left its sixth unit to the cache alone; units after an
+  // eviction would hold K/V computed without the evicted tokens, so it
+  // caches nothing more.
+  EXPECT_EQ(c.prefix_cache()->num_units(), 6);
+  EXPECT_EQ(c.prefix_cache()->num_evictable(), 1);
+  for (int t = 6; t < 60 && sched.HasUnfinished(); ++t) {
+    ASSERT_TRUE(sched.Step(t, &out).ok());
+    CheckAccounting(sched, *ex, false);
+  }
+  ASSERT_FALSE(sched.HasUnfinished());
+  EXPECT_EQ(CachedBlocks(c, hashes), cached);
+  EXPECT_EQ(c.BytesInUse(), c.CachedOnlyBytes());
+  EXPECT_EQ(c.prefix_cache()->num_evictable(), c.prefix_cache()->num_units());
+}
+
+// Admission books a copy of every shared block the request takes up, since
+// its first step may compact.
+TEST(PrefixCachingTest, SelectionAdmissionBooksTheCopies) {
+  auto ex = MakeExecutor(TinyModel(), 4 * 12, 4, {{"sink", {{"n_sink", "2"}, {"window", "22"}}, "t"}}, 0,
+                         PrefixCachingMode::kOn);
+  SchedulerOptions so;
+  so.watermark = 0;
+  Scheduler sched(so, ex.get());
+  ASSERT_TRUE(sched.AddRequest(Req(1, 0, 20, 1)).ok());
+  StepOutcome out;
+  ASSERT_TRUE(sched.Step(0, &out).ok());
+  ASSERT_FALSE(sched.HasUnfinished());
+  Request r;
+  r.spec = Req(1, 1, 20, 1);
+  r.spec.id = 2;
+  r.spec.prompt.resize(32, 5);  // 5 cached blocks + 12 tokens (3 blocks) of its own
+  sched.UpdateBlockHashes(&r);
+  EXPECT_EQ(sched.CachedPrefixTokens(r), 20);
+  // 12 blocks per stream: 5 shared + 3 new + 5 copies = 13 do not fit; 2 new do.
+  EXPECT_FALSE(sched.CanAllocate(r, 12));
+  EXPECT_TRUE(sched.CanAllocate(r, 8));
 }
 
 }  // namespace

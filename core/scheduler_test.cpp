@@ -1,5 +1,6 @@
 // The scheduler over model-free pools: block accounting under random
-// operations (with and without prefix caching), preemption order, chunked
+// operations (with and without prefix caching, selection stacks sharing
+// cached blocks by copy on write included), preemption order, chunked
 // prefill with decode, admission errors, and the seed article's serving
 // figures at llama-3.1-70b shapes. Prefix caching's own cases are in
 // scheduler_prefix_test.cpp.
@@ -108,6 +109,9 @@ TEST_P(SchedulerRandomTest, BlockAccountingHoldsUnderRandomOperations) {
     EXPECT_GT(first_hits, 50) << "few admissions hit the prefix cache";
     EXPECT_GT(sched.num_prefix_hit_tokens(), cached_prompt_tokens) << "no readmission found its own blocks";
     EXPECT_GT(ex->cache().prefix_cache()->num_units(), 0);
+    if (!rc.exact_tokens && rc.encoded_blocks == 0) {
+      EXPECT_GT(ex->cache().num_copied_blocks(), 100) << "selection never copied a shared block before compacting";
+    }
   } else {
     EXPECT_EQ(sched.num_prefix_hit_tokens(), 0);
   }
@@ -129,6 +133,13 @@ INSTANTIATE_TEST_SUITE_P(
                       RandomCase{"window", {{"window", {{"window", "12"}}, "t"}}, 0, false, kOff},
                       RandomCase{"full_prefix", {{"full", {}, "t"}}, 0, true, kOn},
                       RandomCase{"quant_prefix", {{"quant", {}, "t"}}, 4 * 40, true, kOn},
+                      RandomCase{"sink_prefix", {{"sink", {{"n_sink", "4"}, {"window", "44"}}, "t"}}, 0, false, kOn},
+                      RandomCase{"h2o_prefix", {{"h2o", {{"budget", "40"}}, "t"}}, 0, false, kOn},
+                      RandomCase{"window_prefix", {{"window", {{"window", "36"}}, "t"}}, 0, false, kOn},
+                      RandomCase{"sink_kivi_prefix",
+                                 {{"sink", {{"n_sink", "4"}, {"window", "44"}}, "t"},
+                                  {"kivi", {{"group", "8"}, {"residual", "8"}, {"bits", "4"}}, "t"}},
+                                 4 * 20, false, kOn},
                       RandomCase{"kivi_residual_prefix",
                                  {{"kivi", {{"group", "8"}, {"residual", "8"}, {"bits", "4"}}, "t"}}, 4 * 20, true, kOn}),
     [](const ::testing::TestParamInfo<RandomCase>& i) { return std::string(i.param.name); });

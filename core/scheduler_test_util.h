@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <set>
@@ -111,23 +112,41 @@ inline void CheckAccounting(const Scheduler& sched, const StepExecutor& ex, bool
   for (int64_t id : sched.WaitingIds()) ASSERT_FALSE(c.HasSequence(id)) << "waiting request " << id << " holds blocks";
   if (const PrefixCache* pc = c.prefix_cache()) {
     std::map<int32_t, int32_t>& held = pc->encoded() ? enc : plain;
-    int64_t units = 0, evictable = 0;
+    const int64_t unit_bytes = pc->encoded() ? c.encoded_pool()->block_bytes() : c.pool().block_bytes();
+    int64_t units = 0, evictable = 0, extra_holds = 0, cache_only = 0;
     bool ok = true;
     pc->ForEach([&](const PrefixCache::Unit& u) {
       ++units;
       evictable += u.users == 0 ? 1 : 0;
       if (static_cast<int64_t>(u.blocks.size()) != shape.StreamsPerSequence()) ok = false;
-      // Its users are exactly the running requests that hold its blocks, in every stream.
+      // Its users are exactly the running requests that hold at least one of
+      // its blocks (a stream that compacted holds a copy instead).
+      std::set<int64_t> users;
       for (int32_t b : u.blocks) {
         auto it = seqs_of.find({pc->encoded(), b});
         const int64_t n = it == seqs_of.end() ? 0 : static_cast<int64_t>(it->second.size());
-        if (n != u.users) ok = false;
+        if (it != seqs_of.end()) users.insert(it->second.begin(), it->second.end());
+        extra_holds += std::max<int64_t>(0, n - 1);
+        cache_only += n == 0 ? 1 : 0;
         held[b]++;  // the cache's own reference
       }
+      if (static_cast<int64_t>(users.size()) != u.users) ok = false;
     });
     ASSERT_TRUE(ok) << "a cached unit's users are not the requests holding its blocks";
     ASSERT_EQ(units, pc->num_units());
     ASSERT_EQ(evictable, pc->num_evictable());
+    ASSERT_EQ(c.SharedExtraBytes(), extra_holds * unit_bytes);
+    ASSERT_EQ(c.CachedOnlyBytes(), cache_only * unit_bytes);
+    // The copies compaction may make: the shared plain blocks each request holds.
+    for (int64_t id : running) {
+      int64_t shared = 0;
+      for (int l = 0; l < shape.num_layers; ++l) {
+        for (int h = 0; h < shape.num_kv_heads; ++h) {
+          for (int32_t b : c.stream(id, l, h).blocks) shared += plain.at(b) > 1 ? 1 : 0;  // holders + the cache
+        }
+      }
+      ASSERT_EQ(c.CopyOnWriteBlocks(id), shared) << "request " << id;
+    }
   }
   CheckPool(c.pool(), plain);
   if (c.encoded_pool()) CheckPool(*c.encoded_pool(), enc);

@@ -70,11 +70,43 @@ Percentiles ComputePercentiles(std::vector<double>* v) {
   return p;
 }
 
+Status ServePoolFor(const ServeBenchConfig& config, const ModelConfig& mc, ServePoolSpec* out) {
+  *out = config.pool;
+  if (out->request_tokens > 0 || out->pool_bytes <= 0 || out->plain_pool_bytes > 0) return Status::OK();
+  PolicyStack stack;
+  KVLAB_RETURN_IF_ERROR(PolicyStack::Create(config.policies, &stack));
+  KvEncoding enc;
+  int64_t residual = 0;
+  if (!stack.SealedEncoding(static_cast<int>(mc.head_dim), config.engine.block_size, &enc, &residual)) return Status::OK();
+  // The workload's requests are known before it runs: every answer is
+  // max_new_tokens long, so each turn's prompt is the history so far.
+  Workload workload;
+  KVLAB_RETURN_IF_ERROR(GenerateWorkload(config.workload, mc.vocab_size, &workload));
+  int64_t requests = 0, tokens = 0;
+  std::vector<int32_t> prompt, answer;
+  for (const Conversation& c : workload.conversations) {
+    ChatSession s(&c, config.max_context);
+    while (!s.done()) {
+      int64_t max_new = 0;
+      bool truncated = false;
+      s.NextRequest(&prompt, &max_new, &truncated);
+      tokens += static_cast<int64_t>(prompt.size()) + max_new;
+      requests++;
+      answer.assign(static_cast<size_t>(max_new), 0);
+      s.OnAnswer(answer);
+    }
+  }
+  if (requests > 0) out->request_tokens = std::max<int64_t>(1, tokens / requests);
+  return Status::OK();
+}
+
 Status NewModelFreeServeExecutor(const ServeBenchConfig& config, std::unique_ptr<StepExecutor>* out) {
   if (!config.model_free) return Status::InvalidArgument(config.path + ": model_free = false needs the engine (NewServeExecutor)");
   ModelConfig mc;
   KVLAB_RETURN_IF_ERROR(ResolveServeModel(config.engine.model, &mc));
-  return NewModelFreeExecutor(mc, config.policies, config.engine.block_size, config.engine.kv_dtype, config.pool, out);
+  ServePoolSpec pool;
+  KVLAB_RETURN_IF_ERROR(ServePoolFor(config, mc, &pool));
+  return NewModelFreeExecutor(mc, config.policies, config.engine.block_size, config.engine.kv_dtype, pool, out);
 }
 
 Status RunServeBenchWith(const ServeBenchConfig& config, StepExecutor* executor, const ServeBenchOverrides& overrides,
@@ -103,6 +135,12 @@ Status RunServeBenchWith(const ServeBenchConfig& config, StepExecutor* executor,
   res.plain_pool_bytes = cache.pool().bytes_reserved();
   res.encoded_pool_bytes = enc_pool ? enc_pool->bytes_reserved() : 0;
   res.kv_bytes_per_token = 2LL * shape.num_layers * shape.num_kv_heads * shape.head_dim * DTypeBytes(shape.dtype);
+  res.offload = cache.offload_enabled();
+  if (enc_pool != nullptr) {
+    ServePoolSpec pool;
+    KVLAB_RETURN_IF_ERROR(ServePoolFor(config, mc, &pool));
+    if (pool.plain_pool_bytes <= 0 && pool.pool_bytes > 0) res.split_request_tokens = pool.request_tokens;
+  }
   res.prefix_caching = cache.prefix_caching();
   res.prefix_unit_tokens = cache.prefix_caching() ? cache.prefix_unit_tokens() : 0;
   {
@@ -125,7 +163,7 @@ Status RunServeBenchWith(const ServeBenchConfig& config, StepExecutor* executor,
     if (!csv) return Status::IOError(overrides.csv_path + ": cannot write the occupancy CSV");
     csv << "time,running,waiting,batched_tokens,prefill_tokens,preempted,bytes_in_use,pool_bytes,occupancy,"
            "token_bytes,largest_request,largest_request_tokens,largest_request_bytes,largest_request_share,wall_ms,"
-           "cached_bytes,shared_bytes,prefix_hit_tokens\n";
+           "cached_bytes,shared_bytes,prefix_hit_tokens,device_bytes,host_bytes,disk_bytes\n";
   }
 
   std::vector<ChatSession> sessions;
@@ -141,7 +179,7 @@ Status RunServeBenchWith(const ServeBenchConfig& config, StepExecutor* executor,
   std::vector<std::vector<double>> class_ttft(res.classes.size()), class_tpot(res.classes.size());
   std::vector<double> wall_at = {0.0};  // wall ms inside steps before time t
   double wall = 0, sum_running = 0, sum_occupancy = 0, sum_token_bytes = 0, sum_used_bytes = 0, sum_cached = 0,
-         sum_shared = 0;
+         sum_shared = 0, sum_device = 0, sum_host = 0, sum_disk = 0;
   const int64_t max_steps = overrides.max_steps > 0 ? overrides.max_steps : config.max_steps;
   int64_t t = 0, next_id = 0, stalls = 0;
 
@@ -214,7 +252,16 @@ Status RunServeBenchWith(const ServeBenchConfig& config, StepExecutor* executor,
       // Blocks shared by several requests count once; blocks only the prefix
       // cache holds are free for allocation and counted apart.
       const int64_t shared_extra = cache.SharedExtraBytes(), cached_only = cache.CachedOnlyBytes();
-      const int64_t in_use = cache.BytesInUse() - cached_only;
+      const int64_t in_use = cache.BytesInUse() - cached_only;  // every tier
+      // Offloading moves blocks to host memory and disk: the pool is the
+      // device's, so occupancy is the device's share.
+      const int64_t device = cache.DeviceBytesInUse() - cached_only, host = cache.HostBytesInUse(),
+                    disk = cache.DiskBytesInUse();
+      sum_device += static_cast<double>(device);
+      sum_host += static_cast<double>(host);
+      sum_disk += static_cast<double>(disk);
+      res.peak_host_bytes = std::max(res.peak_host_bytes, host);
+      res.peak_disk_bytes = std::max(res.peak_disk_bytes, disk);
       if (used_by_requests - shared_extra != in_use) {
         return Status::Internal("serve-bench: the pools hold " + std::to_string(in_use) + " B for requests (and " +
                                 std::to_string(cached_only) + " B cached) but the running requests' streams hold " +
@@ -227,8 +274,8 @@ Status RunServeBenchWith(const ServeBenchConfig& config, StepExecutor* executor,
       for (const StepOutcome::Chunk& c : step.chunks) prefill_tokens += c.prefill ? c.num_tokens : 0;
       sum_running += static_cast<double>(running.size());
       res.peak_running = std::max<int64_t>(res.peak_running, static_cast<int64_t>(running.size()));
-      res.peak_bytes_in_use = std::max(res.peak_bytes_in_use, in_use);
-      sum_occupancy += static_cast<double>(in_use) / static_cast<double>(pool_bytes);
+      res.peak_bytes_in_use = std::max(res.peak_bytes_in_use, device);
+      sum_occupancy += static_cast<double>(device) / static_cast<double>(pool_bytes);
       sum_token_bytes += token_bytes;
       sum_used_bytes += static_cast<double>(in_use);
       int64_t largest_tokens = 0;
@@ -247,7 +294,8 @@ Status RunServeBenchWith(const ServeBenchConfig& config, StepExecutor* executor,
             << Fmt(static_cast<double>(in_use) / static_cast<double>(pool_bytes), 5) << ','
             << std::llround(token_bytes) << ',' << largest_id << ',' << largest_tokens << ',' << largest_bytes << ','
             << Fmt(static_cast<double>(largest_bytes) / static_cast<double>(pool_bytes), 5) << ',' << Fmt(wall, 3)
-            << ',' << cached_only << ',' << shared_extra << ',' << step.prefix_hit_tokens << '\n';
+            << ',' << cached_only << ',' << shared_extra << ',' << step.prefix_hit_tokens << ',' << device << ','
+            << host << ',' << disk << '\n';
       }
     }
     ++t;
@@ -292,6 +340,7 @@ Status RunServeBenchWith(const ServeBenchConfig& config, StepExecutor* executor,
   res.end_time = static_cast<double>(t);
   res.peak_plain_bytes = cache.pool().peak_bytes_in_use();
   res.peak_encoded_bytes = enc_pool ? enc_pool->peak_bytes_in_use() : 0;
+  res.peak_device_bytes = cache.PeakDeviceBytesInUse();
   res.wall_ms = wall;
   res.unfinished = static_cast<int64_t>(sched.RunningIds().size() + sched.WaitingIds().size());
   // Preemptions of requests still in flight count too.
@@ -319,6 +368,9 @@ Status RunServeBenchWith(const ServeBenchConfig& config, StepExecutor* executor,
     res.token_share_of_pool = sum_token_bytes / (static_cast<double>(pool_bytes) * static_cast<double>(res.steps));
     res.mean_cached_only_bytes = sum_cached / static_cast<double>(res.steps);
     res.mean_shared_saved_bytes = sum_shared / static_cast<double>(res.steps);
+    res.mean_device_bytes = sum_device / static_cast<double>(res.steps);
+    res.mean_host_bytes = sum_host / static_cast<double>(res.steps);
+    res.mean_disk_bytes = sum_disk / static_cast<double>(res.steps);
   }
   if (sum_used_bytes > 0) res.token_share_of_used = sum_token_bytes / sum_used_bytes;
 
@@ -346,7 +398,11 @@ Status RunServeBenchWith(const ServeBenchConfig& config, StepExecutor* executor,
         {"peak_plain_bytes", res.peak_plain_bytes}, {"peak_encoded_bytes", res.peak_encoded_bytes},
         {"mean_occupancy", res.mean_occupancy}, {"token_share_of_used", res.token_share_of_used},
         {"token_share_of_pool", res.token_share_of_pool}, {"largest_request_bytes", res.largest_request_bytes},
-        {"largest_request_tokens", res.largest_request_tokens}, {"largest_request_class", res.largest_request_class}};
+        {"largest_request_tokens", res.largest_request_tokens}, {"largest_request_class", res.largest_request_class},
+        {"offload", res.offload}, {"peak_device_bytes", res.peak_device_bytes},
+        {"mean_device_bytes", res.mean_device_bytes}, {"peak_host_bytes", res.peak_host_bytes},
+        {"mean_host_bytes", res.mean_host_bytes}, {"peak_disk_bytes", res.peak_disk_bytes},
+        {"mean_disk_bytes", res.mean_disk_bytes}, {"split_request_tokens", res.split_request_tokens}};
     std::ofstream f(overrides.json_path, std::ios::app);
     f << j.dump() << '\n';
     if (!f) return Status::IOError(overrides.json_path + ": cannot append the summary");
@@ -366,6 +422,7 @@ std::string FormatServeBenchReport(const ServeBenchConfig& config, const ServeBe
   o << "  KV pool     " << WithCommas(pool) << " B (" << DecimalUnits(pool) << "): plain " << WithCommas(r.plain_pool_bytes)
     << " B";
   if (r.encoded_pool_bytes > 0) o << " + encoded (" << r.shape.enc.Describe() << ") " << WithCommas(r.encoded_pool_bytes) << " B";
+  if (r.split_request_tokens > 0) o << " (split for requests of " << WithCommas(r.split_request_tokens) << " tokens)";
   o << "; " << WithCommas(r.kv_bytes_per_token) << " B per token uncompressed\n";
   o << "  workload    " << r.conversations << " conversations, " << r.requests << " requests: " << r.finished
     << " finished, " << r.rejected << " rejected, " << r.aborted << " aborted, " << r.unfinished << " unfinished";
@@ -407,6 +464,13 @@ std::string FormatServeBenchReport(const ServeBenchConfig& config, const ServeBe
   o << "  running     mean " << Fmt(r.mean_running, 1) << ", peak " << r.peak_running << " requests\n";
   o << "  occupancy   mean " << Pct(r.mean_occupancy) << " of the pool, peak " << DecimalUnits(r.peak_bytes_in_use)
     << " (" << Pct(pool > 0 ? static_cast<double>(r.peak_bytes_in_use) / static_cast<double>(pool) : 0) << ")\n";
+  if (r.offload) {
+    o << "  tiers       device mean " << DecimalUnits(static_cast<int64_t>(r.mean_device_bytes)) << ", peak "
+      << DecimalUnits(r.peak_device_bytes) << " (staging included); host mean "
+      << DecimalUnits(static_cast<int64_t>(r.mean_host_bytes)) << ", peak " << DecimalUnits(r.peak_host_bytes)
+      << "; disk mean " << DecimalUnits(static_cast<int64_t>(r.mean_disk_bytes)) << ", peak "
+      << DecimalUnits(r.peak_disk_bytes) << "\n";
+  }
   if (r.encoded_pool_bytes > 0) {
     o << "  pools       plain peak " << DecimalUnits(r.peak_plain_bytes) << " of " << DecimalUnits(r.plain_pool_bytes)
       << ", encoded peak " << DecimalUnits(r.peak_encoded_bytes) << " of " << DecimalUnits(r.encoded_pool_bytes) << "\n";

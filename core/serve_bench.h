@@ -24,6 +24,8 @@ namespace kvlab {
 //   kv_dtype = "bf16"         block_size = 16
 //   pool_gb = 15.0            or pool_blocks = N (plain blocks; encoded_pool_blocks with an encoding)
 //   plain_pool_gb = 1.0       optional, with an encoding stack: the plain pool's share of pool_gb
+//   split_request_tokens = 0  with an encoding stack and no plain_pool_gb: the request length the automatic
+//                             split sizes the pools for; 0: the workload's mean (ServePoolSpec::request_tokens)
 //   max_num_batched_tokens = 2048   max_num_seqs = 64   max_prefill_chunk = 0   watermark = 0.01
 //   max_context = 0           per-request cap on prompt + answer: the client drops the oldest history
 //   max_steps = 100000
@@ -66,6 +68,7 @@ struct ServeBenchResult {
   std::string executor, model, policy;
   CacheShape shape;
   int64_t plain_pool_bytes = 0, encoded_pool_bytes = 0;
+  int64_t split_request_tokens = 0;  // the request length the automatic plain/encoded split was sized for; 0: none
   int64_t kv_bytes_per_token = 0;  // uncompressed, stored heads: 2 * L * H_kv * d_h * b
   int64_t steps = 0;               // steps that ran a batch
   double end_time = 0;             // clock at the end, in steps (idle gaps included)
@@ -94,7 +97,13 @@ struct ServeBenchResult {
   int64_t peak_plain_bytes = 0, peak_encoded_bytes = 0;  // each pool's own peak
   // Bytes in use are the blocks requests hold (each shared block once);
   // blocks only the prefix cache holds are counted apart (cached_only).
-  double mean_occupancy = 0;       // bytes in use / pool bytes, averaged over steps
+  double mean_occupancy = 0;       // device bytes in use / pool bytes, averaged over steps
+  // Placement (offload): the device pools' bytes held by requests after each
+  // step (peak: the pools' own peak, staging blocks included) and those moved
+  // to host memory and disk. Without offloading, device = bytes in use.
+  bool offload = false;
+  int64_t peak_device_bytes = 0, peak_host_bytes = 0, peak_disk_bytes = 0;
+  double mean_device_bytes = 0, mean_host_bytes = 0, mean_disk_bytes = 0;
   double token_share_of_used = 0;  // bytes of real token slots / bytes in use (blocks held), step average
   double token_share_of_pool = 0;  // bytes of real token slots / pool bytes, step average
   // The request that held the most KV memory at any step.
@@ -118,6 +127,10 @@ Status RunServeBenchWith(const ServeBenchConfig& config, StepExecutor* executor,
                          ServeBenchResult* out);
 // The report `kvlab serve-bench` prints.
 std::string FormatServeBenchReport(const ServeBenchConfig& config, const ServeBenchResult& result);
+// The pools a config asks for: config.pool, with request_tokens (when 0,
+// pool_gb is split automatically and the stack seals an encoding) set to
+// the mean tokens (prompt + answer) of the workload's requests.
+Status ServePoolFor(const ServeBenchConfig& config, const ModelConfig& model, ServePoolSpec* out);
 // The model-free executor of a config (REQUIRES: config.model_free).
 Status NewModelFreeServeExecutor(const ServeBenchConfig& config, std::unique_ptr<StepExecutor>* out);
 

@@ -166,7 +166,7 @@ Status ParseServeBenchConfig(const std::string& text, const std::string& path, S
       "model",      "model_free",  "kv_dtype",     "block_size",    "pool_gb",    "pool_blocks",
       "plain_pool_gb", "encoded_pool_blocks", "max_num_batched_tokens", "max_num_seqs", "max_prefill_chunk",
       "max_context", "watermark",  "max_steps",    "weight_seed",   "attention",  "threads",
-      "prefix_caching", "policy",  "workload"};
+      "prefix_caching", "split_request_tokens", "policy",  "workload"};
   KVLAB_RETURN_IF_ERROR(ForEachKey(root, path, "", valid,
                                    [&](const std::string& k, const toml::node& n, const std::string& w) -> Status {
     int64_t iv = 0;
@@ -209,6 +209,7 @@ Status ParseServeBenchConfig(const std::string& text, const std::string& path, S
     }
     if (k == "pool_blocks") return WantNonNegInt(n, w, k, &cfg.pool.pool_blocks);
     if (k == "encoded_pool_blocks") return WantNonNegInt(n, w, k, &cfg.pool.encoded_pool_blocks);
+    if (k == "split_request_tokens") return WantNonNegInt(n, w, k, &cfg.pool.request_tokens);
     if (k == "max_num_batched_tokens") return WantNonNegInt(n, w, k, &cfg.scheduler.max_num_batched_tokens);
     if (k == "max_num_seqs") return WantNonNegInt(n, w, k, &cfg.scheduler.max_num_seqs);
     if (k == "max_prefill_chunk") return WantNonNegInt(n, w, k, &cfg.scheduler.max_prefill_chunk);

@@ -154,9 +154,11 @@ TEST(ServeBenchConfigTest, PrefixCachingKey) {
   EXPECT_EQ(cfg.pool.prefix_caching, PrefixCachingMode::kOff);
   ASSERT_TRUE(Parse(std::string("pool_gb = 1\nprefix_caching = true\n[[policy]]\nname = \"kivi\"\n") + kUsers, &cfg).ok());
   EXPECT_EQ(cfg.pool.prefix_caching, PrefixCachingMode::kOn);
-  std::string e = ErrorOf(std::string("pool_gb = 1\nprefix_caching = true\n[[policy]]\nname = \"h2o\"\n") + kUsers);
-  EXPECT_NE(e.find("cfg.toml:2:18: prefix_caching = true, but the stack 'h2o("), std::string::npos) << e;
-  EXPECT_NE(e.find("selection policy 'h2o' changes a stream's kept slots"), std::string::npos) << e;
+  ASSERT_TRUE(Parse(std::string("pool_gb = 1\nprefix_caching = true\n[[policy]]\nname = \"h2o\"\n") + kUsers, &cfg).ok())
+      << "selection stacks share by copy on write";
+  std::string e = ErrorOf(std::string("pool_gb = 1\nprefix_caching = true\n[[policy]]\nname = \"offload\"\n") + kUsers);
+  EXPECT_NE(e.find("cfg.toml:2:18: prefix_caching = true, but the stack 'offload("), std::string::npos) << e;
+  EXPECT_NE(e.find("placement policy 'offload' moves blocks off the device"), std::string::npos) << e;
   e = ErrorOf(std::string("pool_gb = 1\nprefix_caching = 1\n") + kUsers);
   EXPECT_NE(e.find("cfg.toml:2:18: 'prefix_caching' must be true or false"), std::string::npos) << e;
 }
@@ -205,6 +207,100 @@ system_tokens = 200
   EXPECT_GT(j_on["prompt_cached_tokens"].get<int64_t>(), 11 * 192);
   EXPECT_GT(j_on["prefix_hit_rate"].get<double>(), 0.5);
   EXPECT_LT(j_on["batched_tokens"].get<int64_t>(), j_off["batched_tokens"].get<int64_t>() / 2);
+}
+
+// The plain/encoded split of a byte budget for an encoding stack: sized for
+// as many requests of request_tokens as the budget holds, each with its
+// plain residual and tail and its encoded blocks.
+TEST(ServePoolSplitTest, SizedForTheRequestLength) {
+  ModelConfig mc;
+  ASSERT_TRUE(PresetConfig("llama-3.1-8b", &mc).ok());
+  PolicyStack stack;
+  ASSERT_TRUE(PolicyStack::Create({{"kivi", {}, "t"}}, &stack).ok());
+  ServePoolSpec spec;
+  spec.pool_bytes = 2'000'000'000;
+  spec.max_num_seqs = 256;
+  spec.max_num_batched_tokens = 512;
+  ServeCachePlan half, sized;
+  ASSERT_TRUE(PlanServeCache(mc, stack, 16, DType::kBF16, spec, &half).ok());
+  EXPECT_EQ(half.PlainBytes(), spec.pool_bytes / 2 / half.shape.BlockBytes() * half.shape.BlockBytes())
+      << "without a request length the plain pool is capped at half";
+  EXPECT_EQ(half.split_requests, 0);
+  spec.request_tokens = 600;
+  ASSERT_TRUE(PlanServeCache(mc, stack, 16, DType::kBF16, spec, &sized).ok());
+  const CacheShape& sh = sized.shape;
+  const int64_t streams = sh.StreamsPerSequence(), bb = sh.BlockBytes(), ebb = sh.enc.BlockBytes();
+  const int64_t tpb = sh.enc.tokens_per_block, res = sh.residual;
+  const int64_t p = (res + tpb - 1 + 15) / 16 + 1, e = (600 - res) / tpb, batch = 512 / 16;
+  const int64_t n = (spec.pool_bytes - streams * batch * bb) / (streams * (p * bb + e * ebb));
+  ASSERT_GT(n, 1);
+  ASSERT_LT(n, 256);
+  EXPECT_EQ(sized.split_requests, n);
+  EXPECT_EQ(sized.num_blocks, streams * (batch + n * p));
+  // n requests of 600 tokens fit both pools, and the budget is used.
+  EXPECT_GE(sized.num_encoded_blocks, n * e * streams);
+  EXPECT_LE(sized.PlainBytes() + sized.EncodedBytes(), spec.pool_bytes);
+  EXPECT_GT(sized.PlainBytes() + sized.EncodedBytes(), spec.pool_bytes - streams * ebb);
+  // Half the budget in plain blocks holds fewer such requests: KIVI's
+  // residual of 128 bf16 tokens outweighs its encoded blocks at 600 tokens.
+  const int64_t fit_half = (half.num_blocks / streams - batch) / p;
+  EXPECT_LT(std::min(fit_half, half.num_encoded_blocks / streams / e), n);
+  // A budget larger than max_num_seqs requests need leaves the rest to the encoded pool.
+  spec.max_num_seqs = 4;
+  ASSERT_TRUE(PlanServeCache(mc, stack, 16, DType::kBF16, spec, &sized).ok());
+  EXPECT_EQ(sized.split_requests, 4);
+  EXPECT_EQ(sized.num_blocks, streams * (batch + 4 * p));
+}
+
+// serve-bench sizes the split from the workload's mean request length (460
+// tokens here); on such short requests KIVI-2's 128-token bf16 residual
+// outweighs its encoded blocks, and the sized split (three quarters plain)
+// runs more requests at once than half the budget in plain blocks.
+TEST(ServeBenchRunTest, KiviSplitFollowsTheWorkload) {
+  const std::string common = R"(
+model = "llama-3.1-8b"
+pool_gb = 0.2
+max_num_seqs = 64
+max_num_batched_tokens = 256
+[[policy]]
+name = "kivi"
+[workload]
+seed = 4
+[[workload.users]]
+count = 40
+arrival_rate = 1.0
+user_tokens = {dist = "uniform", min = 200, max = 500}
+output_tokens = {dist = "uniform", min = 50, max = 150}
+)";
+  ServeBenchOverrides ov;
+  ov.json_path = ::testing::TempDir() + "serve_split.jsonl";
+  std::remove(ov.json_path.c_str());
+  std::string half, sized;
+  ASSERT_TRUE(RunModelFree(WriteTemp("serve_half.toml", "plain_pool_gb = 0.1\n" + common), ov, &half).ok());
+  Status s = RunModelFree(WriteTemp("serve_sized.toml", common), ov, &sized);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(half.find("split for requests of"), std::string::npos) << half;
+  EXPECT_NE(sized.find("split for requests of"), std::string::npos) << sized;
+  std::ifstream f(ov.json_path);
+  std::string line_half, line_sized;
+  ASSERT_TRUE(std::getline(f, line_half) && std::getline(f, line_sized));
+  const auto jh = nlohmann::json::parse(line_half), js = nlohmann::json::parse(line_sized);
+  EXPECT_EQ(jh["split_request_tokens"], 0);
+  EXPECT_GT(js["split_request_tokens"].get<int64_t>(), 100);
+  EXPECT_GT(js["plain_pool_bytes"].get<int64_t>(), jh["plain_pool_bytes"].get<int64_t>());
+  EXPECT_EQ(js["finished"], jh["finished"]);
+  EXPECT_LT(js["steps"].get<int64_t>(), jh["steps"].get<int64_t>());
+  EXPECT_GT(js["mean_running"].get<double>(), jh["mean_running"].get<double>());
+  EXPECT_GT(js["token_share_of_pool"].get<double>(), jh["token_share_of_pool"].get<double>());
+  // The key overrides the workload's mean.
+  ServeBenchConfig cfg;
+  ASSERT_TRUE(Parse("split_request_tokens = 300\n" + common, &cfg).ok());
+  EXPECT_EQ(cfg.pool.request_tokens, 300);
+  ModelConfig mc;
+  ASSERT_TRUE(PresetConfig("llama-3.1-8b", &mc).ok());
+  ServePoolSpec pool;
+  ASSERT_TRUE(ServePoolFor(cfg, mc, &pool).ok());
+  EXPECT_EQ(pool.request_tokens, 300);
 }
 
 }  // namespace

@@ -21,7 +21,7 @@ import plot_serve  # noqa: E402
 # As core/serve_bench.cpp writes it (checked against the source below when it is there).
 HEADER = ("time,running,waiting,batched_tokens,prefill_tokens,preempted,bytes_in_use,pool_bytes,occupancy,"
           "token_bytes,largest_request,largest_request_tokens,largest_request_bytes,largest_request_share,wall_ms,"
-          "cached_bytes,shared_bytes,prefix_hit_tokens")
+          "cached_bytes,shared_bytes,prefix_hit_tokens,device_bytes,host_bytes,disk_bytes")
 POOL = 15_000_000_000
 
 
@@ -39,7 +39,7 @@ def check_header_matches_source():
 def row(t, running, waiting, preempted, in_use, cached):
     occ = in_use / POOL
     return (f"{t},{running},{waiting},{running + 100},100,{preempted},{in_use},{POOL},{occ:.5f},{in_use},0,1000,"
-            f"{in_use // 2},{occ / 2:.5f},{t * 0.5:.3f},{cached},0,0")
+            f"{in_use // 2},{occ / 2:.5f},{t * 0.5:.3f},{cached},0,0,{in_use},0,0")
 
 
 def write_csv(path, header, rows):

@@ -125,9 +125,9 @@ DType PolicyStack::StorageDType(DType requested) const {
 
 bool PolicyStack::SharesPrefixBlocks(std::string* why_not) const {
   std::string why;
-  if (const KVPolicy* p = For(kConcernSelection)) {
-    why = "selection policy '" + std::string(p->Name()) + "' changes a stream's kept slots after its blocks are shared";
-  } else if (const KVPolicy* q = For(kConcernPlacement)) {
+  // Selection does not stand in the way: core copies a shared block before
+  // a compaction writes it (KVCache::Compact).
+  if (const KVPolicy* q = For(kConcernPlacement)) {
     why = "placement policy '" + std::string(q->Name()) + "' moves blocks off the device";
   } else if (const KVPolicy* r = For(kConcernRepresentation); r != nullptr && !r->EncodingDeterministic()) {
     why = "representation policy '" + std::string(r->Name()) + "' does not declare its encoding deterministic";

@@ -182,11 +182,12 @@ class PolicyStack {
   bool SealedEncoding(int head_dim, int block_size, KvEncoding* enc, int64_t* residual_tokens) const;
   bool Placement(PlacementOptions* o) const;
   // Whether the cache's full blocks may be shared across sequences with the
-  // same prefix (prefix caching). Not with a selection policy (it changes a
-  // stream's kept slots, and so the shared blocks, after sharing; kvlab has
-  // no copy-on-write), nor with placement (blocks move off the device), nor
-  // with a sealed encoding its policy does not declare deterministic. Else
-  // true; *why_not (if given) says which policy stands in the way.
+  // same prefix (prefix caching). Not with placement (blocks move off the
+  // device), nor with a sealed encoding its policy does not declare
+  // deterministic. A selection policy may share: core copies a shared block
+  // before compaction writes it (copy on write), and caches only blocks
+  // computed before a sequence's first eviction. Else true; *why_not (if
+  // given) says which policy stands in the way.
   bool SharesPrefixBlocks(std::string* why_not) const;
   // Prefix caching is on by default where sharing is exact: stacks without
   // selection, representation or placement (`full`, head sharing).

@@ -250,7 +250,7 @@ def committed_models(kvlab, c):
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "datasets", "models")
     text = b"In the beginning the KV cache was small; then came long chats. The pass key is 71432."
     tokens = [256] + list(text)
-    for name in ("tiny-gqa", "tiny-mha"):
+    for name in ("tiny-gqa", "tiny-mha", "tiny-recall"):
         model_dir = os.path.join(root, name)
         if not os.path.exists(os.path.join(model_dir, "model.safetensors")):
             print(f"note: {name} not found under datasets/models, skipped")

@@ -1,5 +1,7 @@
-// CUDA cache writers: AppendKv and EncodeSealKivi (see append_kv.h).
+// CUDA cache writers: AppendKv, EncodeSealKivi and EncodeSealQuant8 (see append_kv.h).
 #include "kernels/cuda/append_kv.h"
+
+#include <cuda_fp8.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -186,6 +188,80 @@ __global__ void EncodeSealKiviKernel(const __grid_constant__ SealArgs a) {
   }
 }
 
+struct Quant8Args {
+  const uint8_t* base;
+  int64_t block_bytes;
+  const int32_t* indptr;
+  const int32_t* indices;
+  int block_size;
+  int head_dim;
+  uint8_t* enc_base;
+  int64_t enc_block_bytes;
+  const int32_t* job_stream;
+  const int32_t* job_first;
+  const int32_t* job_dst;
+  int tpb;
+  int fp8;              // 1: fp8 e4m3, 0: int8
+  int rows_per_scale;   // 1 (per-token scales) or tpb (one per block)
+  int64_t code_bytes, nk;
+};
+
+// One CTA per job; K then V: gather the block as fp32 into shared memory, one
+// warp per scale group for the absmax (max is exact, so any order gives
+// Sym8Encode's), then one thread per code. Same operations as Sym8Encode in
+// kv_encoding.cpp.
+template <typename T>
+__global__ void EncodeSealQuant8Kernel(const __grid_constant__ Quant8Args a) {
+  const int D = a.head_dim;
+  const int n = a.tpb * D;
+  const int num_groups = a.tpb / a.rows_per_scale;
+  float* x = reinterpret_cast<float*>(DynamicSmem());
+  float* sc = x + n;
+  const int job = blockIdx.x;
+  const int s = a.job_stream[job];
+  const int64_t first = a.job_first[job];
+  uint8_t* dst = a.enc_base + static_cast<int64_t>(a.job_dst[job]) * a.enc_block_bytes;
+  const float qmax = a.fp8 ? 448.0f : 127.0f;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, num_warps = blockDim.x / 32;
+  for (int which = 0; which < 2; ++which) {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      const int t = i / D, ch = i % D;
+      const int64_t slot = first + t;
+      const int32_t blk = a.indices[a.indptr[s] + static_cast<int32_t>(slot / a.block_size)];
+      const uint8_t* src = a.base + static_cast<int64_t>(blk) * a.block_bytes +
+                           (static_cast<int64_t>(which) * a.block_size + slot % a.block_size) * D * sizeof(T) +
+                           ch * sizeof(T);
+      x[i] = Storage<T>::One(src);
+    }
+    __syncthreads();
+    uint16_t* scales = reinterpret_cast<uint16_t*>(dst + 2 * a.code_bytes) + (which == 0 ? 0 : a.nk);
+    const int group_n = a.rows_per_scale * D;
+    for (int g = warp; g < num_groups; g += num_warps) {  // whole warps: the shuffles see all lanes
+      float amax = 0.0f;
+      for (int i = lane; i < group_n; i += 32) amax = fmaxf(amax, fabsf(x[g * group_n + i]));
+      for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+      if (lane == 0) {
+        const __half sh = __float2half_rn(__fdiv_rn(amax, qmax));
+        scales[g] = __half_as_ushort(sh);
+        sc[g] = __half2float(sh);
+      }
+    }
+    __syncthreads();
+    uint8_t* codes = dst + which * a.code_bytes;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      const float scale = sc[i / group_n];
+      const float y = scale > 0.0f ? __fdiv_rn(x[i], scale) : 0.0f;
+      if (a.fp8) {
+        codes[i] = static_cast<uint8_t>(__nv_cvt_float_to_fp8(y, __NV_SATFINITE, __NV_E4M3));
+      } else {
+        const float q = fminf(fmaxf(rintf(y), -127.0f), 127.0f);
+        codes[i] = static_cast<uint8_t>(static_cast<int8_t>(q));
+      }
+    }
+    __syncthreads();  // x and sc are reused for V
+  }
+}
+
 template <typename T>
 cudaError_t LaunchAppend(const AppendArgs& a, cudaStream_t stream) {
   const int64_t threads_total = a.total_rows * (a.head_dim / 4);
@@ -203,6 +279,39 @@ cudaError_t LaunchSeal(const SealArgs& a, int num_jobs, int64_t smem, cudaStream
   }
   return LaunchKernel(EncodeSealKiviKernel<T>, dim3(static_cast<unsigned>(num_jobs)), dim3(kThreads),
                       static_cast<size_t>(smem), stream, a);
+}
+
+template <typename T>
+cudaError_t LaunchQuant8(const Quant8Args& a, int num_jobs, int64_t smem, cudaStream_t stream) {
+  if (smem > 48 * 1024) {
+    const cudaError_t err = cudaFuncSetAttribute(reinterpret_cast<const void*>(EncodeSealQuant8Kernel<T>),
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (err != cudaSuccess) return err;
+  }
+  return LaunchKernel(EncodeSealQuant8Kernel<T>, dim3(static_cast<unsigned>(num_jobs)), dim3(kThreads),
+                      static_cast<size_t>(smem), stream, a);
+}
+
+// Checks shared by the encode-on-seal launchers, after the format's own.
+std::string SealCommonCheck(const char* what, const PagedKV& kv, const KvEncoding& enc, const uint8_t* enc_base,
+                            int64_t enc_block_bytes, const SealJobs& jobs) {
+  const std::string w(what);
+  const std::string why = enc.Validate();
+  if (!why.empty()) return w + ": " + why;
+  if (enc.head_dim != kv.head_dim) return w + ": encoding head_dim differs from the cache's";
+  if (jobs.num_jobs < 0) return w + ": num_jobs must be >= 0";
+  if (jobs.num_jobs == 0) return "";
+  if (kv.block_size <= 0 || kv.block_bytes < 2LL * kv.block_size * kv.head_dim * DTypeBytes(kv.dtype)) {
+    return w + ": bad block_size or block_bytes";
+  }
+  if (enc_block_bytes < enc.BlockBytes() || enc_block_bytes % 2 != 0) {
+    return w + ": enc_block_bytes must be even and >= BlockBytes() = " + std::to_string(enc.BlockBytes());
+  }
+  if (kv.base == nullptr || kv.indptr == nullptr || kv.indices == nullptr || enc_base == nullptr ||
+      !Aligned(enc_base, 2) || jobs.stream == nullptr || jobs.first_slot == nullptr || jobs.dst_block == nullptr) {
+    return w + ": a pointer is null (or enc_base is not 2-byte aligned)";
+  }
+  return "";
 }
 
 }  // namespace
@@ -258,23 +367,10 @@ cudaError_t AppendKv(const PagedKV& kv, const int32_t* qo_indptr, int num_seqs, 
 
 std::string EncodeSealKiviCheck(const PagedKV& kv, const KvEncoding& enc, const uint8_t* enc_base,
                                 int64_t enc_block_bytes, const SealJobs& jobs) {
-  if (enc.kind != EncodingKind::kKivi) return "encode_seal: only KIVI is implemented on CUDA, got " + enc.Describe();
-  const std::string why = enc.Validate();
-  if (!why.empty()) return "encode_seal: " + why;
-  if (enc.head_dim != kv.head_dim) return "encode_seal: encoding head_dim differs from the cache's";
-  if (jobs.num_jobs < 0) return "encode_seal: num_jobs must be >= 0";
-  if (jobs.num_jobs == 0) return "";
-  if (kv.block_size <= 0 || kv.block_bytes < 2LL * kv.block_size * kv.head_dim * DTypeBytes(kv.dtype)) {
-    return "encode_seal: bad block_size or block_bytes";
+  if (enc.kind != EncodingKind::kKivi) {
+    return "encode_seal: EncodeSealKivi takes KIVI only (int8 / fp8: EncodeSealQuant8), got " + enc.Describe();
   }
-  if (enc_block_bytes < enc.BlockBytes() || enc_block_bytes % 2 != 0) {
-    return "encode_seal: enc_block_bytes must be even and >= BlockBytes() = " + std::to_string(enc.BlockBytes());
-  }
-  if (kv.base == nullptr || kv.indptr == nullptr || kv.indices == nullptr || enc_base == nullptr ||
-      !Aligned(enc_base, 2) || jobs.stream == nullptr || jobs.first_slot == nullptr || jobs.dst_block == nullptr) {
-    return "encode_seal: a pointer is null (or enc_base is not 2-byte aligned)";
-  }
-  return "";
+  return SealCommonCheck("encode_seal", kv, enc, enc_base, enc_block_bytes, jobs);
 }
 
 cudaError_t EncodeSealKivi(const PagedKV& kv, const KvEncoding& enc, uint8_t* enc_base, int64_t enc_block_bytes,
@@ -309,6 +405,47 @@ cudaError_t EncodeSealKivi(const PagedKV& kv, const KvEncoding& enc, uint8_t* en
     case DType::kF32: return LaunchSeal<float>(a, jobs.num_jobs, smem, stream);
     case DType::kF16: return LaunchSeal<__half>(a, jobs.num_jobs, smem, stream);
     case DType::kBF16: return LaunchSeal<__nv_bfloat16>(a, jobs.num_jobs, smem, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+
+std::string EncodeSealQuant8Check(const PagedKV& kv, const KvEncoding& enc, const uint8_t* enc_base,
+                                  int64_t enc_block_bytes, const SealJobs& jobs) {
+  if (enc.kind != EncodingKind::kInt8 && enc.kind != EncodingKind::kFp8) {
+    return "encode_seal_quant8: only int8 and fp8, got " + enc.Describe();
+  }
+  return SealCommonCheck("encode_seal_quant8", kv, enc, enc_base, enc_block_bytes, jobs);
+}
+
+cudaError_t EncodeSealQuant8(const PagedKV& kv, const KvEncoding& enc, uint8_t* enc_base, int64_t enc_block_bytes,
+                             const SealJobs& jobs, cudaStream_t stream) {
+  if (!EncodeSealQuant8Check(kv, enc, enc_base, enc_block_bytes, jobs).empty()) {
+    return enc.kind == EncodingKind::kKivi ? cudaErrorNotSupported : cudaErrorInvalidValue;
+  }
+  if (jobs.num_jobs == 0) return cudaSuccess;
+  Quant8Args a{};
+  a.base = kv.base;
+  a.block_bytes = kv.block_bytes;
+  a.indptr = kv.indptr;
+  a.indices = kv.indices;
+  a.block_size = kv.block_size;
+  a.head_dim = kv.head_dim;
+  a.enc_base = enc_base;
+  a.enc_block_bytes = enc_block_bytes;
+  a.job_stream = jobs.stream;
+  a.job_first = jobs.first_slot;
+  a.job_dst = jobs.dst_block;
+  a.tpb = enc.tokens_per_block;
+  a.fp8 = enc.kind == EncodingKind::kFp8 ? 1 : 0;
+  a.rows_per_scale = enc.scale_per_token ? 1 : enc.tokens_per_block;
+  a.code_bytes = enc.CodeBytes();
+  a.nk = enc.NumKeyParams();
+  const int64_t smem = (static_cast<int64_t>(a.tpb) * a.head_dim + a.tpb) * 4;
+  switch (kv.dtype) {
+    case DType::kF32: return LaunchQuant8<float>(a, jobs.num_jobs, smem, stream);
+    case DType::kF16: return LaunchQuant8<__half>(a, jobs.num_jobs, smem, stream);
+    case DType::kBF16: return LaunchQuant8<__nv_bfloat16>(a, jobs.num_jobs, smem, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -1,7 +1,7 @@
 // CUDA cache writers: AppendKv (a step's new K/V into the paged cache, as
-// kernels/append_kv.h does on the CPU) and EncodeSealKivi (encode-on-seal: a
-// full group of plain slots into one KIVI block, bit-identical to
-// EncodeKvBlock). Plain structs and raw device pointers, no libtorch; launchers
+// kernels/append_kv.h does on the CPU), EncodeSealKivi and EncodeSealQuant8
+// (encode-on-seal: a full group of plain slots into one KIVI, or one int8 /
+// fp8, block, bit-identical to EncodeKvBlock). Plain structs and raw device pointers, no libtorch; launchers
 // return a cudaError_t and never throw.
 #pragma once
 
@@ -51,10 +51,24 @@ std::string EncodeSealKiviCheck(const PagedKV& kv, const KvEncoding& enc, const 
 // exactly to fp32) with the KIVI format `enc` (either axis for K and V),
 // writing the same bytes as EncodeKvBlock would: fp16 (round-to-nearest-even)
 // zero = min and scale = (max - min) / (2^bits - 1), codes rint((x - zero) /
-// scale) clamped, packed little-endian. Only KIVI (int8 / fp8:
+// scale) clamped, packed little-endian. Only KIVI (int8 / fp8, EncodeSealQuant8:
 // cudaErrorNotSupported). REQUIRES: the slots exist (not checked on the device).
 cudaError_t EncodeSealKivi(const PagedKV& kv, const KvEncoding& enc, uint8_t* enc_base, int64_t enc_block_bytes,
                            const SealJobs& jobs, cudaStream_t stream);
+
+// Host-side checks of EncodeSealQuant8: empty when valid.
+std::string EncodeSealQuant8Check(const PagedKV& kv, const KvEncoding& enc, const uint8_t* enc_base,
+                                  int64_t enc_block_bytes, const SealJobs& jobs);
+
+// The int8 / fp8 (e4m3) formats of `enc` (per-token or per-block scales), as
+// EncodeKvBlock writes them: fp16 (round-to-nearest-even) scale = absmax /
+// 127 (int8) or / 448 (fp8); codes of x / scale (IEEE division), int8 by
+// rint and clamping to +-127, fp8 by the CUDA conversion with satfinite
+// (round-to-nearest-even, saturating at 448); 0 when the scale is 0. Bytes
+// equal EncodeKvBlock's for finite inputs (a NaN input may give another fp8
+// code). KIVI: cudaErrorNotSupported. REQUIRES: the slots exist.
+cudaError_t EncodeSealQuant8(const PagedKV& kv, const KvEncoding& enc, uint8_t* enc_base, int64_t enc_block_bytes,
+                             const SealJobs& jobs, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace kvlab

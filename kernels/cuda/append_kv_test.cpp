@@ -1,5 +1,5 @@
 // The CUDA cache writers against the CPU, byte for byte: AppendKv against
-// AppendKV, EncodeSealKivi against EncodeKvBlock; and their argument checks,
+// AppendKV, EncodeSealKivi and EncodeSealQuant8 against EncodeKvBlock; and their argument checks,
 // which run anywhere. Device tests skip when no GPU is present. The same file
 // runs on the CPU emulation of CUDA (paged_decode_emu_test).
 #include <cuda_runtime_api.h>
@@ -174,6 +174,115 @@ TEST(EncodeSealCudaTest, MatchesEncodeKvBlock) {
   }
 }
 
+// int8 / fp8 blocks of tpb tokens, per-token or per-block scales, over every
+// storage dtype and block sizes 1 and 16. Rows with rounding ties (chosen so
+// that the scale is a power of two: x / scale is exact), fp8 subnormals,
+// signed zeros, all-zero rows (scale 0) and large values.
+TEST(EncodeSealCudaTest, Quant8MatchesEncodeKvBlock) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(13);
+  struct Fmt {
+    EncodingKind kind;
+    int tpb;
+    bool per_token;
+  };
+  const Fmt fmts[] = {{EncodingKind::kInt8, 16, true},  {EncodingKind::kFp8, 16, true},
+                      {EncodingKind::kInt8, 32, false}, {EncodingKind::kFp8, 32, false},
+                      {EncodingKind::kFp8, 1, true},    {EncodingKind::kInt8, 4, true}};
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (int bs : {1, 16}) {
+      for (const Fmt& f : fmts) {
+        const int d = f.tpb > 16 ? 64 : 128;
+        const bool fp8 = f.kind == EncodingKind::kFp8;
+        SCOPED_TRACE(std::string(DTypeName(dtype)) + " block_size " + std::to_string(bs) + (fp8 ? " fp8" : " int8") +
+                     " tpb " + std::to_string(f.tpb) + (f.per_token ? " per-token" : " per-block"));
+        KvEncoding e;
+        e.kind = f.kind;
+        e.bits = 8;
+        e.head_dim = d;
+        e.tokens_per_block = f.tpb;
+        e.group = f.tpb;
+        e.scale_per_token = f.per_token;
+        ASSERT_EQ(e.Validate(), "");
+        const int tpb = f.tpb;
+        std::vector<int64_t> plain_len = {2LL * tpb + 3, tpb, tpb + 16, 3LL * tpb};
+        HostCache hc = MakePlainCache(dtype, bs, d, plain_len, &rng);
+        PagedKV host_kv = HostView(hc, dtype, bs, d);
+        // Ties: fp8 amax 28 -> scale 1/16; int8 amax 15.875 -> scale 1/8.
+        const std::vector<float> fp8_row = {28.0f, 17.0f / 256, 19.0f / 256, 3.0f / 16384, -0.0f, -17.0f / 256,
+                                            1.0f / 16384, -29.0f / 256};
+        const std::vector<float> int8_row = {15.875f, 2.5f / 8, 3.5f / 8, -2.5f / 8, -0.0f, -3.5f / 8, 0.5f / 8, 1.5f / 8};
+        for (int s = 0; s < host_kv.num_streams; ++s) {
+          for (int64_t t = 0; t < plain_len[s]; ++t) {
+            for (uint8_t* ptr : {host_kv.KeyPtr(s, t), host_kv.ValuePtr(s, t)}) {
+              std::vector<float> row(static_cast<size_t>(d));
+              ConvertToF32(dtype, ptr, row.data(), d);
+              if (t % 4 == 1) {
+                const std::vector<float>& special = fp8 ? fp8_row : int8_row;
+                std::copy(special.begin(), special.end(), row.begin());
+              } else if (t % 4 == 2) {
+                std::fill(row.begin(), row.end(), 0.0f);
+              } else {
+                row[3] *= 1000.0f;
+                row[4] = (t % 8 == 0) ? 0.0f : -0.0f;
+              }
+              ConvertFromF32(dtype, row.data(), ptr, d);
+            }
+          }
+        }
+        const std::vector<int32_t> job_stream = {0, 0, 1, 2, 3};
+        const std::vector<int32_t> job_first = {0, tpb, 0, std::min(16, tpb), 2 * tpb};
+        const std::vector<int32_t> job_dst = {3, 0, 4, 1, 2};
+        const int64_t bb = e.BlockBytes();
+        std::vector<uint8_t> want(static_cast<size_t>(5 * bb), 0xab);
+        std::vector<float> k(static_cast<size_t>(tpb) * d), v(k.size());
+        for (size_t j = 0; j < job_stream.size(); ++j) {
+          for (int t = 0; t < tpb; ++t) {
+            ConvertToF32(dtype, host_kv.KeyPtr(job_stream[j], job_first[j] + t), k.data() + static_cast<size_t>(t) * d, d);
+            ConvertToF32(dtype, host_kv.ValuePtr(job_stream[j], job_first[j] + t), v.data() + static_cast<size_t>(t) * d, d);
+          }
+          EncodeKvBlock(e, k.data(), v.data(), want.data() + job_dst[j] * bb);
+        }
+
+        DeviceBuffer d_pool, d_indptr, d_indices, d_enc, d_js, d_jf, d_jd;
+        CUDA_ASSERT(d_pool.Upload(hc.pool));
+        CUDA_ASSERT(d_indptr.Upload(hc.indptr));
+        CUDA_ASSERT(d_indices.Upload(hc.indices));
+        CUDA_ASSERT(d_enc.Upload(std::vector<uint8_t>(want.size(), 0xab)));
+        CUDA_ASSERT(d_js.Upload(job_stream));
+        CUDA_ASSERT(d_jf.Upload(job_first));
+        CUDA_ASSERT(d_jd.Upload(job_dst));
+        PagedKV kv = host_kv;
+        kv.base = d_pool.as<uint8_t>();
+        kv.indptr = d_indptr.as<int32_t>();
+        kv.indices = d_indices.as<int32_t>();
+        kv.last_block_len = nullptr;  // not read by the seal
+        cuda::SealJobs jobs;
+        jobs.num_jobs = static_cast<int>(job_stream.size());
+        jobs.stream = d_js.as<int32_t>();
+        jobs.first_slot = d_jf.as<int32_t>();
+        jobs.dst_block = d_jd.as<int32_t>();
+        EXPECT_EQ(cuda::EncodeSealQuant8Check(kv, e, d_enc.as<uint8_t>(), bb, jobs), "");
+        CUDA_ASSERT(cuda::EncodeSealQuant8(kv, e, d_enc.as<uint8_t>(), bb, jobs, nullptr));
+        CUDA_ASSERT(cudaDeviceSynchronize());
+        std::vector<uint8_t> got;
+        CUDA_ASSERT(d_enc.Download(&got));
+        ASSERT_EQ(got.size(), want.size());
+        int64_t first_bad = -1;
+        for (size_t i = 0; i < got.size(); ++i) {
+          if (got[i] != want[i]) {
+            first_bad = static_cast<int64_t>(i);
+            break;
+          }
+        }
+        EXPECT_EQ(first_bad, -1) << "block " << first_bad / bb << " byte " << first_bad % bb << " of " << bb << ": got "
+                                 << (first_bad >= 0 ? static_cast<int>(got[first_bad]) : 0) << ", expected "
+                                 << (first_bad >= 0 ? static_cast<int>(want[first_bad]) : 0);
+      }
+    }
+  }
+}
+
 TEST(AppendKvArgsTest, RejectsBadCallsBeforeLaunching) {
   alignas(16) static float fake[64];
   static int32_t fake_i[8];
@@ -206,6 +315,20 @@ TEST(AppendKvArgsTest, RejectsBadCallsBeforeLaunching) {
   kivi.bits = 3;  // invalid
   kivi.head_dim = 64;
   EXPECT_EQ(cuda::EncodeSealKivi(kv, kivi, reinterpret_cast<uint8_t*>(fake), 4096, jobs, nullptr),
+            cudaErrorInvalidValue);
+
+  // EncodeSealQuant8: int8 / fp8 only; enc_block_bytes must hold a block.
+  EXPECT_EQ(cuda::EncodeSealQuant8Check(kv, int8, reinterpret_cast<uint8_t*>(fake), int8.BlockBytes(), jobs), "");
+  kivi.bits = 2;
+  kivi.tokens_per_block = kivi.group = 16;
+  EXPECT_EQ(cuda::EncodeSealQuant8(kv, kivi, reinterpret_cast<uint8_t*>(fake), 4096, jobs, nullptr),
+            cudaErrorNotSupported);
+  EXPECT_EQ(cuda::EncodeSealQuant8(kv, int8, reinterpret_cast<uint8_t*>(fake), int8.BlockBytes() - 2, jobs, nullptr),
+            cudaErrorInvalidValue);
+  KvEncoding fp8_bad = int8;
+  fp8_bad.kind = EncodingKind::kFp8;
+  fp8_bad.bits = 4;  // invalid
+  EXPECT_EQ(cuda::EncodeSealQuant8(kv, fp8_bad, reinterpret_cast<uint8_t*>(fake), 4096, jobs, nullptr),
             cudaErrorInvalidValue);
 }
 

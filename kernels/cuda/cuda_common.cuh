@@ -1,6 +1,6 @@
 // Device helpers shared by kvlab's CUDA kernels: storage-dtype conversion of
-// 16-byte vectors, cp.async wrappers, the CTA's dynamic shared memory and the
-// typed launch helper. Included by .cu files only. With KVLAB_CUDA_EMULATION
+// 16-byte vectors and of int8 / fp8 codes, cp.async wrappers, the CTA's
+// dynamic shared memory and the typed launch helper. Included by .cu files only. With KVLAB_CUDA_EMULATION
 // (emu/: the CPU emulation the tests also run on) the same code compiles as C++.
 #pragma once
 
@@ -67,6 +67,33 @@ struct Storage<__nv_bfloat16> {
   }
 };
 
+// Four 8-bit codes (little-endian in w) times their scale, exactly as
+// Sym8Decode in kv_encoding.cpp computes them (one fp32 product each).
+__device__ __forceinline__ void Int8x4ToF32(uint32_t w, float scale, float* out) {
+#pragma unroll
+  for (int e = 0; e < 4; ++e) out[e] = static_cast<float>(static_cast<int8_t>((w >> (8 * e)) & 0xffu)) * scale;
+}
+
+// fp8 e4m3 -> fp16 by moving bits: sign to bit 15, exponent and mantissa to
+// bits 13..7, which is the e4m3 value times 2^-8 exactly (normals and
+// subnormals alike; fp16's exponent bias is 8 more than e4m3's). The factor
+// 2^8 goes into the scale, so x = h * (256 * scale) is the same single
+// rounding of q * scale as Sym8Decode's. The NaN codes 0x7f / 0xff (never
+// written by the encoders) would read as +-480. Architecture-independent:
+// sm_80 has no fp8 conversion instruction.
+__device__ __forceinline__ void Fp8x4ToF32(uint32_t w, float scale, float* out) {
+  const float s = scale * 256.0f;  // exact: a power-of-two factor
+  const uint32_t pairs[2] = {((w & 0xffu) << 8) | ((w & 0xff00u) << 16),  // codes 0, 1 in the high byte of each half
+                             ((w & 0xff0000u) >> 8) | (w & 0xff000000u)};  // codes 2, 3
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const uint32_t h = (pairs[i] & 0x80008000u) | ((pairs[i] >> 1) & 0x3f803f80u);
+    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+    out[2 * i] = f.x * s;
+    out[2 * i + 1] = f.y * s;
+  }
+}
+
 // 16-byte global -> shared copy that does not wait (sm_80+: cp.async.cg, which
 // also bypasses L1; older targets fall back to a synchronous copy).
 __device__ __forceinline__ void CpAsync16(void* smem_dst, const void* gmem_src) {
@@ -75,6 +102,17 @@ __device__ __forceinline__ void CpAsync16(void* smem_dst, const void* gmem_src) 
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(saddr), "l"(gmem_src) : "memory");
 #else
   *static_cast<uint4*>(smem_dst) = *static_cast<const uint4*>(gmem_src);
+#endif
+}
+
+// 4-byte variant (cp.async.ca: the only sizes below 16 go through L1), for
+// encoded blocks whose size or arena stride is not a multiple of 16 bytes.
+__device__ __forceinline__ void CpAsync4(void* smem_dst, const void* gmem_src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned saddr = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(saddr), "l"(gmem_src) : "memory");
+#else
+  *static_cast<uint32_t*>(smem_dst) = *static_cast<const uint32_t*>(gmem_src);
 #endif
 }
 

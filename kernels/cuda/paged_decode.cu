@@ -71,16 +71,48 @@ __global__ void MergeSplitsKernel(const __grid_constant__ MergeArgs a) {
   if (lane == 0) lse[row] = M + log2f(L);
 }
 
-DecodeKernelFn SelectKernel(DType dtype, int d, int gpt) {
+// The kernel for a storage dtype and an encoded segment's kind (KIVI and
+// none share one; int8 and fp8 share another).
+DecodeKernelFn SelectKernel(DType dtype, int d, int gpt, EncodingKind enc_kind) {
+  const bool q8 = enc_kind == EncodingKind::kInt8 || enc_kind == EncodingKind::kFp8;
   switch (dtype) {
-    case DType::kF32: return detail::SelectDecodeKernelF32(d, gpt);
-    case DType::kF16: return detail::SelectDecodeKernelF16(d, gpt);
-    case DType::kBF16: return detail::SelectDecodeKernelBF16(d, gpt);
+    case DType::kF32: return q8 ? detail::SelectDecodeKernelQ8F32(d, gpt) : detail::SelectDecodeKernelF32(d, gpt);
+    case DType::kF16: return q8 ? detail::SelectDecodeKernelQ8F16(d, gpt) : detail::SelectDecodeKernelF16(d, gpt);
+    case DType::kBF16: return q8 ? detail::SelectDecodeKernelQ8BF16(d, gpt) : detail::SelectDecodeKernelBF16(d, gpt);
   }
   return nullptr;
 }
 
 int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+bool IsQuant8(EncodingKind k) { return k == EncodingKind::kInt8 || k == EncodingKind::kFp8; }
+bool IsPowerOfTwo(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
+
+// Shared-memory bytes between the blocks of an encoded tile (each block starts
+// 16-byte aligned).
+int64_t EncSmemStride(const PagedDecodeShape& sh) { return RoundUp(sh.enc_block_bytes, 16); }
+
+// Encoded blocks per tile. KIVI: one. int8 / fp8 blocks are small (a
+// 16-token block is 4 KB at head_dim 128, a quarter of a bf16 plain tile), so
+// a tile takes the fewest power-of-two count of consecutive blocks that fills
+// a plain stage (at most kMaxEncTileTokens tokens): as many bytes in flight
+// per CTA as a plain tile, and whole passes of the row groups.
+int EncTileBlocks(const PagedDecodeShape& sh, int64_t plain_stage) {
+  if (sh.enc_tokens_per_block <= 0 || !IsQuant8(sh.enc_kind)) return 1;
+  int nb = 1;
+  while (nb * EncSmemStride(sh) < plain_stage && 2LL * nb * sh.enc_tokens_per_block <= detail::kMaxEncTileTokens) {
+    nb *= 2;
+  }
+  return nb;
+}
+
+int64_t PlainStageBytes(const PagedDecodeShape& sh, int tile_tokens) {
+  return static_cast<int64_t>(tile_tokens) * 2 * sh.head_dim * DTypeBytes(sh.dtype);
+}
+int64_t StageBytes(const PagedDecodeShape& sh, int tile_tokens, int enc_tile_blocks) {
+  const int64_t enc = sh.enc_tokens_per_block > 0 ? enc_tile_blocks * EncSmemStride(sh) : 0;
+  return RoundUp(std::max(PlainStageBytes(sh, tile_tokens), enc), 16);
+}
 
 // Sets the kernel's dynamic shared-memory limit when it needs more than the
 // default 48 KB.
@@ -135,8 +167,12 @@ CheckResult CheckShape(const PagedDecodeShape& sh) {
   }
   if (sh.enc_tokens_per_block < 0) return Invalid("enc_tokens_per_block must be >= 0");
   if (sh.enc_tokens_per_block > 0) {
-    if (sh.enc_block_bytes <= 0 || sh.enc_block_bytes % 16 != 0) {
-      return Unsupported("encoded block bytes " + std::to_string(sh.enc_block_bytes) + " must be a positive multiple of 16");
+    if (sh.enc_block_bytes <= 0 || sh.enc_block_bytes % 4 != 0) {
+      return Unsupported("encoded block bytes " + std::to_string(sh.enc_block_bytes) + " must be a positive multiple of 4");
+    }
+    if (IsQuant8(sh.enc_kind) && !IsPowerOfTwo(sh.enc_tokens_per_block)) {
+      return Unsupported("int8 / fp8 tokens_per_block " + std::to_string(sh.enc_tokens_per_block) +
+                         " (must be a power of two)");
     }
   }
   return {};
@@ -166,9 +202,10 @@ cudaError_t PlanPagedDecode(const PagedDecodeShape& shape, const int64_t* stream
   pl.threads = pl.head_slices * slice_threads;
   const int rows = slice_threads / tpr;
   pl.tile_tokens = rows * kRowsPerThread;
-  const int64_t plain_stage = static_cast<int64_t>(pl.tile_tokens) * 2 * shape.head_dim * es;
-  const int64_t stage = RoundUp(std::max(plain_stage, shape.enc_block_bytes), 16);
-  const int64_t part = static_cast<int64_t>(pl.head_slices) * std::max(pl.tile_tokens, shape.enc_tokens_per_block) * 4;
+  pl.enc_tile_blocks = EncTileBlocks(shape, PlainStageBytes(shape, pl.tile_tokens));
+  const int64_t stage = StageBytes(shape, pl.tile_tokens, pl.enc_tile_blocks);
+  const int64_t part = static_cast<int64_t>(pl.head_slices) *
+                       std::max(pl.tile_tokens, pl.enc_tile_blocks * shape.enc_tokens_per_block) * 4;
   const int64_t merge = static_cast<int64_t>(pl.threads / tpr) * pl.heads_per_thread * (shape.head_dim + 2) * 4;
   pl.smem_bytes = RoundUp(std::max(2 * stage + part, merge), 16);
 
@@ -198,7 +235,7 @@ cudaError_t PlanPagedDecode(const PagedDecodeShape& shape, const int64_t* stream
         if (err != cudaSuccess) return err;
       }
       if (per_sm <= 0) {
-        const DecodeKernelFn fn = SelectKernel(shape.dtype, shape.head_dim, pl.heads_per_thread);
+        const DecodeKernelFn fn = SelectKernel(shape.dtype, shape.head_dim, pl.heads_per_thread, shape.enc_kind);
         if (fn == nullptr) return cudaErrorNotSupported;
         err = AllowSmem(fn, pl.smem_bytes);
         if (err != cudaSuccess) return err;
@@ -284,27 +321,33 @@ CheckResult CheckCall(const PagedDecodePlan& plan, const PagedKV& kv, const Enco
   }
   if (has_enc) {
     const KvEncoding& e = enc->enc;
-    if (e.kind != EncodingKind::kKivi) return Unsupported("encoded kind " + e.Describe() + " (only KIVI)");
     const std::string v = e.Validate();
     if (!v.empty()) return Invalid(v);
-    if (e.key_axis != QuantAxis::kChannel || e.value_axis != QuantAxis::kToken) {
-      return Unsupported("KIVI axes of " + e.Describe() + " (only keys per channel, values per token)");
+    if (e.kind != sh.enc_kind) return Invalid("encoded kind " + e.Describe() + " differs from the plan's enc_kind");
+    if (e.kind == EncodingKind::kKivi) {
+      if (e.key_axis != QuantAxis::kChannel || e.value_axis != QuantAxis::kToken) {
+        return Unsupported("KIVI axes of " + e.Describe() + " (only keys per channel, values per token)");
+      }
+      if (!IsPowerOfTwo(e.group)) return Unsupported("KIVI group must be a power of two");
     }
     if (e.head_dim != sh.head_dim) return Invalid("encoding head_dim differs from the cache's");
     if (e.tokens_per_block != sh.enc_tokens_per_block || e.BlockBytes() != sh.enc_block_bytes) {
       return Invalid("encoding differs from the plan's (tokens_per_block, BlockBytes)");
     }
-    if ((e.group & (e.group - 1)) != 0) return Unsupported("KIVI group must be a power of two");
     if (plan.chunk_tokens % e.tokens_per_block != 0) return Invalid("plan chunk is not a multiple of tokens_per_block");
-    if (enc->block_bytes < e.BlockBytes() || e.BlockBytes() % 16 != 0) {
+    if (plan.enc_tile_blocks != EncTileBlocks(sh, PlainStageBytes(sh, plan.tile_tokens))) {
+      return Invalid("plan enc_tile_blocks was not made by PlanPagedDecode");
+    }
+    if (enc->block_bytes < e.BlockBytes() || enc->block_bytes % 4 != 0) {
       return Invalid("encoded block_bytes must be >= BlockBytes() (" + std::to_string(e.BlockBytes()) +
-                     "), which must be a multiple of 16");
+                     ") and a multiple of 4");
     }
     if (enc->num_streams != kv.num_streams) return Invalid("encoded view has a different number of streams");
-    if (enc->base == nullptr || enc->indptr == nullptr || enc->indices == nullptr || !Aligned(enc->base, 16) ||
-        enc->block_bytes % 16 != 0) {
-      return Invalid("encoded base, indptr or indices null, or base / block_bytes not 16-byte aligned");
+    if (enc->base == nullptr || enc->indptr == nullptr || enc->indices == nullptr || !Aligned(enc->base, 16)) {
+      return Invalid("encoded base, indptr or indices null, or base not 16-byte aligned");
     }
+  } else if (plan.enc_tile_blocks != 1) {
+    return Invalid("plan enc_tile_blocks was not made by PlanPagedDecode");
   }
   if (plan.chunk_tokens <= 0 || plan.max_splits <= 0) return Invalid("plan was not made by PlanPagedDecode");
   if (workspace_bytes < plan.workspace_bytes || (plan.workspace_bytes > 0 && workspace == nullptr) ||
@@ -334,7 +377,7 @@ cudaError_t PagedDecode(const PagedDecodePlan& plan, const PagedKV& kv, const En
   if (check.code != cudaSuccess) return check.code;
   const PagedDecodeShape& sh = plan.shape;
   if (sh.num_seqs == 0) return cudaSuccess;
-  const DecodeKernelFn fn = SelectKernel(sh.dtype, sh.head_dim, plan.heads_per_thread);
+  const DecodeKernelFn fn = SelectKernel(sh.dtype, sh.head_dim, plan.heads_per_thread, sh.enc_kind);
   if (fn == nullptr) return cudaErrorNotSupported;
 
   const int64_t num_rows = static_cast<int64_t>(sh.num_seqs) * sh.num_qo_heads;
@@ -357,14 +400,26 @@ cudaError_t PagedDecode(const PagedDecodePlan& plan, const PagedKV& kv, const En
     a.enc_indices = enc->indices;
     a.enc_tpb = e.tokens_per_block;
     a.enc_bits = e.bits;
-    a.enc_vgroup_shift = Log2Exact(e.group);
+    a.enc_kind = static_cast<int>(e.kind);
     a.enc_copy_bytes = static_cast<int>(e.BlockBytes());
+    a.enc_copy16 = e.BlockBytes() % 16 == 0 && enc->block_bytes % 16 == 0 ? 1 : 0;
+    a.enc_tile_blocks = plan.enc_tile_blocks;
+    a.enc_smem_stride = static_cast<int>(EncSmemStride(sh));
     a.enc_code_bytes = e.CodeBytes();
     const int64_t nk = e.NumKeyParams(), nv = e.NumValueParams();
     a.enc_kscale_off = 2 * e.CodeBytes();
-    a.enc_kzero_off = a.enc_kscale_off + 2 * nk;
-    a.enc_vscale_off = a.enc_kzero_off + 2 * nk;
-    a.enc_vzero_off = a.enc_vscale_off + 2 * nv;
+    if (e.kind == EncodingKind::kKivi) {  // K scales, K zeros, V scales, V zeros
+      a.enc_vgroup_shift = Log2Exact(e.group);
+      a.enc_kzero_off = a.enc_kscale_off + 2 * nk;
+      a.enc_vscale_off = a.enc_kzero_off + 2 * nk;
+      a.enc_vzero_off = a.enc_vscale_off + 2 * nv;
+    } else {  // K scales, V scales
+      a.enc_tpb_shift = Log2Exact(e.tokens_per_block);
+      a.enc_scale_mask = e.scale_per_token ? e.tokens_per_block - 1 : 0;
+      a.enc_vscale_off = a.enc_kscale_off + 2 * nk;
+    }
+  } else {
+    a.enc_tile_blocks = 1;
   }
   a.q = p.q;
   a.o = p.o;
@@ -383,9 +438,8 @@ cudaError_t PagedDecode(const PagedDecodePlan& plan, const PagedKV& kv, const En
   a.tile = plan.tile_tokens;
   a.chunk = plan.chunk_tokens;
   a.max_splits = plan.max_splits;
-  const int64_t plain_stage = static_cast<int64_t>(plan.tile_tokens) * 2 * sh.head_dim * DTypeBytes(sh.dtype);
-  a.stage_bytes = RoundUp(std::max(plain_stage, sh.enc_block_bytes), 16);
-  a.part_stride = std::max(plan.tile_tokens, sh.enc_tokens_per_block);
+  a.stage_bytes = StageBytes(sh, plan.tile_tokens, plan.enc_tile_blocks);
+  a.part_stride = std::max(plan.tile_tokens, plan.enc_tile_blocks * sh.enc_tokens_per_block);
   a.scale_log2 = p.sm_scale * kLog2e;
   a.slot_pass = 0;
   if (a.rows * kRowsPerThread != a.tile || a.rows <= 0 || 2 * a.stage_bytes + a.head_slices * a.part_stride * 4 > plan.smem_bytes) {

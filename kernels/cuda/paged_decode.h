@@ -1,6 +1,7 @@
 // CUDA paged decode attention (flash-decoding over the PagedKV page table, with
-// the stream's KIVI-encoded segment dequantised in registers). Plain structs and
-// raw device pointers only, no libtorch: the tensor glue lives with the caller.
+// the stream's encoded segment -- KIVI, int8 or fp8 -- dequantised in
+// registers). Plain structs and raw device pointers only, no libtorch: the
+// tensor glue lives with the caller.
 // Host functions here never throw or exit; launchers return a cudaError_t.
 //
 // Use: PlanPagedDecode once per step (host lengths, like FlashInfer's plan),
@@ -26,10 +27,12 @@ struct PagedDecodeShape {
   int num_kv_heads = 0;
   int head_dim = 0;  // 64 or 128
   DType dtype = DType::kBF16;
-  // Encoded segments: 0 when the cache has none, else the KIVI block's
-  // tokens_per_block and BlockBytes() (the split size becomes a multiple of it).
+  // Encoded segments: 0 when the cache has none, else the encoding's kind,
+  // tokens_per_block and BlockBytes() (the split size becomes a multiple of
+  // tokens_per_block).
   int enc_tokens_per_block = 0;
   int64_t enc_block_bytes = 0;
+  EncodingKind enc_kind = EncodingKind::kKivi;
 };
 
 struct PagedDecodeOptions {
@@ -45,6 +48,7 @@ struct PagedDecodePlan {
   int head_slices = 1;       // group / heads_per_thread: thread slices of a CTA
   int threads = 128;         // CTA size
   int tile_tokens = 32;      // plain tokens per pipeline stage
+  int enc_tile_blocks = 1;   // encoded blocks per pipeline stage (KIVI: 1; int8 / fp8: enough to fill a stage)
   int64_t smem_bytes = 0;    // dynamic shared memory of the decode kernel
   int chunk_tokens = 0;      // tokens per split (the last split also takes any excess)
   int max_splits = 1;        // splits per stream (grid = num_streams * max_splits)

@@ -1,12 +1,16 @@
 // Microbenchmark of the CUDA paged decode (Google Benchmark): one Llama-3.1-8B
 // attention layer (32 query heads, 8 KV heads, head_dim 128, block size 16),
-// bf16 cache and KIVI-2 (group 32, 128-token bf16 residual), batch 1/16/64,
-// context 1K..32K. Reports the KV bytes read per second, as a fraction of the
-// H200's 4.8 TB/s datasheet peak and of a device-to-device cudaMemcpy measured
-// in the same run (bytes read + written, BM_DeviceCopy), and for KIVI-2 its
-// time relative to bf16 at the same point. Timing: CUDA events around each
-// call, L2 flushed before each, after warm-up. Exits 0 with a message when
-// there is no GPU.
+// bf16 cache, KIVI-2 (group 32, 128-token bf16 residual), and int8 / fp8
+// (the quant policy's format: 16-token blocks, per-token fp16 scales, sealed
+// by EncodeSealQuant8 from a bf16 cache, a 16-token bf16 residual), batch
+// 1/16/64, context 1K..32K. Reports the KV bytes read per second, as a
+// fraction of the H200's 4.8 TB/s datasheet peak and of a device-to-device
+// cudaMemcpy measured in the same run (bytes read + written, BM_DeviceCopy),
+// and for the encoded formats their time relative to bf16 at the same point.
+// Timing: CUDA events around each call, L2 flushed before each, after
+// warm-up; a fixed number of calls per point (about 20 ms of GPU time, 20 to
+// 200 calls) so that the whole run takes well under a minute. Exits 0 with a
+// message when there is no GPU.
 //
 //   paged_decode_bench --benchmark_format=json --benchmark_out=results.json
 #include <benchmark/benchmark.h>
@@ -23,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cuda/append_kv.h"
 #include "kernels/cuda/bench_fill.h"
 #include "kernels/cuda/paged_decode.h"
 
@@ -117,49 +122,131 @@ void BM_DeviceCopy(benchmark::State& state) {
   state.counters["frac_of_peak"] = benchmark::Counter(rw / kPeakBytesPerSecond, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// The cache formats measured.
+enum class Format { kBf16, kKivi2, kInt8, kFp8 };
+const char* FormatName(Format f) {
+  switch (f) {
+    case Format::kBf16: return "bf16";
+    case Format::kKivi2: return "kivi2";
+    case Format::kInt8: return "int8";
+    case Format::kFp8: return "fp8";
+  }
+  return "?";
+}
+
+// Copies a host vector to a new device allocation.
+template <typename T>
+cudaError_t Upload(DevicePtr* d, const std::vector<T>& v) {
+  cudaError_t err = d->Alloc(v.size() * sizeof(T));
+  if (err == cudaSuccess && !v.empty()) err = cudaMemcpy(d->p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
+  return err;
+}
+
+// Calls per point: about 20 ms of GPU time at ~3 TB/s (a call costs at least
+// ~10 us), between 20 and 200 calls.
+int64_t CallsFor(double kv_bytes) {
+  const double est_s = kv_bytes / 3e12 + 10e-6;
+  return static_cast<int64_t>(std::min(200.0, std::max(20.0, std::ceil(0.02 / est_s))));
+}
+
 // One layer's decode for `batch` sequences of `ctx` tokens each.
-void BM_PagedDecode(benchmark::State& state, int batch, int ctx, bool kivi) {
+void BM_PagedDecode(benchmark::State& state, int batch, int ctx, Format fmt) {
   const int streams = batch * kHkv;
+  const bool kivi = fmt == Format::kKivi2;
+  const bool q8 = fmt == Format::kInt8 || fmt == Format::kFp8;
   KvEncoding enc;
-  enc.kind = EncodingKind::kKivi;
-  enc.bits = 2;
   enc.head_dim = kDim;
-  enc.tokens_per_block = kKiviGroup;
-  enc.group = kKiviGroup;
-  const int enc_blocks_per_stream = kivi ? std::max(0, (ctx - kKiviResidual) / kKiviGroup) : 0;
-  const int plain_len = ctx - enc_blocks_per_stream * kKiviGroup;
+  if (q8) {  // the quant policy's format: sealed blocks of block_size tokens
+    enc.kind = fmt == Format::kInt8 ? EncodingKind::kInt8 : EncodingKind::kFp8;
+    enc.bits = 8;
+    enc.tokens_per_block = enc.group = kBlock;
+    enc.scale_per_token = true;
+  } else {
+    enc.kind = EncodingKind::kKivi;
+    enc.bits = 2;
+    enc.tokens_per_block = enc.group = kKiviGroup;
+  }
+  const int tpb = enc.tokens_per_block;
+  const int residual = kivi ? kKiviResidual : kBlock;
+  const int enc_blocks_per_stream = kivi || q8 ? std::max(0, (ctx - residual) / tpb) : 0;
+  const int plain_len = ctx - enc_blocks_per_stream * tpb;
   const int plain_blocks_per_stream = (plain_len + kBlock - 1) / kBlock;
+  // int8 / fp8 are sealed on the GPU from a bf16 cache of all ctx tokens: its
+  // last plain_blocks_per_stream blocks of each stream are the decode's plain
+  // segment.
+  const int src_blocks_per_stream = q8 ? (ctx + kBlock - 1) / kBlock : plain_blocks_per_stream;
   const int64_t block_bytes = 2LL * kBlock * kDim * 2;
-  const int64_t num_blocks = static_cast<int64_t>(streams) * plain_blocks_per_stream;
+  const int64_t num_blocks = static_cast<int64_t>(streams) * src_blocks_per_stream;
   const int64_t num_enc_blocks = static_cast<int64_t>(streams) * enc_blocks_per_stream;
 
   // Page tables: blocks in a random order, as a long-running pool hands them out.
   std::mt19937 rng(42);
-  std::vector<int32_t> indptr(1, 0), indices(static_cast<size_t>(num_blocks)), last(static_cast<size_t>(streams));
+  std::vector<int32_t> all_indices(static_cast<size_t>(num_blocks));
+  std::iota(all_indices.begin(), all_indices.end(), 0);
+  std::shuffle(all_indices.begin(), all_indices.end(), rng);
+  std::vector<int32_t> indptr(1, 0), indices, last(static_cast<size_t>(streams));
   std::vector<int32_t> enc_indptr(1, 0), enc_indices(static_cast<size_t>(num_enc_blocks));
   for (int s = 0; s < streams; ++s) {
+    const auto first = all_indices.begin() + static_cast<int64_t>(s) * src_blocks_per_stream;
+    indices.insert(indices.end(), first + (src_blocks_per_stream - plain_blocks_per_stream), first + src_blocks_per_stream);
     indptr.push_back(indptr.back() + plain_blocks_per_stream);
     last[s] = (plain_len - 1) % kBlock + 1;
     enc_indptr.push_back(enc_indptr.back() + enc_blocks_per_stream);
   }
-  std::iota(indices.begin(), indices.end(), 0);
-  std::shuffle(indices.begin(), indices.end(), rng);
   std::iota(enc_indices.begin(), enc_indices.end(), 0);
   std::shuffle(enc_indices.begin(), enc_indices.end(), rng);
 
   DevicePtr pool, d_indptr, d_indices, d_last, enc_pool, d_enc_indptr, d_enc_indices, q, o, ws, flush;
   BENCH_CHECK(pool.Alloc(static_cast<size_t>(num_blocks * block_bytes)));
   BENCH_CHECK(cuda::FillUniform(DType::kBF16, pool.p, num_blocks * block_bytes / 2, 1, -1.0f, 1.0f, nullptr));
-  BENCH_CHECK(d_indptr.Alloc(indptr.size() * 4));
-  BENCH_CHECK(d_indices.Alloc(indices.size() * 4));
-  BENCH_CHECK(d_last.Alloc(last.size() * 4));
-  BENCH_CHECK(cudaMemcpy(d_indptr.p, indptr.data(), indptr.size() * 4, cudaMemcpyHostToDevice));
-  BENCH_CHECK(cudaMemcpy(d_indices.p, indices.data(), indices.size() * 4, cudaMemcpyHostToDevice));
-  BENCH_CHECK(cudaMemcpy(d_last.p, last.data(), last.size() * 4, cudaMemcpyHostToDevice));
+  BENCH_CHECK(Upload(&d_indptr, indptr));
+  BENCH_CHECK(Upload(&d_indices, indices));
+  BENCH_CHECK(Upload(&d_last, last));
   EncodedKV ekv;
+  if (q8 && num_enc_blocks > 0) {
+    // Seal slots [0, enc_blocks_per_stream * tpb) of each stream of the full bf16 cache.
+    BENCH_CHECK(enc_pool.Alloc(static_cast<size_t>(num_enc_blocks * enc.BlockBytes())));
+    std::vector<int32_t> full_indptr(1, 0), full_last(static_cast<size_t>(streams), kBlock);
+    std::vector<int32_t> job_stream, job_first, job_dst;
+    for (int s = 0; s < streams; ++s) {
+      full_indptr.push_back(full_indptr.back() + src_blocks_per_stream);
+      full_last[s] = (ctx - 1) % kBlock + 1;
+      for (int b = 0; b < enc_blocks_per_stream; ++b) {
+        job_stream.push_back(s);
+        job_first.push_back(b * tpb);
+        job_dst.push_back(enc_indices[static_cast<size_t>(s) * enc_blocks_per_stream + b]);
+      }
+    }
+    DevicePtr d_full_indptr, d_full_indices, d_full_last, d_js, d_jf, d_jd;
+    BENCH_CHECK(Upload(&d_full_indptr, full_indptr));
+    BENCH_CHECK(Upload(&d_full_indices, all_indices));
+    BENCH_CHECK(Upload(&d_full_last, full_last));
+    BENCH_CHECK(Upload(&d_js, job_stream));
+    BENCH_CHECK(Upload(&d_jf, job_first));
+    BENCH_CHECK(Upload(&d_jd, job_dst));
+    PagedKV full;
+    full.base = pool.as<uint8_t>();
+    full.block_bytes = block_bytes;
+    full.dtype = DType::kBF16;
+    full.block_size = kBlock;
+    full.head_dim = kDim;
+    full.num_streams = streams;
+    full.indptr = d_full_indptr.as<int32_t>();
+    full.indices = d_full_indices.as<int32_t>();
+    full.last_block_len = d_full_last.as<int32_t>();
+    cuda::SealJobs jobs;
+    jobs.num_jobs = static_cast<int>(job_stream.size());
+    jobs.stream = d_js.as<int32_t>();
+    jobs.first_slot = d_jf.as<int32_t>();
+    jobs.dst_block = d_jd.as<int32_t>();
+    BENCH_CHECK(cuda::EncodeSealQuant8(full, enc, enc_pool.as<uint8_t>(), enc.BlockBytes(), jobs, nullptr));
+    BENCH_CHECK(cudaDeviceSynchronize());
+  }
   if (kivi) {
     BENCH_CHECK(enc_pool.Alloc(static_cast<size_t>(num_enc_blocks * enc.BlockBytes())));
     BENCH_CHECK(cuda::FillKiviBlocks(enc, enc_pool.as<uint8_t>(), num_enc_blocks, 2, nullptr));
+  }
+  if (kivi || (q8 && num_enc_blocks > 0)) {
     BENCH_CHECK(d_enc_indptr.Alloc(enc_indptr.size() * 4));
     BENCH_CHECK(d_enc_indices.Alloc(enc_indices.size() * 4));
     BENCH_CHECK(cudaMemcpy(d_enc_indptr.p, enc_indptr.data(), enc_indptr.size() * 4, cudaMemcpyHostToDevice));
@@ -182,9 +269,11 @@ void BM_PagedDecode(benchmark::State& state, int batch, int ctx, bool kivi) {
   shape.num_kv_heads = kHkv;
   shape.head_dim = kDim;
   shape.dtype = DType::kBF16;
-  if (kivi) {
-    shape.enc_tokens_per_block = kKiviGroup;
+  const bool has_enc = kivi || (q8 && num_enc_blocks > 0);
+  if (has_enc) {
+    shape.enc_tokens_per_block = tpb;
     shape.enc_block_bytes = enc.BlockBytes();
+    shape.enc_kind = enc.kind;
   }
   std::vector<int64_t> stream_len(static_cast<size_t>(streams), ctx);
   cuda::PagedDecodePlan plan;
@@ -209,7 +298,10 @@ void BM_PagedDecode(benchmark::State& state, int batch, int ctx, bool kivi) {
   p.sm_scale = 1.0f / std::sqrt(static_cast<float>(kDim));
   p.q = q.as<float>();
   p.o = o.as<float>();
-  const EncodedKV* ekvp = kivi ? &ekv : nullptr;
+  const EncodedKV* ekvp = has_enc ? &ekv : nullptr;
+  const double kv_bytes = static_cast<double>(streams) *
+                          (static_cast<double>(plain_len) * 2 * kDim * 2 +
+                           static_cast<double>(enc_blocks_per_stream) * (has_enc ? enc.BlockBytes() : 0));
   const std::string why = cuda::PagedDecodeCheck(plan, kv, ekvp, p, ws.p, plan.workspace_bytes);
   if (!why.empty()) {
     state.SkipWithError(why.c_str());
@@ -241,9 +333,6 @@ void BM_PagedDecode(benchmark::State& state, int batch, int ctx, bool kivi) {
   }
   BENCH_CHECK(cudaGetLastError());
 
-  const double kv_bytes = static_cast<double>(streams) *
-                          (static_cast<double>(plain_len) * 2 * kDim * 2 +
-                           static_cast<double>(enc_blocks_per_stream) * (kivi ? enc.BlockBytes() : 0));
   using benchmark::Counter;
   state.counters["kv_bytes"] = kv_bytes;
   state.counters["kv_bytes_per_s"] = Counter(kv_bytes, Counter::kIsIterationInvariantRate);
@@ -254,7 +343,7 @@ void BM_PagedDecode(benchmark::State& state, int batch, int ctx, bool kivi) {
   state.counters["splits"] = plan.max_splits;
   state.counters["ctas"] = static_cast<double>(streams) * plan.max_splits;
   const double mean_s = calls > 0 ? total_s / static_cast<double>(calls) : 0.0;
-  if (!kivi) {
+  if (fmt == Format::kBf16) {
     g_bf16_seconds[{batch, ctx}] = mean_s;
   } else {
     const auto it = g_bf16_seconds.find({batch, ctx});
@@ -287,18 +376,21 @@ int main(int argc, char** argv) {
       ->UseManualTime()
       ->Unit(benchmark::kMicrosecond)
       ->MinTime(0.2);
+  using kvlab::Format;
   for (int batch : {1, 16, 64}) {
     for (int ctx : {1024, 4096, 8192, 16384, 32768}) {
-      for (bool kivi : {false, true}) {
-        const std::string name = std::string("BM_PagedDecode/") + (kivi ? "kivi2" : "bf16") +
+      // bf16 first: the others report their time relative to it.
+      for (Format fmt : {Format::kBf16, Format::kKivi2, Format::kInt8, Format::kFp8}) {
+        const std::string name = std::string("BM_PagedDecode/") + kvlab::FormatName(fmt) +
                                  "/batch:" + std::to_string(batch) + "/ctx:" + std::to_string(ctx);
+        const double bf16_bytes = 2.0 * batch * kvlab::kHkv * static_cast<double>(ctx) * kvlab::kDim * 2;
         benchmark::RegisterBenchmark(name.c_str(),
-                                     [batch, ctx, kivi](benchmark::State& st) {
-                                       kvlab::BM_PagedDecode(st, batch, ctx, kivi);
+                                     [batch, ctx, fmt](benchmark::State& st) {
+                                       kvlab::BM_PagedDecode(st, batch, ctx, fmt);
                                      })
             ->UseManualTime()
             ->Unit(benchmark::kMicrosecond)
-            ->MinTime(0.1);
+            ->Iterations(kvlab::CallsFor(bf16_bytes));
       }
     }
   }

@@ -6,8 +6,9 @@
 // serves ALL query heads of the KV head's group and reads each K/V row once.
 // A CTA walks its token range in tiles staged through shared memory by
 // cp.async (two stages: the next tile loads while this one is computed): the
-// stream's KIVI-encoded blocks first (a tile = one encoded block, dequantised
-// in registers), then its plain blocks. Threads: head_slices x rows x TPR,
+// stream's encoded blocks first (KIVI: a tile = one block; int8 / fp8: a tile
+// = several consecutive blocks of the stream; dequantised in registers), then
+// its plain blocks. Threads: head_slices x rows x TPR,
 // where TPR = head_dim / (16 / sizeof(T)) threads share one row with one
 // 16-byte vector each, `rows` row groups take different rows of the tile and
 // keep their own online-softmax state, and head slices split the group's query
@@ -18,6 +19,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/kv_encoding.h"
 
 namespace kvlab {
 namespace cuda {
@@ -29,6 +31,15 @@ constexpr int kTargetSliceThreads = 128;
 constexpr int kMinChunkTokens = 128;   // smallest split worth its combine
 constexpr int kChunkGranule = 64;
 constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kMaxEncTileTokens = 256;  // int8 / fp8: most tokens of one encoded tile
+
+// What the encoded segment of a kernel instantiation can be (a template
+// parameter, so that plain / KIVI caches run exactly the kernel they ran
+// before int8 / fp8 existed, in their own translation units).
+enum EncFamily : int {
+  kEncKivi = 0,  // none or KIVI (2 / 4 bits)
+  kEncQ8 = 1,    // int8 or fp8 (e4m3): DecodeArgs::enc_kind says which
+};
 
 struct DecodeArgs {
   // Plain segment (PagedKV).
@@ -44,9 +55,15 @@ struct DecodeArgs {
   const int32_t* enc_indptr;
   const int32_t* enc_indices;
   int enc_tpb;             // tokens per encoded block
-  int enc_bits;            // 2 or 4
-  int enc_vgroup_shift;    // log2(value channel group)
-  int enc_copy_bytes;      // BlockBytes(), a multiple of 16
+  int enc_bits;            // 2 or 4 (KIVI)
+  int enc_kind;            // EncodingKind
+  int enc_vgroup_shift;    // log2(value channel group) (KIVI)
+  int enc_copy_bytes;      // BlockBytes(), a multiple of 4
+  int enc_copy16;          // 1: BlockBytes() and the arena stride are multiples of 16 (16-byte copies)
+  int enc_tile_blocks;     // encoded blocks per tile (1 for KIVI)
+  int enc_smem_stride;     // bytes between the blocks of a tile in shared memory (multiple of 16)
+  int enc_tpb_shift;       // int8 / fp8: log2(enc_tpb)
+  int enc_scale_mask;      // int8 / fp8: enc_tpb - 1 with per-token scales, 0 with one per block
   int64_t enc_code_bytes;  // bytes of K codes (== V codes)
   int64_t enc_kscale_off, enc_kzero_off, enc_vscale_off, enc_vzero_off;
   // Queries and outputs.
@@ -155,6 +172,52 @@ struct KiviRows {
   }
 };
 
+// Rows of an int8 / fp8 tile in shared memory: enc_tile_blocks blocks of
+// enc_tpb tokens, enc_smem_stride bytes apart, each laid out as kv_encoding.h
+// says (K codes [t][d], V codes [t][d], K scales, V scales; one fp16 scale per
+// token row, or one per block). x = code * scale exactly as DecodeKvBlock.
+template <int D, int VEC, bool FP8>
+struct Quant8Rows {
+  const uint8_t* stage;
+  int stride, tpb_shift, tpb_mask, scale_mask;
+  int64_t vcodes_off, kscale_off, vscale_off;
+
+  __device__ __forceinline__ void Init(const uint8_t* st, const DecodeArgs& a) {
+    stage = st;
+    stride = a.enc_smem_stride;
+    tpb_shift = a.enc_tpb_shift;
+    tpb_mask = a.enc_tpb - 1;
+    scale_mask = a.enc_scale_mask;
+    vcodes_off = a.enc_code_bytes;
+    kscale_off = a.enc_kscale_off;
+    vscale_off = a.enc_vscale_off;
+  }
+  __device__ __forceinline__ void Row(int row, int c, int64_t codes_off, int64_t scale_off, float* out) const {
+    const uint8_t* blk = stage + (row >> tpb_shift) * stride;
+    const int t = row & tpb_mask;
+    const float sc = __half2float(reinterpret_cast<const __half*>(blk + scale_off)[t & scale_mask]);
+    const uint8_t* p = blk + codes_off + t * D + c * VEC;
+    uint32_t w[VEC / 4];
+    if constexpr (VEC == 8) {
+      const uint2 u = *reinterpret_cast<const uint2*>(p);
+      w[0] = u.x;
+      w[1] = u.y;
+    } else {
+      w[0] = *reinterpret_cast<const uint32_t*>(p);
+    }
+#pragma unroll
+    for (int i = 0; i < VEC / 4; ++i) {
+      if constexpr (FP8) {
+        Fp8x4ToF32(w[i], sc, out + 4 * i);
+      } else {
+        Int8x4ToF32(w[i], sc, out + 4 * i);
+      }
+    }
+  }
+  __device__ __forceinline__ void Key(int row, int c, float* out) const { Row(row, c, 0, kscale_off, out); }
+  __device__ __forceinline__ void Value(int row, int c, float* out) const { Row(row, c, vcodes_off, vscale_off, out); }
+};
+
 // Scores of rows base + r + k*rows (k < RPT) for the thread's GPT heads,
 // reduced over the TPR threads of the row group; -inf for rows >= row_end.
 // Every thread of the CTA calls it the same number of times (shuffles).
@@ -251,24 +314,49 @@ __device__ __forceinline__ void SlotRows(const Rows& src, int row_end, int r, in
   }
 }
 
-// Issues the cp.async copies of tile i of a CTA's range into a stage: an
-// encoded block verbatim, or a.tile plain rows (K then V; rows past the range
-// are zero-filled so that no stale value meets a zero weight).
+// Issues the cp.async copies of tile i of a CTA's range into a stage:
+// enc_tile_blocks encoded blocks verbatim (fewer in the range's last encoded
+// tile), or a.tile plain rows (K then V; rows past the range are zero-filled
+// so that no stale value meets a zero weight).
 template <typename T, int D>
 struct TileLoader {
   const DecodeArgs* a;
-  int tid, n_enc_tiles;
+  int tid, n_enc_tiles, n_enc_blocks;  // encoded tiles and blocks of the range
   int64_t start, plain_start, end, n_enc;
   int32_t pb0, eb0;
   int kinds;  // 2: K and V; 1: K only
 
+  // Copies blocks [j0, j0 + nblk) of the range, `piece` bytes at a time.
+  template <int PIECE>
+  __device__ __forceinline__ void LoadEncoded(int j0, int nblk, uint8_t* stage) const {
+    const int per_block = a->enc_copy_bytes / PIECE;
+    const int64_t e0 = start / a->enc_tpb + j0;  // the stream's encoded block of the tile's first
+    int j = tid / per_block, off = tid - j * per_block;
+    while (j < nblk) {
+      const uint8_t* src = a->enc_base + static_cast<int64_t>(a->enc_indices[eb0 + e0 + j]) * a->enc_block_bytes;
+      uint8_t* dst = stage + j * a->enc_smem_stride;
+      if constexpr (PIECE == 16) {
+        CpAsync16(dst + off * 16, src + off * 16);
+      } else {
+        CpAsync4(dst + off * 4, src + off * 4);
+      }
+      off += blockDim.x;
+      while (off >= per_block) {
+        off -= per_block;
+        ++j;
+      }
+    }
+  }
+
   __device__ __forceinline__ void Load(int i, uint8_t* stage) const {
     constexpr int TPR = D * static_cast<int>(sizeof(T)) / 16;
     if (i < n_enc_tiles) {
-      const int64_t e = start / a->enc_tpb + i;
-      const uint8_t* src = a->enc_base + static_cast<int64_t>(a->enc_indices[eb0 + e]) * a->enc_block_bytes;
-      for (int piece = tid; piece < a->enc_copy_bytes / 16; piece += blockDim.x) {
-        CpAsync16(stage + piece * 16, src + piece * 16);
+      const int j0 = i * a->enc_tile_blocks;
+      const int nblk = min(a->enc_tile_blocks, n_enc_blocks - j0);
+      if (a->enc_copy16) {
+        LoadEncoded<16>(j0, nblk, stage);
+      } else {
+        LoadEncoded<4>(j0, nblk, stage);
       }
       return;
     }
@@ -294,7 +382,19 @@ struct TileLoader {
   }
 };
 
-template <typename T, int D, int GPT>
+// One tile's rows through the attention (or the slot_attn) pass.
+template <int D, int VEC, int GPT, class Rows>
+__device__ __forceinline__ void TileRows(const Rows& src, int nrows, const DecodeArgs& a, int r, int c,
+                                         const float (&q)[GPT][VEC], const float (&lse)[GPT], float* part,
+                                         SoftmaxState<GPT, VEC>& st) {
+  if (a.slot_pass) {
+    SlotRows<D, VEC, GPT>(src, nrows, r, a.rows, c, q, lse, a.scale_log2, part);
+  } else {
+    AttendRows<D, VEC, GPT>(src, 0, nrows, r, a.rows, c, q, a.scale_log2, st);
+  }
+}
+
+template <typename T, int D, int GPT, int ENC = kEncKivi>
 __global__ void __launch_bounds__(kMaxThreads, 1) PagedDecodeKernel(const __grid_constant__ DecodeArgs a) {
   constexpr int VEC = Storage<T>::kVec;
   constexpr int TPR = D / VEC;
@@ -358,15 +458,17 @@ __global__ void __launch_bounds__(kMaxThreads, 1) PagedDecodeKernel(const __grid
   for (int j = 0; j < GPT; ++j) lse[j] = a.slot_pass ? a.lse[qrow0 + j] : 0.0f;
 
   // Tiles: encoded blocks of [start, min(end, n_enc)) (start is a multiple of
-  // enc_tpb: chunk is), then plain tiles of a.tile tokens.
+  // enc_tpb: chunk is), enc_tile_blocks at a time, then plain tiles of a.tile
+  // tokens.
   const int64_t enc_end = min(end, n_enc);
-  const int n_enc_tiles = start < enc_end ? static_cast<int>((enc_end - start) / a.enc_tpb) : 0;
+  const int n_enc_blocks = start < enc_end ? static_cast<int>((enc_end - start) / a.enc_tpb) : 0;
+  const int n_enc_tiles = (n_enc_blocks + a.enc_tile_blocks - 1) / a.enc_tile_blocks;
   const int64_t plain_start = max(start, n_enc);
   const int64_t plain_rows = end > plain_start ? end - plain_start : 0;
   const int n_tiles = n_enc_tiles + static_cast<int>((plain_rows + a.tile - 1) / a.tile);
   const int kinds = a.slot_pass ? 1 : 2;  // the slot pass needs keys only
 
-  const TileLoader<T, D> loader{&a, tid, n_enc_tiles, start, plain_start, end, n_enc, pb0, eb0, kinds};
+  const TileLoader<T, D> loader{&a, tid, n_enc_tiles, n_enc_blocks, start, plain_start, end, n_enc, pb0, eb0, kinds};
   SoftmaxState<GPT, VEC> st;
 #pragma unroll
   for (int j = 0; j < GPT; ++j) {
@@ -387,35 +489,37 @@ __global__ void __launch_bounds__(kMaxThreads, 1) PagedDecodeKernel(const __grid
     const uint8_t* stage = smem + (i & 1) * a.stage_bytes;
     int64_t tok0;  // logical slot of the tile's row 0
     int nrows;
+    float* hs_part = part + hs * a.part_stride;
     if (i < n_enc_tiles) {
-      tok0 = start + static_cast<int64_t>(i) * a.enc_tpb;
-      nrows = a.enc_tpb;
-      if (a.enc_bits == 2) {
-        KiviRows<D, VEC, 2> src;
-        src.Init(stage, a);
-        if (a.slot_pass) {
-          SlotRows<D, VEC, GPT>(src, nrows, r, a.rows, c, q, lse, a.scale_log2, part + hs * a.part_stride);
+      const int j0 = i * a.enc_tile_blocks;
+      tok0 = start + static_cast<int64_t>(j0) * a.enc_tpb;
+      nrows = min(a.enc_tile_blocks, n_enc_blocks - j0) * a.enc_tpb;
+      if constexpr (ENC == kEncKivi) {
+        if (a.enc_bits == 2) {
+          KiviRows<D, VEC, 2> src;
+          src.Init(stage, a);
+          TileRows<D, VEC, GPT>(src, nrows, a, r, c, q, lse, hs_part, st);
         } else {
-          AttendRows<D, VEC, GPT>(src, 0, nrows, r, a.rows, c, q, a.scale_log2, st);
+          KiviRows<D, VEC, 4> src;
+          src.Init(stage, a);
+          TileRows<D, VEC, GPT>(src, nrows, a, r, c, q, lse, hs_part, st);
         }
       } else {
-        KiviRows<D, VEC, 4> src;
-        src.Init(stage, a);
-        if (a.slot_pass) {
-          SlotRows<D, VEC, GPT>(src, nrows, r, a.rows, c, q, lse, a.scale_log2, part + hs * a.part_stride);
+        if (a.enc_kind == static_cast<int>(EncodingKind::kFp8)) {
+          Quant8Rows<D, VEC, true> src;
+          src.Init(stage, a);
+          TileRows<D, VEC, GPT>(src, nrows, a, r, c, q, lse, hs_part, st);
         } else {
-          AttendRows<D, VEC, GPT>(src, 0, nrows, r, a.rows, c, q, a.scale_log2, st);
+          Quant8Rows<D, VEC, false> src;
+          src.Init(stage, a);
+          TileRows<D, VEC, GPT>(src, nrows, a, r, c, q, lse, hs_part, st);
         }
       }
     } else {
       tok0 = plain_start + static_cast<int64_t>(i - n_enc_tiles) * a.tile;
       nrows = static_cast<int>(min(static_cast<int64_t>(a.tile), end - tok0));
       PlainRows<T, D> src{stage, stage + static_cast<int64_t>(a.tile) * D * sizeof(T)};
-      if (a.slot_pass) {
-        SlotRows<D, VEC, GPT>(src, nrows, r, a.rows, c, q, lse, a.scale_log2, part + hs * a.part_stride);
-      } else {
-        AttendRows<D, VEC, GPT>(src, 0, nrows, r, a.rows, c, q, a.scale_log2, st);
-      }
+      TileRows<D, VEC, GPT>(src, nrows, a, r, c, q, lse, hs_part, st);
     }
     if (a.slot_pass) {
       __syncthreads();  // partials of every head slice are in
@@ -476,30 +580,34 @@ __global__ void __launch_bounds__(kMaxThreads, 1) PagedDecodeKernel(const __grid
 
 using DecodeKernelFn = void (*)(DecodeArgs);
 
-template <typename T, int D>
+template <typename T, int D, int ENC>
 DecodeKernelFn SelectByHeads(int gpt) {
   switch (gpt) {
-    case 1: return PagedDecodeKernel<T, D, 1>;
-    case 2: return PagedDecodeKernel<T, D, 2>;
-    case 4: return PagedDecodeKernel<T, D, 4>;
+    case 1: return PagedDecodeKernel<T, D, 1, ENC>;
+    case 2: return PagedDecodeKernel<T, D, 2, ENC>;
+    case 4: return PagedDecodeKernel<T, D, 4, ENC>;
   }
   return nullptr;
 }
 
-template <typename T>
+template <typename T, int ENC = kEncKivi>
 DecodeKernelFn SelectByDim(int d, int gpt) {
   switch (d) {
-    case 64: return SelectByHeads<T, 64>(gpt);
-    case 128: return SelectByHeads<T, 128>(gpt);
+    case 64: return SelectByHeads<T, 64, ENC>(gpt);
+    case 128: return SelectByHeads<T, 128, ENC>(gpt);
   }
   return nullptr;
 }
 
-// One per storage dtype, each in its own translation unit; nullptr when the
-// head_dim / heads_per_thread pair has no instantiation.
+// One per storage dtype and encoded family, each in its own translation unit
+// (paged_decode_{f32,f16,bf16}.cu: none / KIVI; paged_decode_q8_*.cu: int8 /
+// fp8); nullptr when the head_dim / heads_per_thread pair has no instantiation.
 DecodeKernelFn SelectDecodeKernelF32(int head_dim, int heads_per_thread);
 DecodeKernelFn SelectDecodeKernelF16(int head_dim, int heads_per_thread);
 DecodeKernelFn SelectDecodeKernelBF16(int head_dim, int heads_per_thread);
+DecodeKernelFn SelectDecodeKernelQ8F32(int head_dim, int heads_per_thread);
+DecodeKernelFn SelectDecodeKernelQ8F16(int head_dim, int heads_per_thread);
+DecodeKernelFn SelectDecodeKernelQ8BF16(int head_dim, int heads_per_thread);
 
 }  // namespace detail
 }  // namespace cuda

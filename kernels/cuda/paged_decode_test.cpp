@@ -1,5 +1,5 @@
-// The CUDA paged decode against the CPU specification: PagedDecode (plain and
-// KIVI-encoded segments, splits, slot_attn) against PagedAttentionReference,
+// The CUDA paged decode against the CPU specification: PagedDecode (plain,
+// KIVI-, int8- and fp8-encoded segments, splits, slot_attn) against PagedAttentionReference,
 // or PagedAttentionEncodedReference when the streams have an encoded segment;
 // and the planner and the argument checks, which run anywhere. Device tests skip when no GPU is present.
 // The same file runs on the CPU emulation of CUDA (paged_decode_emu_test).
@@ -34,8 +34,12 @@ struct DecodeCase {
   int block_size = 16, hq = 8, hkv = 2, d = 128;
   std::vector<int> lens;        // plain slots of each sequence's streams
   int head_jitter = 0;          // stream (i, h) holds lens[i] - (h % 3) * head_jitter plain slots
-  int kivi_bits = 0;            // 0: no encoded segment
+  int kivi_bits = 0;            // 0: no KIVI segment
   int kivi_group = 32;          // tokens per KIVI block and value channel group
+  EncodingKind q8 = EncodingKind::kKivi;  // kInt8 / kFp8: an int8 / fp8 segment (kKivi: none)
+  int q8_tpb = 16;                        // tokens per int8 / fp8 block
+  bool q8_per_token = true;               // per-token scales, else one per block
+  bool q8_raw_codes = false;              // random codes and scales (every code) instead of encoded data
   std::vector<int> enc_blocks;  // encoded blocks of each sequence's streams
   int force_chunk = 0;          // > 0: split size (tests the split path on any GPU)
   bool expect_split = false;
@@ -45,6 +49,69 @@ struct DecodeCase {
 };
 
 void PrintTo(const DecodeCase& c, std::ostream* os) { *os << c.name; }
+
+bool HasEncoded(const DecodeCase& c) { return c.kivi_bits > 0 || c.q8 != EncodingKind::kKivi; }
+
+// Shared by AddKivi and AddQuant8: the encoded page table (shuffled block ids,
+// two spares) and a pool of 0xff bytes (fp16 0xffff: NaN scales in spares).
+void MakeEncodedTable(HostCache* hc, const std::vector<int>& enc_blocks, std::mt19937* rng) {
+  const int64_t bb = hc->enc.BlockBytes();
+  hc->enc_indptr.assign(1, 0);
+  for (int nb : enc_blocks) {
+    hc->enc_indptr.push_back(hc->enc_indptr.back() + nb);
+    hc->enc_len.push_back(static_cast<int64_t>(nb) * hc->enc.tokens_per_block);
+  }
+  const int num_blocks = hc->enc_indptr.back() + 2;
+  hc->enc_indices.resize(static_cast<size_t>(num_blocks));
+  std::iota(hc->enc_indices.begin(), hc->enc_indices.end(), 0);
+  std::shuffle(hc->enc_indices.begin(), hc->enc_indices.end(), *rng);
+  hc->enc_pool.assign(static_cast<size_t>(num_blocks * bb), 0xff);
+}
+
+// Adds int8 / fp8 segments of enc_blocks[s] blocks per stream: encoded
+// keys (per-channel offsets, an occasional outlier so that small values use
+// fp8's subnormals) and values; or, with raw, uniformly random codes (every
+// code but fp8's NaNs) and scales, so that each code's dequantisation is seen.
+void AddQuant8(HostCache* hc, EncodingKind kind, int tpb, bool per_token, bool raw, int d,
+               const std::vector<int>& enc_blocks, std::mt19937* rng) {
+  KvEncoding& e = hc->enc;
+  e.kind = kind;
+  e.bits = 8;
+  e.head_dim = d;
+  e.tokens_per_block = tpb;
+  e.group = tpb;
+  e.scale_per_token = per_token;
+  ASSERT_EQ(e.Validate(), "");
+  MakeEncodedTable(hc, enc_blocks, rng);
+  const int64_t bb = e.BlockBytes();
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f), bias(-2.0f, 2.0f);
+  std::uniform_int_distribution<int> byte(0, 255), pick(0, 99);
+  std::vector<float> chan_bias(static_cast<size_t>(d));
+  for (float& b : chan_bias) b = bias(*rng);
+  std::vector<float> k(static_cast<size_t>(tpb) * d), v(k.size());
+  const float qmax = kind == EncodingKind::kInt8 ? 127.0f : 448.0f;
+  for (int b = 0; b < hc->enc_indptr.back(); ++b) {
+    uint8_t* dst = hc->enc_pool.data() + static_cast<int64_t>(hc->enc_indices[b]) * bb;
+    if (raw) {
+      for (int64_t i = 0; i < 2 * e.CodeBytes(); ++i) {
+        uint8_t x = static_cast<uint8_t>(byte(*rng));
+        if (kind == EncodingKind::kFp8 && (x & 0x7f) == 0x7f) x ^= 1;  // NaN codes are never written
+        dst[i] = x;
+      }
+      uint16_t* scales = reinterpret_cast<uint16_t*>(dst + 2 * e.CodeBytes());
+      for (int64_t i = 0; i < e.NumKeyParams() + e.NumValueParams(); ++i) {
+        scales[i] = F32ToF16((1.0f + 0.5f * u(*rng)) / qmax);
+      }
+      continue;
+    }
+    for (size_t i = 0; i < k.size(); ++i) {
+      k[i] = u(*rng) + chan_bias[i % d];
+      v[i] = u(*rng);
+      if (pick(*rng) == 0) k[i] *= 30.0f;
+    }
+    EncodeKvBlock(e, k.data(), v.data(), dst);
+  }
+}
 
 // Adds KIVI segments of enc_blocks[s] blocks per stream (keys with a per-channel
 // offset, as real keys have; values centred).
@@ -59,16 +126,7 @@ void AddKivi(HostCache* hc, int bits, int group, int d, const std::vector<int>& 
   e.value_axis = QuantAxis::kToken;
   ASSERT_EQ(e.Validate(), "");
   const int64_t bb = e.BlockBytes();
-  hc->enc_indptr.assign(1, 0);
-  for (int nb : enc_blocks) {
-    hc->enc_indptr.push_back(hc->enc_indptr.back() + nb);
-    hc->enc_len.push_back(static_cast<int64_t>(nb) * group);
-  }
-  const int num_blocks = hc->enc_indptr.back() + 2;
-  hc->enc_indices.resize(static_cast<size_t>(num_blocks));
-  std::iota(hc->enc_indices.begin(), hc->enc_indices.end(), 0);
-  std::shuffle(hc->enc_indices.begin(), hc->enc_indices.end(), *rng);
-  hc->enc_pool.assign(static_cast<size_t>(num_blocks * bb), 0xff);  // fp16 0xffff: NaN scales in spares
+  MakeEncodedTable(hc, enc_blocks, rng);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f), bias(-2.0f, 2.0f);
   std::vector<float> chan_bias(static_cast<size_t>(d));
   for (float& b : chan_bias) b = bias(*rng);
@@ -233,6 +291,99 @@ std::vector<DecodeCase> DecodeCases() {
     c.slot_attn = true;
     add(c);
   }
+  {
+    DecodeCase c;  // int8, per-token scales, 16-token blocks (four per tile), forced splits
+    c.name = "int8_bf16_bs16_gqa4_d128";
+    c.dtype = DType::kBF16, c.block_size = 16, c.hq = 16, c.hkv = 4, c.d = 128;
+    c.q8 = EncodingKind::kInt8;
+    c.enc_blocks = {40, 3, 0, 10};
+    c.lens = {20, 5, 1, 33};
+    c.force_chunk = 128;
+    c.expect_split = true;
+    c.slot_attn = true;
+    add(c);
+  }
+  {
+    DecodeCase c;  // fp8, MHA, head_dim 64; one stream with no plain slot
+    c.name = "fp8_f16_bs16_gqa1_d64";
+    c.dtype = DType::kF16, c.block_size = 16, c.hq = 2, c.hkv = 2, c.d = 64;
+    c.q8 = EncodingKind::kFp8;
+    c.enc_blocks = {30, 1, 5};
+    c.lens = {3, 128, 0};
+    c.slot_attn = true;
+    add(c);
+  }
+  {
+    DecodeCase c;  // fp8, one scale per block: 4100-byte blocks, copied 4 bytes at a time; GQA 8
+    c.name = "fp8_bf16_bs16_gqa8_d128_block_scale";
+    c.dtype = DType::kBF16, c.block_size = 16, c.hq = 16, c.hkv = 2, c.d = 128;
+    c.q8 = EncodingKind::kFp8;
+    c.q8_per_token = false;
+    c.enc_blocks = {120, 9};
+    c.lens = {16, 7};
+    c.force_chunk = 256;
+    c.expect_split = true;
+    c.slot_attn = true;
+    add(c);
+  }
+  {
+    DecodeCase c;  // int8 blocks of one token (260 bytes, 64 per tile), block size 1, fp32 residual
+    c.name = "int8_f32_bs1_gqa4_d128_tpb1";
+    c.dtype = DType::kF32, c.block_size = 1, c.hq = 8, c.hkv = 2, c.d = 128;
+    c.q8 = EncodingKind::kInt8;
+    c.q8_tpb = 1;
+    c.enc_blocks = {300, 17};
+    c.lens = {5, 1};
+    c.slot_attn = true;
+    add(c);
+  }
+  {
+    DecodeCase c;  // every fp8 code (subnormals, negative zero, 448) with random scales; 32-token blocks
+    c.name = "fp8_raw_bf16_bs16_gqa4_d128";
+    c.dtype = DType::kBF16, c.block_size = 16, c.hq = 8, c.hkv = 2, c.d = 128;
+    c.q8 = EncodingKind::kFp8;
+    c.q8_tpb = 32;
+    c.q8_raw_codes = true;
+    c.enc_blocks = {12, 20};
+    c.lens = {16, 40};
+    c.slot_attn = true;
+    add(c);
+  }
+  {
+    DecodeCase c;  // every int8 code, one scale per 64-token block, GQA 2
+    c.name = "int8_raw_f16_bs16_gqa2_d64_block_scale";
+    c.dtype = DType::kF16, c.block_size = 16, c.hq = 4, c.hkv = 2, c.d = 64;
+    c.q8 = EncodingKind::kInt8;
+    c.q8_tpb = 64;
+    c.q8_per_token = false;
+    c.q8_raw_codes = true;
+    c.enc_blocks = {10, 3};
+    c.lens = {1, 70};
+    c.force_chunk = 128;
+    c.expect_split = true;
+    add(c);
+  }
+  {
+    DecodeCase c;  // int8 with GQA 6: three head slices of two heads, fp32 residual
+    c.name = "int8_f32_bs16_gqa6_d128";
+    c.dtype = DType::kF32, c.block_size = 16, c.hq = 12, c.hkv = 2, c.d = 128;
+    c.q8 = EncodingKind::kInt8;
+    c.enc_blocks = {50, 8};
+    c.lens = {3, 30};
+    c.force_chunk = 192;
+    c.slot_attn = true;
+    add(c);
+  }
+  {
+    DecodeCase c;  // fp8 at 32K, natural plan
+    c.name = "fp8_bf16_bs16_gqa4_d128_long32k";
+    c.dtype = DType::kBF16, c.block_size = 16, c.hq = 4, c.hkv = 1, c.d = 128;
+    c.q8 = EncodingKind::kFp8;
+    c.enc_blocks = {2040};
+    c.lens = {100};
+    c.expect_split = true;
+    add(c);
+  }
   return cs;
 }
 
@@ -250,15 +401,19 @@ TEST_P(PagedDecodeCudaTest, MatchesReference) {
   }
   HostCache hc = MakePlainCache(c.dtype, c.block_size, c.d, plain_len, &rng);
   std::vector<int> enc_blocks;
-  if (c.kivi_bits > 0) {
+  if (HasEncoded(c)) {
     for (int s = 0; s < S; ++s) enc_blocks.push_back(c.enc_blocks[s / c.hkv]);
+  }
+  if (c.kivi_bits > 0) {
     ASSERT_NO_FATAL_FAILURE(AddKivi(&hc, c.kivi_bits, c.kivi_group, c.d, enc_blocks, &rng));
+  } else if (HasEncoded(c)) {
+    ASSERT_NO_FATAL_FAILURE(AddQuant8(&hc, c.q8, c.q8_tpb, c.q8_per_token, c.q8_raw_codes, c.d, enc_blocks, &rng));
   }
   std::vector<int64_t> total_len(static_cast<size_t>(S));
   std::vector<int64_t> slot_offsets(static_cast<size_t>(S));
   int64_t total_slots = 0;
   for (int s = 0; s < S; ++s) {
-    total_len[s] = plain_len[s] + (c.kivi_bits > 0 ? hc.enc_len[s] : 0);
+    total_len[s] = plain_len[s] + (HasEncoded(c) ? hc.enc_len[s] : 0);
     slot_offsets[s] = total_slots;
     total_slots += total_len[s];
   }
@@ -285,7 +440,7 @@ TEST_P(PagedDecodeCudaTest, MatchesReference) {
   }
   const PagedKV host_kv = HostView(hc, c.dtype, c.block_size, c.d);
   EncodedKV host_enc;
-  if (c.kivi_bits > 0) {
+  if (HasEncoded(c)) {
     host_enc.base = hc.enc_pool.data();
     host_enc.block_bytes = hc.enc.BlockBytes();
     host_enc.enc = hc.enc;
@@ -306,9 +461,10 @@ TEST_P(PagedDecodeCudaTest, MatchesReference) {
   shape.num_kv_heads = c.hkv;
   shape.head_dim = c.d;
   shape.dtype = c.dtype;
-  if (c.kivi_bits > 0) {
+  if (HasEncoded(c)) {
     shape.enc_tokens_per_block = hc.enc.tokens_per_block;
     shape.enc_block_bytes = hc.enc.BlockBytes();
+    shape.enc_kind = hc.enc.kind;
   }
   cuda::PagedDecodeOptions opt;
   opt.force_chunk_tokens = c.force_chunk;
@@ -342,7 +498,7 @@ TEST_P(PagedDecodeCudaTest, MatchesReference) {
   kv.indices = d_indices.as<int32_t>();
   kv.last_block_len = d_last.as<int32_t>();
   EncodedKV enc = host_enc;
-  if (c.kivi_bits > 0) {
+  if (HasEncoded(c)) {
     CUDA_ASSERT(d_enc_pool.Upload(hc.enc_pool));
     CUDA_ASSERT(d_enc_indptr.Upload(hc.enc_indptr));
     CUDA_ASSERT(d_enc_indices.Upload(hc.enc_indices));
@@ -356,7 +512,7 @@ TEST_P(PagedDecodeCudaTest, MatchesReference) {
   dp.o = d_o.as<float>();
   dp.slot_attn = c.slot_attn ? d_slots.as<float>() : nullptr;
   dp.slot_attn_offsets = c.slot_attn ? d_offsets.as<int64_t>() : nullptr;
-  const EncodedKV* encp = c.kivi_bits > 0 ? &enc : nullptr;
+  const EncodedKV* encp = HasEncoded(c) ? &enc : nullptr;
   EXPECT_EQ(cuda::PagedDecodeCheck(plan, kv, encp, dp, d_ws.as<void>(), plan.workspace_bytes), "");
   CUDA_ASSERT(cuda::PagedDecode(plan, kv, encp, dp, d_ws.as<void>(), plan.workspace_bytes, nullptr));
   CUDA_ASSERT(cudaDeviceSynchronize());
@@ -463,6 +619,47 @@ TEST(PagedDecodePlanTest, EncodedSplitsAreWholeBlocks) {
   EXPECT_GE(plan.smem_bytes, 2 * e.BlockBytes());
 }
 
+KvEncoding Quant8Encoding(EncodingKind kind, int tpb, bool per_token) {
+  KvEncoding e;
+  e.kind = kind;
+  e.bits = 8;
+  e.head_dim = 128;
+  e.tokens_per_block = tpb;
+  e.group = tpb;
+  e.scale_per_token = per_token;
+  return e;
+}
+
+TEST(PagedDecodePlanTest, Quant8TilesFillAStage) {
+  std::vector<int64_t> len(8, 20000);
+  struct Want {
+    int tpb;
+    bool per_token;
+    int tile_blocks;
+  };
+  // bf16 plain stage at Llama-3.1-8B's shape: 32 tokens, 16 KB.
+  for (const Want& w : {Want{16, true, 4}, Want{16, false, 4}, Want{1, true, 64}, Want{64, true, 1}, Want{32, false, 2}}) {
+    const KvEncoding e = Quant8Encoding(EncodingKind::kFp8, w.tpb, w.per_token);
+    ASSERT_EQ(e.Validate(), "");
+    cuda::PagedDecodeShape sh = LlamaShape(1);
+    sh.enc_kind = e.kind;
+    sh.enc_tokens_per_block = w.tpb;
+    sh.enc_block_bytes = e.BlockBytes();
+    cuda::PagedDecodePlan plan;
+    ASSERT_EQ(cuda::PlanPagedDecode(sh, len.data(), H200Like(), &plan), cudaSuccess) << w.tpb;
+    EXPECT_EQ(plan.enc_tile_blocks, w.tile_blocks) << "tokens_per_block " << w.tpb << " per_token " << w.per_token;
+    EXPECT_EQ(plan.chunk_tokens % std::max(64, w.tpb), 0);
+    EXPECT_GE(plan.smem_bytes, 2 * plan.enc_tile_blocks * e.BlockBytes());
+    EXPECT_LE(plan.smem_bytes, 48 * 1024);
+  }
+  cuda::PagedDecodeShape sh = LlamaShape(1);  // KIVI keeps one block per tile
+  sh.enc_tokens_per_block = 32;
+  sh.enc_block_bytes = 3072;
+  cuda::PagedDecodePlan plan;
+  ASSERT_EQ(cuda::PlanPagedDecode(sh, len.data(), H200Like(), &plan), cudaSuccess);
+  EXPECT_EQ(plan.enc_tile_blocks, 1);
+}
+
 TEST(PagedDecodePlanTest, LayoutForLargeGroups) {
   cuda::PagedDecodeShape sh = LlamaShape(2);
   sh.num_qo_heads = 64;  // group 8: two slices of four heads
@@ -560,6 +757,22 @@ TEST(PagedDecodeArgsTest, RejectsBadCallsBeforeLaunching) {
   esh.enc_block_bytes = enc.enc.BlockBytes();
   ASSERT_EQ(cuda::PlanPagedDecode(esh, len.data(), H200Like(), &eplan), cudaSuccess);
   EXPECT_EQ(cuda::PagedDecode(eplan, kv, &enc, p, ws, eplan.workspace_bytes, nullptr), cudaErrorNotSupported);
+
+  // int8 / fp8: the kind must match the plan's; blocks of a power-of-two size only.
+  enc.enc = Quant8Encoding(EncodingKind::kInt8, 16, true);
+  enc.block_bytes = enc.enc.BlockBytes();
+  esh.enc_kind = EncodingKind::kInt8;
+  esh.enc_tokens_per_block = 16;
+  esh.enc_block_bytes = enc.enc.BlockBytes();
+  ASSERT_EQ(cuda::PlanPagedDecode(esh, len.data(), H200Like(), &eplan), cudaSuccess);
+  EXPECT_EQ(cuda::PagedDecodeCheck(eplan, kv, &enc, p, ws, eplan.workspace_bytes), "");
+  enc.enc.kind = EncodingKind::kFp8;
+  EXPECT_NE(cuda::PagedDecodeCheck(eplan, kv, &enc, p, ws, eplan.workspace_bytes).find("enc_kind"), std::string::npos);
+  EXPECT_EQ(cuda::PagedDecode(eplan, kv, &enc, p, ws, eplan.workspace_bytes, nullptr), cudaErrorInvalidValue);
+  esh.enc_tokens_per_block = 12;
+  esh.enc_block_bytes = Quant8Encoding(EncodingKind::kInt8, 12, true).BlockBytes();
+  EXPECT_EQ(cuda::PlanPagedDecode(esh, len.data(), H200Like(), &eplan), cudaErrorNotSupported);
+  EXPECT_NE(cuda::PagedDecodeShapeCheck(esh).find("power of two"), std::string::npos);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -282,6 +283,23 @@ cudaError_t RunGrid(const void* func, dim3 grid, dim3 block, size_t smem_bytes, 
 using kvlab_emu::g_allocations;
 using kvlab_emu::g_sticky;
 
+// Streams and events: opaque heap objects whose only state is being alive.
+struct CUstream_st {
+  unsigned flags;
+};
+struct CUevent_st {
+  unsigned flags;
+};
+namespace kvlab_emu {
+namespace {
+std::set<const CUstream_st*> g_streams;
+std::set<const CUevent_st*> g_events;
+std::map<void*, size_t> g_host_allocations;
+bool ValidStream(cudaStream_t s) { return s == nullptr || g_streams.count(s) != 0; }  // nullptr: the default stream
+bool ValidEvent(cudaEvent_t e) { return e != nullptr && g_events.count(e) != 0; }
+}  // namespace
+}  // namespace kvlab_emu
+
 cudaError_t cudaGetDeviceCount(int* n) {
   *n = 1;
   return cudaSuccess;
@@ -320,6 +338,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
 }
 cudaError_t cudaFree(void* p) {
   if (p == nullptr) return cudaSuccess;
+  if (kvlab_emu::g_host_allocations.count(p) != 0) return cudaErrorInvalidValue;  // cudaFreeHost's
   const auto it = g_allocations.find(p);
   if (it == g_allocations.end()) return cudaErrorInvalidValue;
   munmap(it->second.map_base, it->second.map_bytes);
@@ -330,7 +349,8 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
   if (bytes > 0) std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t /*stream*/) {
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
+  if (!kvlab_emu::ValidStream(stream)) return cudaErrorInvalidResourceHandle;
   return cudaMemcpy(dst, src, bytes, kind);
 }
 cudaError_t cudaMemset(void* p, int value, size_t bytes) {
@@ -341,7 +361,60 @@ cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t /*str
   return cudaMemset(p, value, bytes);
 }
 cudaError_t cudaDeviceSynchronize() { return g_sticky; }
-cudaError_t cudaStreamSynchronize(cudaStream_t /*stream*/) { return g_sticky; }
+
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  if (!kvlab_emu::ValidStream(stream)) return cudaErrorInvalidResourceHandle;
+  return g_sticky;
+}
+cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithFlags(stream, cudaStreamDefault); }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
+  if (stream == nullptr || (flags & ~static_cast<unsigned>(cudaStreamNonBlocking)) != 0) return cudaErrorInvalidValue;
+  *stream = new CUstream_st{flags};
+  kvlab_emu::g_streams.insert(*stream);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  if (stream == nullptr || kvlab_emu::g_streams.erase(stream) == 0) return cudaErrorInvalidResourceHandle;
+  delete stream;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned flags) {
+  if (!kvlab_emu::ValidStream(stream) || !kvlab_emu::ValidEvent(event)) return cudaErrorInvalidResourceHandle;
+  return flags == 0 ? cudaSuccess : cudaErrorInvalidValue;
+}
+cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, cudaEventDefault); }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags) {
+  if (event == nullptr || (flags & ~static_cast<unsigned>(cudaEventDisableTiming)) != 0) return cudaErrorInvalidValue;
+  *event = new CUevent_st{flags};
+  kvlab_emu::g_events.insert(*event);
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  if (event == nullptr || kvlab_emu::g_events.erase(event) == 0) return cudaErrorInvalidResourceHandle;
+  delete event;
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  if (!kvlab_emu::ValidStream(stream) || !kvlab_emu::ValidEvent(event)) return cudaErrorInvalidResourceHandle;
+  return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  return kvlab_emu::ValidEvent(event) ? g_sticky : cudaErrorInvalidResourceHandle;
+}
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  return kvlab_emu::ValidEvent(event) ? cudaSuccess : cudaErrorInvalidResourceHandle;
+}
+cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned flags) {
+  if (p == nullptr || flags != cudaHostAllocDefault) return cudaErrorInvalidValue;
+  const cudaError_t err = cudaMalloc(p, bytes);  // with its guard page
+  if (err == cudaSuccess) kvlab_emu::g_host_allocations[*p] = bytes;
+  return err;
+}
+cudaError_t cudaFreeHost(void* p) {
+  if (p == nullptr) return cudaSuccess;
+  if (kvlab_emu::g_host_allocations.erase(p) == 0) return cudaErrorInvalidValue;
+  return cudaFree(p);
+}
 cudaError_t cudaGetLastError() {
   const cudaError_t e = g_sticky;
   g_sticky = cudaSuccess;
@@ -355,6 +428,7 @@ const char* cudaGetErrorString(cudaError_t err) {
     case cudaErrorMemoryAllocation: return "out of memory (emulated)";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument (emulated)";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected (emulated)";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle (emulated)";
     case cudaErrorLaunchFailure: return "unspecified launch failure (emulated)";
     case cudaErrorNotSupported: return "operation not supported (emulated)";
   }

@@ -1,0 +1,2 @@
+// compact.cu compiled as C++ against the CUDA emulation (see kvlab_cuda_emu.h).
+#include "kernels/cuda/compact.cu"
