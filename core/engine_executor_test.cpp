@@ -8,6 +8,7 @@
 
 #include "core/serve_bench.h"
 
+#include <unistd.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -45,7 +46,7 @@ const std::string& ModelDir() {
   static const std::string dir = [] {
     ModelConfig c;
     EXPECT_TRUE(PresetConfig("small", &c).ok());
-    const std::string d = ::testing::TempDir() + "kvlab_serve_engine_model";
+    const std::string d = ::testing::TempDir() + std::to_string(getpid()) + "_kvlab_serve_engine_model";
     std::filesystem::remove_all(d);
     EXPECT_TRUE(WriteRandomCheckpoint(c, 5, 0.15, d).ok());
     return d;
@@ -413,7 +414,7 @@ TEST(EngineExecutorTest, BuildsThePlannedPools) {
 
 // `kvlab serve-bench` on the engine: the entry point the CLI calls.
 TEST(ServeBenchRunTest, EngineRunOnTheSmallModel) {
-  const std::string path = ::testing::TempDir() + "serve_engine.toml";
+  const std::string path = ::testing::TempDir() + std::to_string(getpid()) + "_serve_engine.toml";
   std::ofstream(path) << R"(
 model = "small"
 model_free = false
@@ -472,11 +473,11 @@ keep_sinks = 0
 keep_recent = 8
 )";
   ServeBenchOverrides ov;
-  ov.json_path = ::testing::TempDir() + "serve_offload.jsonl";
+  ov.json_path = ::testing::TempDir() + std::to_string(getpid()) + "_serve_offload.jsonl";
   std::remove(ov.json_path.c_str());
   std::string full_report, offload_report;
-  const std::string full_path = ::testing::TempDir() + "serve_full.toml";
-  const std::string offload_path = ::testing::TempDir() + "serve_offload.toml";
+  const std::string full_path = ::testing::TempDir() + std::to_string(getpid()) + "_serve_full.toml";
+  const std::string offload_path = ::testing::TempDir() + std::to_string(getpid()) + "_serve_offload.toml";
   std::ofstream(full_path) << head + workload;
   std::ofstream(offload_path) << head + offload + workload;
   Status s = RunServeBench(full_path, ov, &full_report);

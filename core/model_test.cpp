@@ -2,6 +2,7 @@
 // dense reference path, and the loader's error paths.
 #include "core/model.h"
 
+#include <unistd.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -33,7 +34,7 @@ ModelConfig TinyGqaConfig() {
 }
 
 std::string TempDir(const std::string& name) {
-  std::string dir = ::testing::TempDir() + "kvlab_model_test_" + name;
+  std::string dir = ::testing::TempDir() + std::to_string(getpid()) + "_kvlab_model_test_" + name;
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;

@@ -1,5 +1,6 @@
 // Policies running in the engine: what they keep and what the pools then
 // hold, measured against the `full` baseline on the same model.
+#include <unistd.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -25,7 +26,7 @@ std::string TinyModelDir() {
     c.num_key_value_heads = 2;
     c.head_dim = 32;
     c.max_position_embeddings = 4096;
-    std::string d = ::testing::TempDir() + "kvlab_policy_engine_model";
+    std::string d = ::testing::TempDir() + std::to_string(getpid()) + "_kvlab_policy_engine_model";
     std::filesystem::remove_all(d);
     EXPECT_TRUE(WriteRandomCheckpoint(c, 21, 0.08, d).ok());
     return d;
