@@ -16,8 +16,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-bool Aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
-
 struct AppendArgs {
   uint8_t* base;
   int64_t block_bytes;
@@ -344,12 +342,8 @@ cudaError_t AppendKv(const PagedKV& kv, const int32_t* qo_indptr, int num_seqs, 
   }
   if (num_seqs == 0 || total_q == 0) return cudaSuccess;
   AppendArgs a{};
-  a.base = kv.base;
-  a.block_bytes = kv.block_bytes;
-  a.indptr = kv.indptr;
-  a.indices = kv.indices;
+  SetPageTable(kv, &a);
   a.last_block_len = kv.last_block_len;
-  a.block_size = kv.block_size;
   a.head_dim = kv.head_dim;
   a.qo_indptr = qo_indptr;
   a.num_seqs = num_seqs;
@@ -380,11 +374,7 @@ cudaError_t EncodeSealKivi(const PagedKV& kv, const KvEncoding& enc, uint8_t* en
   }
   if (jobs.num_jobs == 0) return cudaSuccess;
   SealArgs a{};
-  a.base = kv.base;
-  a.block_bytes = kv.block_bytes;
-  a.indptr = kv.indptr;
-  a.indices = kv.indices;
-  a.block_size = kv.block_size;
+  SetPageTable(kv, &a);
   a.head_dim = kv.head_dim;
   a.enc_base = enc_base;
   a.enc_block_bytes = enc_block_bytes;
@@ -425,11 +415,7 @@ cudaError_t EncodeSealQuant8(const PagedKV& kv, const KvEncoding& enc, uint8_t* 
   }
   if (jobs.num_jobs == 0) return cudaSuccess;
   Quant8Args a{};
-  a.base = kv.base;
-  a.block_bytes = kv.block_bytes;
-  a.indptr = kv.indptr;
-  a.indices = kv.indices;
-  a.block_size = kv.block_size;
+  SetPageTable(kv, &a);
   a.head_dim = kv.head_dim;
   a.enc_base = enc_base;
   a.enc_block_bytes = enc_block_bytes;

@@ -13,9 +13,7 @@ namespace cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr size_t kAlign = 256;
 
-size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 struct CompactArgs {
   uint8_t* base;
@@ -117,7 +115,6 @@ cudaError_t LaunchBoth(const CompactArgs& a, int num_streams, unsigned y, cudaSt
   return LaunchKernel(CompactKernel<W, false>, grid, dim3(kThreads), 0, stream, a);
 }
 
-bool Aligned(const void* p, uintptr_t n) { return (reinterpret_cast<uintptr_t>(p) & (n - 1)) == 0; }
 
 }  // namespace
 
@@ -149,21 +146,17 @@ cudaError_t CompactStreams(void* temp, size_t* temp_bytes, const PagedKV& kv, co
     return cudaSuccess;
   }
   const int64_t row_bytes = static_cast<int64_t>(kv.head_dim) * DTypeBytes(kv.dtype);
-  const size_t rows_bytes = AlignUp(static_cast<size_t>(kept.capacity) * 2 * static_cast<size_t>(row_bytes));
-  const size_t need = rows_bytes + AlignUp(std::max<size_t>(static_cast<size_t>(kept.capacity) * sizeof(float), 1));
+  const size_t rows_bytes = TempAlignUp(static_cast<size_t>(kept.capacity) * 2 * static_cast<size_t>(row_bytes));
+  const size_t need = rows_bytes + TempAlignUp(std::max<size_t>(static_cast<size_t>(kept.capacity) * sizeof(float), 1));
   if (temp == nullptr) {
     *temp_bytes = need;
     return cudaSuccess;
   }
-  if (*temp_bytes < need || !Aligned(temp, kAlign)) return cudaErrorInvalidValue;
+  if (*temp_bytes < need || !Aligned(temp, kTempAlign)) return cudaErrorInvalidValue;
 
   CompactArgs a{};
-  a.base = kv.base;
-  a.block_bytes = kv.block_bytes;
-  a.indptr = kv.indptr;
-  a.indices = kv.indices;
+  SetPageTable(kv, &a);
   a.last_block_len = kv.last_block_len;
-  a.block_size = kv.block_size;
   a.row_bytes = row_bytes;
   a.kept = kept.slots;
   a.kept_offsets = kept.offsets;

@@ -11,9 +11,28 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "kernels/paged_kv.h"
 
 namespace kvlab {
 namespace cuda {
+
+// Host-side helpers of the launchers.
+inline bool Aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
+
+// Caller-provided temporary storage is carved into pieces that each start on
+// a 256-byte boundary.
+constexpr size_t kTempAlign = 256;
+inline size_t TempAlignUp(size_t n) { return (n + kTempAlign - 1) / kTempAlign * kTempAlign; }
+
+// The page-table fields every kernel's argument struct copies from a PagedKV.
+template <typename Args>
+void SetPageTable(const PagedKV& kv, Args* a) {
+  a->base = kv.base;
+  a->block_bytes = kv.block_bytes;
+  a->indptr = kv.indptr;
+  a->indices = kv.indices;
+  a->block_size = kv.block_size;
+}
 
 // The storage element types, and how 16 bytes of them become fp32.
 template <typename T>

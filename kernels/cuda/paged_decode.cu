@@ -139,7 +139,6 @@ Workspace WorkspaceLayout(int64_t num_rows, int max_splits, int head_dim) {
   return w;
 }
 
-bool Aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
 
 // (code, message) of the host-side checks; code is cudaSuccess when valid.
 struct CheckResult {
@@ -386,12 +385,8 @@ cudaError_t PagedDecode(const PagedDecodePlan& plan, const PagedKV& kv, const En
   const int tpr = sh.head_dim / (16 / DTypeBytes(sh.dtype));
 
   DecodeArgs a{};
-  a.base = kv.base;
-  a.block_bytes = kv.block_bytes;
-  a.indptr = kv.indptr;
-  a.indices = kv.indices;
+  SetPageTable(kv, &a);
   a.last_block_len = kv.last_block_len;
-  a.block_size = kv.block_size;
   if (enc != nullptr) {
     const KvEncoding& e = enc->enc;
     a.enc_base = enc->base;

@@ -19,9 +19,7 @@ namespace cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr size_t kAlign = 256;
 
-size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 // One stream's selection parameters, as H2OPolicy::SelectSlots derives them.
 struct StreamPlan {
@@ -164,14 +162,14 @@ cudaError_t SortSegments(void* sort_temp, size_t* sort_bytes, const uint64_t* ke
 
 cudaError_t Layout(const TopKInput& in, TempLayout* t) {
   t->keys_in = 0;
-  t->keys_out = t->keys_in + AlignUp(static_cast<size_t>(in.slot_attn_size) * sizeof(uint64_t));
-  t->seg_begin = t->keys_out + AlignUp(static_cast<size_t>(in.slot_attn_size) * sizeof(uint64_t));
-  t->seg_end = t->seg_begin + AlignUp(static_cast<size_t>(in.num_streams) * sizeof(int64_t));
-  t->sort = t->seg_end + AlignUp(static_cast<size_t>(in.num_streams) * sizeof(int64_t));
+  t->keys_out = t->keys_in + TempAlignUp(static_cast<size_t>(in.slot_attn_size) * sizeof(uint64_t));
+  t->seg_begin = t->keys_out + TempAlignUp(static_cast<size_t>(in.slot_attn_size) * sizeof(uint64_t));
+  t->seg_end = t->seg_begin + TempAlignUp(static_cast<size_t>(in.num_streams) * sizeof(int64_t));
+  t->sort = t->seg_end + TempAlignUp(static_cast<size_t>(in.num_streams) * sizeof(int64_t));
   t->sort_bytes = 0;
   const cudaError_t err = SortSegments(nullptr, &t->sort_bytes, nullptr, nullptr, in.slot_attn_size, in.num_streams,
                                        nullptr, nullptr, nullptr);
-  t->total = t->sort + AlignUp(std::max<size_t>(t->sort_bytes, 1));
+  t->total = t->sort + TempAlignUp(std::max<size_t>(t->sort_bytes, 1));
   return err;
 }
 
@@ -204,7 +202,7 @@ cudaError_t SelectTopK(void* temp, size_t* temp_bytes, const TopKInput& in, cons
     *temp_bytes = t.total;
     return cudaSuccess;
   }
-  if (*temp_bytes < t.total || (reinterpret_cast<uintptr_t>(temp) & (kAlign - 1)) != 0) return cudaErrorInvalidValue;
+  if (*temp_bytes < t.total || !Aligned(temp, kTempAlign)) return cudaErrorInvalidValue;
   uint8_t* base = static_cast<uint8_t*>(temp);
   uint64_t* keys_in = reinterpret_cast<uint64_t*>(base + t.keys_in);
   uint64_t* keys_out = reinterpret_cast<uint64_t*>(base + t.keys_out);
