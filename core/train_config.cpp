@@ -198,7 +198,12 @@ Status ParseTrainConfig(const std::string& text, const std::string& path, TrainC
         r.Float("copy", &ph.copy);
         r.Float("answer_weight", &ph.answer_weight);
         r.Float("filler_weight", &ph.filler_weight);
+        r.Float("min_length", &ph.min_length);
         KVLAB_RETURN_IF_ERROR(r.Read(*t));
+        if (!(ph.min_length > 0 && ph.min_length <= 1)) {
+          return Status::InvalidArgument(ph.where + ": min_length must be in (0, 1] (a fraction of seq_len), got " +
+                                         std::to_string(ph.min_length));
+        }
         if (ph.text + ph.passkey + ph.multi_needle + ph.recall + ph.copy <= 0) {
           return Status::InvalidArgument(ph.where + ": phase mix weights (text, passkey, multi_needle, recall, copy) sum to 0");
         }

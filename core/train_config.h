@@ -21,6 +21,7 @@
 //   text = 1.0; passkey = 0.0; multi_needle = 0.0; recall = 0.0; copy = 0.0   # mix weights
 //   answer_weight = 1.0                # loss weight of the task-testing tokens
 //   filler_weight = 1.0                # loss weight of the other tokens of task samples
+//   min_length = 0.25                  # task samples' lengths are uniform in [min_length, 1] x seq_len
 #pragma once
 
 #include <cstdint>
@@ -36,6 +37,7 @@ struct TrainPhase {
   int64_t steps = 0, seq_len = 256, batch = 16;
   double text = 1.0, passkey = 0.0, multi_needle = 0.0, recall = 0.0, copy = 0.0;
   double answer_weight = 1.0, filler_weight = 1.0;
+  double min_length = 0.25;  // shortest task sample, as a fraction of seq_len
   std::string where;  // file:line:col, for messages
 };
 

@@ -243,7 +243,8 @@ Batch MakeBatch(const TrainConfig& cfg, const TrainPhase& ph, int64_t step, cons
     spec.kind = kind == 1 ? TaskKind::kPasskey : kind == 2 ? TaskKind::kMultiNeedle : kind == 3 ? TaskKind::kRecall : TaskKind::kCopy;
     spec.seed = rng.Next();
     // Lengths vary so that every depth and distance is seen.
-    spec.length = T / 4 + static_cast<int64_t>(rng.Below(static_cast<uint64_t>(T - T / 4 + 1)));
+    const int64_t shortest = std::clamp<int64_t>(static_cast<int64_t>(ph.min_length * static_cast<double>(T)), 1, T);
+    spec.length = shortest + static_cast<int64_t>(rng.Below(static_cast<uint64_t>(T - shortest + 1)));
     spec.depth = rng.Uniform();
     spec.num_needles = 2 + static_cast<int>(rng.Below(4));
     spec.num_pairs = 4 + static_cast<int>(rng.Below(13));

@@ -189,6 +189,18 @@ TEST(TrainConfigTest, ErrorsNameFileLineColumn) {
                        "cfg.toml", &c);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.ToString().find("num_key_value_heads"), std::string::npos) << s.ToString();
+  // min_length is a fraction of seq_len in (0, 1].
+  for (const char* bad : {"0.0", "1.5", "-0.25"}) {
+    s = ParseTrainConfig(std::string("out = \"x\"\n[[phase]]\nsteps = 1\ntext = 0.0\ncopy = 1.0\nmin_length = ") + bad + "\n", "cfg.toml", &c);
+    ASSERT_FALSE(s.ok()) << bad;
+    EXPECT_NE(s.ToString().find("min_length"), std::string::npos) << s.ToString();
+    EXPECT_NE(s.ToString().find("cfg.toml:"), std::string::npos) << s.ToString();
+  }
+  s = ParseTrainConfig("out = \"x\"\n[[phase]]\nsteps = 1\ntext = 0.0\ncopy = 1.0\nmin_length = 0.75\n", "cfg.toml", &c);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_DOUBLE_EQ(c.phases[0].min_length, 0.75);
+  ASSERT_TRUE(ParseTrainConfig("out = \"x\"\n[[phase]]\nsteps = 1\ntext = 0.0\ncopy = 1.0\n", "cfg.toml", &c).ok());
+  EXPECT_DOUBLE_EQ(c.phases[0].min_length, 0.25);
 }
 
 TEST(TasksTest, DeterministicAndWellFormed) {
