@@ -439,6 +439,10 @@ std::string SweepRunner::CheckpointHash(const std::string& model) {
     h = "preset:" + model + " (random weights, seed 0)";
   } else {
     std::ifstream in(model + "/model.safetensors", std::ios::binary);
+    if (!in) {
+      hashes_[model] = "unreadable";
+      return "unreadable";
+    }
     EVP_MD_CTX* ctx = EVP_MD_CTX_new();
     EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
     std::vector<char> buf(1 << 20);
@@ -604,6 +608,33 @@ Status RunSweep(const SweepConfig& config, const RunSweepOptions& opts, std::str
     (r.value("status", "") == "ok" ? done : failed).insert(r["key"].get<std::string>());
   }
   auto skip = [&](const SweepPoint& p) { return done.count(p.key) || (!opts.retry_failed && failed.count(p.key)); };
+  // A point's key does not name the checkpoint: records made with other
+  // weights of the same model (retrained since) must not pass as done.
+  SweepRunner runner(config);
+  {
+    std::map<std::string, const SweepPoint*> by_key;
+    for (const SweepPoint& p : all) by_key.emplace(p.key, &p);
+    std::map<std::string, int64_t> stale;  // model label -> records
+    std::map<std::string, std::string> was, now;
+    for (const json& r : records) {
+      if (!r.contains("key") || !r.contains("checkpoint") || !r["checkpoint"].is_string()) continue;
+      auto it = by_key.find(r["key"].get<std::string>());
+      if (it == by_key.end()) continue;
+      const std::string hash = runner.CheckpointHash(it->second->model);
+      if (hash == "unreadable" || r["checkpoint"].get<std::string>() == hash) continue;  // a missing model fails its points
+      ++stale[it->second->model_label];
+      was.emplace(it->second->model_label, r["checkpoint"].get<std::string>());
+      now[it->second->model_label] = hash;
+    }
+    if (!stale.empty()) {
+      const std::string& label = stale.begin()->first;
+      return Status::InvalidArgument(
+          jsonl + ": " + std::to_string(stale.begin()->second) + " recorded point(s) of model '" + label +
+          "' were made with checkpoint " + was[label].substr(0, 16) + "..., but its model.safetensors is now " +
+          now[label].substr(0, 16) + "... (retrained?): write to a new directory (--out DIR or another name) "
+          "or remove those records; nothing was run");
+    }
+  }
   std::ostringstream rep;
   if (opts.dry_run) {
     double total = 0;
@@ -632,7 +663,6 @@ Status RunSweep(const SweepConfig& config, const RunSweepOptions& opts, std::str
   // Keep a copy of the config beside the results.
   if (!config.path.empty()) fs::copy_file(config.path, out_dir + "/config.toml", fs::copy_options::overwrite_existing, ec);
 
-  SweepRunner runner(config);
   const std::string rev = GitRevision(), machine = MachineDescription();
   std::vector<const SweepPoint*> todo;
   for (const SweepPoint& p : mine) if (!skip(p)) todo.push_back(&p);

@@ -166,6 +166,40 @@ TEST(SweepRunTest, ResumeAfterKill) {
   fs::remove_all(dir);
 }
 
+// Records made with other weights of a model (retrained since) are not taken
+// as done: the run stops with an error naming the model, and writes nothing.
+TEST(SweepRunTest, RecordsOfAnotherCheckpointAreAnError) {
+  const std::string dir = TempDir("stale");
+  const SweepConfig c = Parse(dir, TinySweep(dir));
+  std::string report;
+  ASSERT_TRUE(RunSweep(c, Quiet(dir + "/out"), &report).ok()) << report;
+  std::vector<json> recs = Records(dir + "/out");
+  ASSERT_FALSE(recs.empty());
+  const std::string hash = recs[1]["checkpoint"].get<std::string>();
+  EXPECT_FALSE(hash.empty());
+  recs[1]["checkpoint"] = "sha256:0123456789abcdef";  // as if the model had been retrained since
+  std::string text;
+  for (const json& r : recs) text += r.dump() + "\n";
+  std::ofstream(dir + "/out/results.jsonl", std::ios::trunc) << text;
+  const Status s = RunSweep(c, Quiet(dir + "/out"), &report);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.ToString().find("results.jsonl"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.ToString().find("'small'"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.ToString().find("1 recorded point"), std::string::npos) << s.ToString();
+  std::ifstream in(dir + "/out/results.jsonl");
+  std::stringstream after;
+  after << in.rdbuf();
+  EXPECT_EQ(after.str(), text);
+  // With the record's checkpoint restored, the run has nothing to do.
+  recs[1]["checkpoint"] = hash;
+  text.clear();
+  for (const json& r : recs) text += r.dump() + "\n";
+  std::ofstream(dir + "/out/results.jsonl", std::ios::trunc) << text;
+  ASSERT_TRUE(RunSweep(c, Quiet(dir + "/out"), &report).ok()) << report;
+  EXPECT_NE(report.find("ran 0 of 6 points"), std::string::npos) << report;
+  fs::remove_all(dir);
+}
+
 TEST(SweepRunTest, ShardsMergeToTheWholeSweep) {
   const std::string dir = TempDir("shards");
   const SweepConfig c = Parse(dir, TinySweep(dir));
