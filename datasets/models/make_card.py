@@ -90,7 +90,13 @@ def main(argv):
     w(f"| parameters | {params(cfg):,} |")
     w(f"| checkpoint | model.safetensors, fp32, {size / 1e6:.1f} MB |")
     w(f"| vocabulary | 259: bytes 0-255, BOS 256, EOS 257, PAD 258 |")
-    w(f"| trained context | {cfg['max_position_embeddings']:,} tokens (last phase) |")
+    phases = train_cfg.get("phase", [])
+    last = phases[-1]["seq_len"] if phases else cfg["max_position_embeddings"]
+    longest = max((ph["seq_len"] for ph in phases), default=last)
+    ctx = f"{last:,} tokens (last phase)"
+    if longest > last:
+        ctx += f"; longest phase {longest:,}"
+    w(f"| trained context | {ctx} |")
     w(f"| steps | {state['step']:,} of {state['total_steps']:,} |")
     w(f"| tokens | {tokens:,} |")
     w(f"| wall time | {elapsed / 3600:.2f} h ({elapsed / 60:.0f} min) |")
