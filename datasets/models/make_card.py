@@ -30,12 +30,17 @@ def params(cfg):
 
 # The sweeps whose full-cache points fill a card, first found wins.
 SWEEPS = ("model-card", "retrieval")
+# Held-out bits per byte on each held-out text alone (bpb only).
+TEXT_SWEEPS = (("model-card-kjv", "King James (7 held-out books)"),
+               ("model-card-brown", "Brown Corpus (50 held-out documents)"))
+# The language bar of issue 4: held-out bits per byte at most this.
+BPB_BAR = 2.0
 
 
-def records(name):
+def records(name, sweeps=SWEEPS):
     """(task, length) -> record of the full cache, and the sweeps used."""
     out, used = {}, []
-    for sweep in SWEEPS:
+    for sweep in sweeps:
         path = os.path.join(ROOT, "results", sweep, "results.jsonl")
         if not os.path.exists(path):
             continue
@@ -149,6 +154,26 @@ def main(argv):
         w("")
         chance = {"passkey": "1e-5 (5 digits)", "multi-needle": "1e-5", "recall": "0.1 (one digit)"}
         w("Chance levels: " + "; ".join(f"{k} {v}" for k, v in chance.items()) + ".\n")
+    text_rows = []
+    for sweep, label in TEXT_SWEEPS:
+        trecs, _ = records(name, (sweep,))
+        if any(k[0] == "bpb" for k in trecs):
+            text_rows.append((sweep, label, {k[1]: r["metrics"]["bpb"] for k, r in trecs.items() if k[0] == "bpb"}))
+    if text_rows:
+        w("Held-out bits per byte on each held-out text alone (full cache, bf16 paged cache, "
+          "8 random windows a length):\n")
+        for sweep, _, _ in text_rows:
+            w(f"    build/kvlab run evals/configs/{sweep}.toml")
+        w("")
+        lengths = sorted({L for _, _, v in text_rows for L in v})
+        w("| held-out text | " + " | ".join(f"L = {L}" for L in lengths) + " |")
+        w("|---|" + "---|" * len(lengths))
+        for _, label, v in text_rows:
+            w(f"| {label} | " + " | ".join(f"{v[L]:.3f}" if L in v else "–" for L in lengths) + " |")
+        worst = max(x for _, _, v in text_rows for x in v.values())
+        verdict = "met" if worst <= BPB_BAR else "not met"
+        w(f"\nAgainst the bar of {BPB_BAR:.1f} bits per byte on held-out text: {verdict} "
+          f"(worst cell {worst:.3f}).\n")
     notes = os.path.join(mdir, "notes.md")
     if os.path.exists(notes):
         out.append(open(notes).read())

@@ -8,6 +8,8 @@ cd "$(dirname "$0")/../../.."
 k=${KVLAB:-build/kvlab}
 lane_a() {
   $k run evals/configs/model-card.toml --set threads=1 --no-progress
+  $k run evals/configs/model-card-kjv.toml --set threads=1 --no-progress
+  $k run evals/configs/model-card-brown.toml --set threads=1 --no-progress
   $k run evals/configs/papers/streamingllm.toml --set threads=1 --no-progress
   $k run evals/configs/papers/streamingllm-recompute.toml --set threads=1 --no-progress
   $k run evals/configs/papers/kivi.toml --set threads=1 --no-progress
