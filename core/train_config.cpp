@@ -1,5 +1,7 @@
 #include "core/train_config.h"
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -85,6 +87,19 @@ int64_t TrainConfig::TotalSteps() const {
   int64_t n = 0;
   for (const TrainPhase& p : phases) n += p.steps;
   return n;
+}
+
+double TrainConfig::LearningRateAt(int64_t step) const {
+  int64_t total = TotalSteps(), phase_start = 0;
+  for (const TrainPhase& p : phases) {
+    if (phase_start > step) break;
+    if (p.schedule_steps > 0) total = p.schedule_steps;
+    phase_start += p.steps;
+  }
+  if (step < warmup_steps) return lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
+  const double progress =
+      static_cast<double>(step - warmup_steps) / static_cast<double>(std::max<int64_t>(1, total - warmup_steps));
+  return min_lr + 0.5 * (lr - min_lr) * (1.0 + std::cos(M_PI * std::min(1.0, progress)));
 }
 
 const TrainPhase& TrainConfig::PhaseAt(int64_t step) const {
@@ -199,7 +214,15 @@ Status ParseTrainConfig(const std::string& text, const std::string& path, TrainC
         r.Float("answer_weight", &ph.answer_weight);
         r.Float("filler_weight", &ph.filler_weight);
         r.Float("min_length", &ph.min_length);
+        const bool has_schedule = t->contains("schedule_steps");
+        r.Int("schedule_steps", &ph.schedule_steps);
         KVLAB_RETURN_IF_ERROR(r.Read(*t));
+        int64_t phase_end = ph.steps;
+        for (const TrainPhase& q : c.phases) phase_end += q.steps;
+        if (has_schedule && ph.schedule_steps < phase_end) {
+          return Status::InvalidArgument(ph.where + ": schedule_steps must be at least the step this phase ends at (" +
+                                         std::to_string(phase_end) + "), got " + std::to_string(ph.schedule_steps));
+        }
         if (!(ph.min_length > 0 && ph.min_length <= 1)) {
           return Status::InvalidArgument(ph.where + ": min_length must be in (0, 1] (a fraction of seq_len), got " +
                                          std::to_string(ph.min_length));

@@ -17,6 +17,8 @@
 //   [data]
 //   train = "../../corpus/train.txt"; heldout = "../../corpus/heldout.txt"
 //   [[phase]]                          # run in order; the LR schedule spans them all
+//   schedule_steps = 4000              # optional: from this phase on, the LR schedule is computed as
+//                                      # if the run were this many steps long (a plan lengthened mid-run)
 //   steps = 1000; seq_len = 256; batch = 16
 //   text = 1.0; passkey = 0.0; multi_needle = 0.0; recall = 0.0; copy = 0.0   # mix weights
 //   answer_weight = 1.0                # loss weight of the task-testing tokens
@@ -38,6 +40,7 @@ struct TrainPhase {
   double text = 1.0, passkey = 0.0, multi_needle = 0.0, recall = 0.0, copy = 0.0;
   double answer_weight = 1.0, filler_weight = 1.0;
   double min_length = 0.25;  // shortest task sample, as a fraction of seq_len
+  int64_t schedule_steps = 0;  // > 0: from this phase on, the schedule's length (0: inherit)
   std::string where;  // file:line:col, for messages
 };
 
@@ -53,6 +56,13 @@ struct TrainConfig {
   std::vector<TrainPhase> phases;
 
   int64_t TotalSteps() const;
+  // The learning rate at a 0-based step: linear warm-up over warmup_steps to
+  // lr, then one cosine down to min_lr at the schedule's last step. The
+  // schedule is TotalSteps() long unless a phase at or before the step sets
+  // schedule_steps (the latest such phase wins): a run whose plan was
+  // lengthened while it ran records, phase by phase, the plan each part ran
+  // under, and a fresh run of the config follows the same rates exactly.
+  double LearningRateAt(int64_t step) const;
   // The phase a 0-based step belongs to.
   const TrainPhase& PhaseAt(int64_t step) const;
 };

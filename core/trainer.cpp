@@ -273,13 +273,6 @@ Batch MakeBatch(const TrainConfig& cfg, const TrainPhase& ph, int64_t step, cons
   return batch;
 }
 
-double LearningRate(const TrainConfig& cfg, int64_t step) {
-  const int64_t total = cfg.TotalSteps();
-  if (step < cfg.warmup_steps) return cfg.lr * static_cast<double>(step + 1) / static_cast<double>(cfg.warmup_steps);
-  const double progress = static_cast<double>(step - cfg.warmup_steps) / static_cast<double>(std::max<int64_t>(1, total - cfg.warmup_steps));
-  return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1.0 + std::cos(M_PI * std::min(1.0, progress)));
-}
-
 // Held-out bits per byte over the first eval_tokens bytes, in windows.
 double EvalBpb(Forwarder& fwd, const std::string& heldout, int64_t tokens, int64_t window) {
   torch::NoGradGuard no_grad;
@@ -451,7 +444,7 @@ Status Train(const TrainConfig& cfg, const TrainOptions& opts, TrainResult* resu
   int64_t n_loss = 0, n_text = 0, n_task = 0;
   while (st.step < stop) {
     const TrainPhase& ph = cfg.PhaseAt(st.step);
-    const double lr = LearningRate(cfg, st.step);
+    const double lr = cfg.LearningRateAt(st.step);
     for (auto& g : optimizer.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
     Batch batch = MakeBatch(cfg, ph, st.step, corpus);
     const int64_t T = ph.seq_len;

@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "core/engine.h"
 #include "core/tasks.h"
@@ -201,6 +203,72 @@ TEST(TrainConfigTest, ErrorsNameFileLineColumn) {
   EXPECT_DOUBLE_EQ(c.phases[0].min_length, 0.75);
   ASSERT_TRUE(ParseTrainConfig("out = \"x\"\n[[phase]]\nsteps = 1\ntext = 0.0\ncopy = 1.0\n", "cfg.toml", &c).ok());
   EXPECT_DOUBLE_EQ(c.phases[0].min_length, 0.25);
+}
+
+TEST(TrainConfigTest, LearningRateFollowsTheScheduleEachPhaseRanUnder) {
+  const std::string head = "out = \"x\"\n[train]\nlr = 1e-2\nmin_lr = 1e-3\nwarmup_steps = 10\n";
+  const std::string phase = "[[phase]]\nsteps = 100\ntext = 0.0\ncopy = 1.0\n";
+  TrainConfig c;
+  // One cosine over all phases: linear warm-up, then down to min_lr at the end.
+  ASSERT_TRUE(ParseTrainConfig(head + phase + phase, "cfg.toml", &c).ok());
+  EXPECT_DOUBLE_EQ(c.LearningRateAt(0), 1e-3);
+  EXPECT_DOUBLE_EQ(c.LearningRateAt(9), 1e-2);
+  EXPECT_NEAR(c.LearningRateAt(10), 1e-2, 1e-12);
+  EXPECT_NEAR(c.LearningRateAt(105), 5.5e-3, 1e-12);  // half-way through steps 10..200
+  EXPECT_NEAR(c.LearningRateAt(199), 1e-3, 1e-5);
+  const double at_150 = c.LearningRateAt(150);
+  // A run first planned for 100 steps, then lengthened to 200: the first phase
+  // ran under a 100-step schedule (down to min_lr at step 100), the second
+  // under the 200-step one, whose rate at step 100 is half-way up again.
+  ASSERT_TRUE(ParseTrainConfig(head + phase + "schedule_steps = 100\n" + phase + "schedule_steps = 200\n", "cfg.toml", &c).ok());
+  EXPECT_EQ(c.phases[0].schedule_steps, 100);
+  EXPECT_NEAR(c.LearningRateAt(55), 5.5e-3, 1e-12);  // half-way through steps 10..100
+  EXPECT_NEAR(c.LearningRateAt(99), 1e-3, 1e-5);
+  EXPECT_NEAR(c.LearningRateAt(100), 1e-3 + 0.5 * 9e-3 * (1 + std::cos(M_PI * 90.0 / 190.0)), 1e-12);
+  EXPECT_DOUBLE_EQ(c.LearningRateAt(150), at_150);
+  // Inherited by later phases until one sets its own.
+  ASSERT_TRUE(ParseTrainConfig(head + phase + "schedule_steps = 150\n" + phase, "cfg.toml", &c).ok());
+  EXPECT_NEAR(c.LearningRateAt(149), 1e-3, 1e-5);
+  EXPECT_DOUBLE_EQ(c.LearningRateAt(180), 1e-3);
+  // A schedule shorter than the phase it governs is an error naming the key.
+  for (const char* bad : {"50", "-1"}) {
+    const Status s = ParseTrainConfig(head + phase + phase + "schedule_steps = " + bad + "\n", "cfg.toml", &c);
+    ASSERT_FALSE(s.ok()) << bad;
+    EXPECT_NE(s.ToString().find("schedule_steps"), std::string::npos) << s.ToString();
+    EXPECT_NE(s.ToString().find("cfg.toml:"), std::string::npos) << s.ToString();
+  }
+}
+
+// The committed retrieval model's config replays the learning rates its run
+// logged (its plan was lengthened four times while it ran; train.toml records
+// the schedule each part ran under), so a fresh run follows the same rates.
+TEST(TrainConfigTest, TinyRecallConfigReplaysItsLoggedLearningRates) {
+  const char* src = std::getenv("KVLAB_SOURCE_DIR");
+  const std::string dir = std::string(src ? src : ".") + "/datasets/models/tiny-recall";
+  TrainConfig c;
+  const Status s = LoadTrainConfig(dir + "/train.toml", &c);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  std::ifstream csv(dir + "/loss.csv");
+  ASSERT_TRUE(csv.good()) << dir << "/loss.csv";
+  std::string line;
+  std::getline(csv, line);
+  ASSERT_EQ(line.rfind("step,tokens,lr,", 0), 0u) << line;
+  int rows = 0;
+  int64_t last = 0;
+  while (std::getline(csv, line)) {
+    std::stringstream ss(line);
+    std::string step, tokens, lr;
+    std::getline(ss, step, ',');
+    std::getline(ss, tokens, ',');
+    std::getline(ss, lr, ',');
+    const int64_t logged_step = std::stoll(step);  // the count after the step: its index is one less
+    const double want = std::stod(lr);
+    EXPECT_NEAR(c.LearningRateAt(logged_step - 1), want, 2e-5 * want) << "step " << logged_step;
+    last = logged_step;
+    ++rows;
+  }
+  EXPECT_GE(rows, c.TotalSteps() / 10);  // logged every 10 steps
+  EXPECT_EQ(last, c.TotalSteps());
 }
 
 TEST(TasksTest, DeterministicAndWellFormed) {
