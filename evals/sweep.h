@@ -79,6 +79,7 @@ struct SweepPoint {
 
 struct SweepConfig {
   std::string path, name;
+  std::vector<std::string> overrides;  // the --set KEY=VALUE items applied on top of the file
   // models: resolved paths or presets; specs: as written (part of each point's
   // identity); labels: the preset or the directory's last component.
   std::vector<std::string> models, model_specs, model_labels;

@@ -209,6 +209,7 @@ Status ParseSweepConfig(const std::string& text, const std::string& path, const 
   const std::string dir = Dir(path);
   SweepConfig c;
   c.path = path;
+  c.overrides = overrides;
   {
     std::string stem = path.substr(path.rfind('/') == std::string::npos ? 0 : path.rfind('/') + 1);
     if (stem.size() > 5 && stem.compare(stem.size() - 5, 5, ".toml") == 0) stem.resize(stem.size() - 5);

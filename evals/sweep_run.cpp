@@ -660,8 +660,17 @@ Status RunSweep(const SweepConfig& config, const RunSweepOptions& opts, std::str
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec) return Status::IOError(out_dir + ": cannot create directory: " + ec.message());
-  // Keep a copy of the config beside the results.
-  if (!config.path.empty()) fs::copy_file(config.path, out_dir + "/config.toml", fs::copy_options::overwrite_existing, ec);
+  // Keep a copy of the config beside the results, with the --set overrides
+  // that were applied on top of it, so that the copy says what ran.
+  if (!config.path.empty()) {
+    fs::copy_file(config.path, out_dir + "/config.toml", fs::copy_options::overwrite_existing, ec);
+    if (!ec && !config.overrides.empty()) {
+      std::ofstream copy(out_dir + "/config.toml", std::ios::app);
+      copy << "\n# kvlab run applied these overrides on top of this file:\n#  ";
+      for (const std::string& o : config.overrides) copy << " --set '" << o << "'";
+      copy << "\n";
+    }
+  }
 
   const std::string rev = GitRevision(), machine = MachineDescription();
   std::vector<const SweepPoint*> todo;

@@ -168,6 +168,29 @@ TEST(SweepRunTest, ResumeAfterKill) {
 
 // Records made with other weights of a model (retrained since) are not taken
 // as done: the run stops with an error naming the model, and writes nothing.
+// The config copied beside the results says what ran: the file as written,
+// then the --set overrides that were applied on top of it.
+TEST(SweepRunTest, ConfigCopyRecordsTheOverrides) {
+  const std::string dir = TempDir("config-copy");
+  const SweepConfig c = Parse(dir, TinySweep(dir), {"name=\"tiny-48\"", "tasks=[\"bpb\"]"});
+  ASSERT_EQ(c.tasks, std::vector<std::string>{"bpb"});
+  std::string report;
+  ASSERT_TRUE(RunSweep(c, Quiet(dir + "/out"), &report).ok()) << report;
+  std::ifstream in(dir + "/out/config.toml");
+  std::stringstream copy;
+  copy << in.rdbuf();
+  const std::string text = copy.str();
+  EXPECT_EQ(text.rfind(TinySweep(dir), 0), 0u) << text;  // the file first, unchanged
+  EXPECT_NE(text.find("--set 'name=\"tiny-48\"' --set 'tasks=[\"bpb\"]'"), std::string::npos) << text;
+  // Without overrides the copy is the file alone.
+  const std::string plain = TempDir("config-copy-plain");
+  ASSERT_TRUE(RunSweep(Parse(plain, TinySweep(plain)), Quiet(plain + "/out"), &report).ok()) << report;
+  std::ifstream in2(plain + "/out/config.toml");
+  std::stringstream copy2;
+  copy2 << in2.rdbuf();
+  EXPECT_EQ(copy2.str(), TinySweep(plain));
+}
+
 TEST(SweepRunTest, RecordsOfAnotherCheckpointAreAnError) {
   const std::string dir = TempDir("stale");
   const SweepConfig c = Parse(dir, TinySweep(dir));
