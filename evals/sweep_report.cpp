@@ -288,6 +288,9 @@ Status WriteReports(const std::string& dir, std::string* summary) {
 Status MergeResults(const std::vector<std::string>& dirs, const std::string& out_dir, std::string* report) {
   if (dirs.empty()) return Status::InvalidArgument("merge: give the shard directories to join");
   std::map<std::string, json> by_key;
+  // Each model's checkpoint and the file it was first seen in: shards run with
+  // different weights of one model do not merge into one sweep.
+  std::map<std::string, std::pair<std::string, std::string>> checkpoints;
   int64_t read = 0;
   for (const std::string& d : dirs) {
     const std::string path = d + "/results.jsonl";
@@ -296,6 +299,18 @@ Status MergeResults(const std::vector<std::string>& dirs, const std::string& out
     KVLAB_RETURN_IF_ERROR(LoadRecords(path, &recs));
     for (const json& r : recs) {
       ++read;
+      if (r.contains("checkpoint") && r["checkpoint"].is_string()) {
+        std::string model = r.value("model", "");
+        const json key = json::parse(r.value("key", ""), nullptr, false);
+        if (key.is_object() && key.contains("model") && key["model"].is_string()) model = key["model"].get<std::string>();
+        const std::string hash = r["checkpoint"].get<std::string>();
+        auto seen = checkpoints.emplace(model, std::make_pair(hash, path)).first;
+        if (seen->second.first != hash) {
+          return Status::InvalidArgument("merge: records of model '" + model + "' were made with two checkpoints: " +
+                                         seen->second.first + " (" + seen->second.second + ") and " + hash + " (" +
+                                         path + "); rerun the stale directory with the current model");
+        }
+      }
       const std::string k = r.value("key", "");
       auto it = by_key.find(k);
       if (it == by_key.end() || (r.value("status", "") == "ok" && it->second.value("status", "") != "ok")) by_key[k] = r;

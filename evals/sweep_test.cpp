@@ -247,6 +247,40 @@ TEST(SweepRunTest, ShardsMergeToTheWholeSweep) {
   fs::remove_all(dir);
 }
 
+// Shards whose records were made with different weights of one model do not
+// merge: the error names the model and both files.
+TEST(SweepRunTest, ShardsOfAnotherCheckpointDoNotMerge) {
+  const std::string dir = TempDir("shards-stale");
+  const SweepConfig c = Parse(dir, TinySweep(dir));
+  std::string report;
+  for (int i = 0; i < 2; ++i) {
+    RunSweepOptions o = Quiet(dir + "/shard" + std::to_string(i));
+    o.shard = i;
+    o.num_shards = 2;
+    ASSERT_TRUE(RunSweep(c, o, &report).ok());
+  }
+  ASSERT_TRUE(MergeResults({dir + "/shard0", dir + "/shard1"}, dir + "/merged", &report).ok()) << report;
+  // Rewrite shard1 as if its model had other weights.
+  std::vector<json> recs = Records(dir + "/shard1");
+  ASSERT_FALSE(recs.empty());
+  {
+    std::ofstream f(dir + "/shard1/results.jsonl", std::ios::trunc);
+    for (json& r : recs) {
+      ASSERT_TRUE(r.contains("checkpoint"));
+      r["checkpoint"] = "sha256:0000";
+      f << r.dump() << "\n";
+    }
+  }
+  const Status s = MergeResults({dir + "/shard0", dir + "/shard1"}, dir + "/merged2", &report);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.ToString().find("two checkpoints"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.ToString().find("small"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.ToString().find(dir + "/shard1/results.jsonl"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.ToString().find(dir + "/shard0/results.jsonl"), std::string::npos) << s.ToString();
+  EXPECT_FALSE(fs::exists(dir + "/merged2/results.jsonl"));
+  fs::remove_all(dir);
+}
+
 // A point that fails records its error; the others still run; a rerun does
 // not repeat it unless asked to.
 TEST(SweepRunTest, FailedPointIsRecordedAndTheSweepGoesOn) {
