@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/llama_tensors.h"
 #include "core/safetensors.h"
 #include "kernels/append_kv.h"
 #include "kernels/attention_encoded.h"
@@ -32,7 +33,22 @@ at::Tensor ToTensor(const TensorView& v) {
   return raw.to(at::kFloat).contiguous();
 }
 
-std::string LayerName(int64_t i, const char* rest) { return "model.layers." + std::to_string(i) + "." + rest; }
+// The tensor of a layer that a spec names (LayerT: LlamaModel's private
+// Layer, deduced, const or not).
+template <class LayerT>
+auto& LayerTensor(LayerT& l, LlamaTensor role) {
+  switch (role) {
+    case LlamaTensor::kInputNorm: return l.input_norm;
+    case LlamaTensor::kQ: return l.q_proj;
+    case LlamaTensor::kK: return l.k_proj;
+    case LlamaTensor::kV: return l.v_proj;
+    case LlamaTensor::kO: return l.o_proj;
+    case LlamaTensor::kPostNorm: return l.post_norm;
+    case LlamaTensor::kGate: return l.gate_proj;
+    case LlamaTensor::kUp: return l.up_proj;
+    default: return l.down_proj;
+  }
+}
 
 }  // namespace
 
@@ -50,35 +66,18 @@ Status LlamaModel::Load(const std::string& dir, std::unique_ptr<LlamaModel>* out
   std::unique_ptr<CheckpointReader> ckpt;
   KVLAB_RETURN_IF_ERROR(CheckpointReader::Open(dir, &ckpt));
   const ModelConfig& c = m->config_;
-  const int64_t D = c.hidden_size, d = c.head_dim, I = c.intermediate_size, V = c.vocab_size;
-  const int64_t Hq = c.num_attention_heads, Hkv = c.num_key_value_heads;
-  auto get = [&](const std::string& name, std::vector<int64_t> shape, at::Tensor* t) -> Status {
-    TensorView view;
-    KVLAB_RETURN_IF_ERROR(ckpt->GetChecked(name, shape, &view));
-    *t = ToTensor(view);
-    return Status::OK();
-  };
-  KVLAB_RETURN_IF_ERROR(get("model.embed_tokens.weight", {V, D}, &m->embed_));
-  KVLAB_RETURN_IF_ERROR(get("model.norm.weight", {D}, &m->final_norm_));
-  if (c.tie_word_embeddings) {
-    m->lm_head_ = m->embed_;
-  } else {
-    KVLAB_RETURN_IF_ERROR(get("lm_head.weight", {V, D}, &m->lm_head_));
-  }
   m->layers_.resize(static_cast<size_t>(c.num_hidden_layers));
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    Layer& l = m->layers_[static_cast<size_t>(i)];
-    KVLAB_RETURN_IF_ERROR(get(LayerName(i, "input_layernorm.weight"), {D}, &l.input_norm));
-    KVLAB_RETURN_IF_ERROR(get(LayerName(i, "self_attn.q_proj.weight"), {Hq * d, D}, &l.q_proj));
-    KVLAB_RETURN_IF_ERROR(get(LayerName(i, "self_attn.k_proj.weight"), {Hkv * d, D}, &l.k_proj));
-    KVLAB_RETURN_IF_ERROR(get(LayerName(i, "self_attn.v_proj.weight"), {Hkv * d, D}, &l.v_proj));
-    KVLAB_RETURN_IF_ERROR(get(LayerName(i, "self_attn.o_proj.weight"), {D, Hq * d}, &l.o_proj));
-    KVLAB_RETURN_IF_ERROR(get(LayerName(i, "post_attention_layernorm.weight"), {D}, &l.post_norm));
-    KVLAB_RETURN_IF_ERROR(get(LayerName(i, "mlp.gate_proj.weight"), {I, D}, &l.gate_proj));
-    KVLAB_RETURN_IF_ERROR(get(LayerName(i, "mlp.up_proj.weight"), {I, D}, &l.up_proj));
-    KVLAB_RETURN_IF_ERROR(get(LayerName(i, "mlp.down_proj.weight"), {D, I}, &l.down_proj));
+  for (const LlamaTensorSpec& spec : LlamaTensorSpecs(c)) {
+    TensorView view;
+    KVLAB_RETURN_IF_ERROR(ckpt->GetChecked(spec.name, spec.shape, &view));
+    at::Tensor& dst = spec.layer >= 0 ? LayerTensor(m->layers_[static_cast<size_t>(spec.layer)], spec.role)
+                      : spec.role == LlamaTensor::kEmbed     ? m->embed_
+                      : spec.role == LlamaTensor::kFinalNorm ? m->final_norm_
+                                                             : m->lm_head_;
+    dst = ToTensor(view);
   }
-  m->stored_kv_heads_ = static_cast<int>(Hkv);
+  if (c.tie_word_embeddings) m->lm_head_ = m->embed_;
+  m->stored_kv_heads_ = static_cast<int>(c.num_key_value_heads);
   m->InitRope();
   *out = std::move(m);
   return Status::OK();
@@ -118,22 +117,14 @@ Status LlamaModel::Random(const ModelConfig& config, uint64_t seed, std::unique_
 
 Status LlamaModel::Save(const std::string& dir) const {
   KVLAB_RETURN_IF_ERROR(SaveModelConfig(dir + "/config.json", config_));
-  std::vector<std::pair<std::string, at::Tensor>> named = {{"model.embed_tokens.weight", embed_}};
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    const Layer& l = layers_[i];
-    const int64_t n = static_cast<int64_t>(i);
-    named.push_back({LayerName(n, "input_layernorm.weight"), l.input_norm});
-    named.push_back({LayerName(n, "self_attn.q_proj.weight"), l.q_proj});
-    named.push_back({LayerName(n, "self_attn.k_proj.weight"), l.k_proj});
-    named.push_back({LayerName(n, "self_attn.v_proj.weight"), l.v_proj});
-    named.push_back({LayerName(n, "self_attn.o_proj.weight"), l.o_proj});
-    named.push_back({LayerName(n, "post_attention_layernorm.weight"), l.post_norm});
-    named.push_back({LayerName(n, "mlp.gate_proj.weight"), l.gate_proj});
-    named.push_back({LayerName(n, "mlp.up_proj.weight"), l.up_proj});
-    named.push_back({LayerName(n, "mlp.down_proj.weight"), l.down_proj});
+  std::vector<std::pair<std::string, at::Tensor>> named;
+  for (const LlamaTensorSpec& spec : LlamaTensorSpecs(config_)) {
+    const at::Tensor& t = spec.layer >= 0 ? LayerTensor(layers_[static_cast<size_t>(spec.layer)], spec.role)
+                          : spec.role == LlamaTensor::kEmbed     ? embed_
+                          : spec.role == LlamaTensor::kFinalNorm ? final_norm_
+                                                                 : lm_head_;
+    named.push_back({spec.name, t});
   }
-  named.push_back({"model.norm.weight", final_norm_});
-  if (!config_.tie_word_embeddings) named.push_back({"lm_head.weight", lm_head_});
   std::vector<at::Tensor> keep;
   std::vector<TensorToWrite> tensors;
   for (auto& nt : named) {

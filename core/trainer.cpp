@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/llama_tensors.h"
 #include "core/safetensors.h"
 #include "core/tasks.h"
 #include "core/tokenizer.h"
@@ -39,34 +40,6 @@ struct Params {
   const torch::Tensor& operator[](const std::string& name) const { return by_name.at(name); }
 };
 
-std::string LayerName(int64_t i, const char* rest) { return "model.layers." + std::to_string(i) + "." + rest; }
-
-// Parameter names and shapes of a config, in save order.
-std::vector<std::pair<std::string, std::vector<int64_t>>> Shapes(const ModelConfig& c) {
-  const int64_t D = c.hidden_size, d = c.head_dim, I = c.intermediate_size, V = c.vocab_size;
-  const int64_t Hq = c.num_attention_heads, Hkv = c.num_key_value_heads;
-  std::vector<std::pair<std::string, std::vector<int64_t>>> s = {{"model.embed_tokens.weight", {V, D}}};
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    s.push_back({LayerName(i, "input_layernorm.weight"), {D}});
-    s.push_back({LayerName(i, "self_attn.q_proj.weight"), {Hq * d, D}});
-    s.push_back({LayerName(i, "self_attn.k_proj.weight"), {Hkv * d, D}});
-    s.push_back({LayerName(i, "self_attn.v_proj.weight"), {Hkv * d, D}});
-    s.push_back({LayerName(i, "self_attn.o_proj.weight"), {D, Hq * d}});
-    s.push_back({LayerName(i, "post_attention_layernorm.weight"), {D}});
-    s.push_back({LayerName(i, "mlp.gate_proj.weight"), {I, D}});
-    s.push_back({LayerName(i, "mlp.up_proj.weight"), {I, D}});
-    s.push_back({LayerName(i, "mlp.down_proj.weight"), {D, I}});
-  }
-  s.push_back({"model.norm.weight", {D}});
-  if (!c.tie_word_embeddings) s.push_back({"lm_head.weight", {V, D}});
-  return s;
-}
-
-bool EndsWith(const std::string& s, const char* suffix) {
-  const size_t n = std::strlen(suffix);
-  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
-}
-
 // Normal(0, 0.02) matrices, residual output projections scaled by
 // 1/sqrt(2 L) (GPT-2), norms 1; from a seeded generator.
 Params InitParams(const ModelConfig& c, uint64_t seed) {
@@ -74,15 +47,15 @@ Params InitParams(const ModelConfig& c, uint64_t seed) {
   Params p;
   p.config = c;
   const double out_std = 0.02 / std::sqrt(2.0 * static_cast<double>(c.num_hidden_layers));
-  for (const auto& [name, shape] : Shapes(c)) {
+  for (const LlamaTensorSpec& spec : LlamaTensorSpecs(c)) {
     torch::Tensor t;
-    if (shape.size() == 1) {
-      t = torch::ones(shape);
+    if (spec.shape.size() == 1) {
+      t = torch::ones(spec.shape);
     } else {
-      const bool out_proj = EndsWith(name, "o_proj.weight") || EndsWith(name, "down_proj.weight");
-      t = at::normal(0.0, out_proj ? out_std : 0.02, shape, gen);
+      const bool out_proj = spec.role == LlamaTensor::kO || spec.role == LlamaTensor::kDown;
+      t = at::normal(0.0, out_proj ? out_std : 0.02, spec.shape, gen);
     }
-    p.Add(name, t.set_requires_grad(true));
+    p.Add(spec.name, t.set_requires_grad(true));
   }
   return p;
 }
@@ -92,7 +65,9 @@ Status LoadParams(const std::string& dir, Params* out) {
   KVLAB_RETURN_IF_ERROR(LoadModelConfig(dir + "/config.json", &p.config));
   std::unique_ptr<CheckpointReader> ckpt;
   KVLAB_RETURN_IF_ERROR(CheckpointReader::Open(dir, &ckpt));
-  for (const auto& [name, shape] : Shapes(p.config)) {
+  for (const LlamaTensorSpec& spec : LlamaTensorSpecs(p.config)) {
+    const std::string& name = spec.name;
+    const std::vector<int64_t>& shape = spec.shape;
     TensorView v;
     KVLAB_RETURN_IF_ERROR(ckpt->GetChecked(name, shape, &v));
     at::ScalarType st = v.dtype == DType::kF32 ? at::kFloat : v.dtype == DType::kF16 ? at::kHalf : at::kBFloat16;
@@ -159,7 +134,7 @@ class Forwarder {
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
     torch::Tensor x = p_["model.embed_tokens.weight"].index_select(0, tokens.reshape({-1})).view({B, T, D});
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-      auto w = [&](const char* rest) -> const torch::Tensor& { return p_[LayerName(i, rest)]; };
+      auto w = [&](const char* rest) -> const torch::Tensor& { return p_[LlamaLayerTensorName(i, rest)]; };
       torch::Tensor h = RmsNorm(x, w("input_layernorm.weight"), c.rms_norm_eps);
       torch::Tensor q = torch::linear(h, w("self_attn.q_proj.weight")).view({B, T, Hq, d}).transpose(1, 2);
       torch::Tensor k = torch::linear(h, w("self_attn.k_proj.weight")).view({B, T, Hkv, d}).transpose(1, 2);
@@ -535,9 +510,10 @@ Status ConvertPoolKvHeads(const std::string& in_dir, const std::string& out_dir,
   q.config.num_key_value_heads = c.num_key_value_heads / group;
   q.config.name = c.name + "-kv" + std::to_string(q.config.num_key_value_heads);
   const int64_t d = c.head_dim, D = c.hidden_size;
-  for (const auto& [name, t] : p.named) {
-    torch::Tensor out = t.detach();
-    if (EndsWith(name, "k_proj.weight") || EndsWith(name, "v_proj.weight")) {
+  for (const LlamaTensorSpec& spec : LlamaTensorSpecs(c)) {
+    const std::string& name = spec.name;
+    torch::Tensor out = p[name].detach();
+    if (spec.role == LlamaTensor::kK || spec.role == LlamaTensor::kV) {
       torch::Tensor g = out.view({q.config.num_key_value_heads, group, d, D});
       out = mean ? g.mean(1) : g.select(1, 0);
       out = out.reshape({q.config.num_key_value_heads * d, D}).contiguous();
