@@ -193,6 +193,8 @@ Status ParseTrainConfig(const std::string& text, const std::string& path, TrainC
       TableReader r(path, "data");
       r.String("train", &c.train_data);
       r.String("heldout", &c.heldout_data);
+      r.String("boost", &c.boost_data);
+      r.Float("boost_share", &c.boost_share);
       KVLAB_RETURN_IF_ERROR(r.Read(*t));
     } else if (key == "phase") {
       const toml::array* arr = kv.second.as_array();
@@ -253,6 +255,10 @@ Status ParseTrainConfig(const std::string& text, const std::string& path, TrainC
     return false;
   }();
   if (needs_text && c.train_data.empty()) return Status::InvalidArgument(path + ": a phase mixes text but [data] has no 'train'");
+  if (c.boost_share >= 1) return Status::InvalidArgument(path + " [data]: 'boost_share' must be below 1 (the share of text rows drawn from 'boost')");
+  if (c.boost_data.empty() != (c.boost_share == 0)) {
+    return Status::InvalidArgument(path + " [data]: 'boost' and 'boost_share' go together: give both or neither");
+  }
   for (const TrainPhase& p : c.phases) {
     if (p.seq_len > m.max_position_embeddings) {
       return Status::InvalidArgument(p.where + ": seq_len " + std::to_string(p.seq_len) +
@@ -263,6 +269,7 @@ Status ParseTrainConfig(const std::string& text, const std::string& path, TrainC
   c.init = Resolve(dir, c.init);
   c.train_data = Resolve(dir, c.train_data);
   c.heldout_data = Resolve(dir, c.heldout_data);
+  c.boost_data = Resolve(dir, c.boost_data);
   *out = std::move(c);
   return Status::OK();
 }

@@ -53,6 +53,12 @@ struct TrainConfig {
   int64_t warmup_steps = 100, threads = 0, log_every = 10, eval_every = 200, checkpoint_every = 200,
           eval_tokens = 65536, eval_seq_len = 0;  // 0: the last phase's seq_len
   std::string train_data, heldout_data;
+  // [data] boost, boost_share: when set, each text row is drawn from the
+  // boost file with probability boost_share and from train otherwise (to
+  // weight one part of the corpus more than its size would). Unset, the rows
+  // come from train alone and the random stream is as without the option.
+  std::string boost_data;
+  double boost_share = 0;
   std::vector<TrainPhase> phases;
 
   int64_t TotalSteps() const;

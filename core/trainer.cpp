@@ -187,7 +187,8 @@ struct Batch {
 };
 
 // Deterministic in (seed, step): resuming reproduces the same data.
-Batch MakeBatch(const TrainConfig& cfg, const TrainPhase& ph, int64_t step, const std::string& corpus) {
+Batch MakeBatch(const TrainConfig& cfg, const TrainPhase& ph, int64_t step, const std::string& train_text,
+                const std::string& boost_text) {
   const int64_t B = ph.batch, T = ph.seq_len;
   SplitMix rng(cfg.seed * 0x9E3779B97F4A7C15ull ^ (static_cast<uint64_t>(step) + 1) * 0xD1B54A32D192ED03ull);
   std::vector<int64_t> toks(static_cast<size_t>(B * (T + 1)));
@@ -205,6 +206,7 @@ Batch MakeBatch(const TrainConfig& cfg, const TrainPhase& ph, int64_t step, cons
     while (kind < 4 && r >= mix[kind]) r -= mix[kind++];
     if (kind == 0) {
       is_text[static_cast<size_t>(b)] = 1.0f;
+      const std::string& corpus = cfg.boost_share > 0 && rng.Uniform() < cfg.boost_share ? boost_text : train_text;
       const uint64_t span = corpus.size() > static_cast<size_t>(T) ? corpus.size() - static_cast<size_t>(T) : 1;
       const size_t off = static_cast<size_t>(rng.Below(span));
       for (int64_t t = 0; t < T; ++t) {
@@ -339,7 +341,7 @@ Status Train(const TrainConfig& cfg, const TrainOptions& opts, TrainResult* resu
   *result = TrainResult();
   const int64_t threads = cfg.threads > 0 ? cfg.threads : static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
   at::set_num_threads(static_cast<int>(threads));
-  std::string corpus, heldout;
+  std::string corpus, boost, heldout;
   bool needs_text = false;
   for (const TrainPhase& p : cfg.phases) needs_text |= p.text > 0;
   if (needs_text) KVLAB_RETURN_IF_ERROR(ReadFile(cfg.train_data, "training text ([data] train)", &corpus));
@@ -347,6 +349,10 @@ Status Train(const TrainConfig& cfg, const TrainOptions& opts, TrainResult* resu
     KVLAB_RETURN_IF_ERROR(ReadFile(cfg.heldout_data, "held-out text ([data] heldout)", &heldout));
   }
   if (needs_text && corpus.size() < 4096) return Status::InvalidArgument(cfg.train_data + ": training text is too short");
+  if (needs_text && cfg.boost_share > 0) {
+    KVLAB_RETURN_IF_ERROR(ReadFile(cfg.boost_data, "boosted training text ([data] boost)", &boost));
+    if (boost.size() < 4096) return Status::InvalidArgument(cfg.boost_data + ": boosted training text is too short");
+  }
 
   const std::string state_path = cfg.out + "/trainer_state.json", opt_path = cfg.out + "/optimizer.pt";
   const std::string log_path = cfg.out + "/loss.csv";
@@ -421,7 +427,7 @@ Status Train(const TrainConfig& cfg, const TrainOptions& opts, TrainResult* resu
     const TrainPhase& ph = cfg.PhaseAt(st.step);
     const double lr = cfg.LearningRateAt(st.step);
     for (auto& g : optimizer.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
-    Batch batch = MakeBatch(cfg, ph, st.step, corpus);
+    Batch batch = MakeBatch(cfg, ph, st.step, corpus, boost);
     const int64_t T = ph.seq_len;
     torch::Tensor logits = fwd(batch.tokens.narrow(1, 0, T));
     torch::Tensor ce = torch::nn::functional::cross_entropy(
@@ -521,6 +527,18 @@ Status ConvertPoolKvHeads(const std::string& in_dir, const std::string& out_dir,
     q.Add(name, out);
   }
   return SaveParams(q, out_dir);
+}
+
+std::vector<std::vector<int32_t>> TrainingBatchRows(const TrainConfig& cfg, int64_t step, const std::string& train_text,
+                                                   const std::string& boost_text) {
+  const Batch batch = MakeBatch(cfg, cfg.PhaseAt(step), step, train_text, boost_text);
+  const torch::Tensor t = batch.tokens.to(torch::kInt).contiguous();
+  std::vector<std::vector<int32_t>> rows(static_cast<size_t>(t.size(0)));
+  for (int64_t b = 0; b < t.size(0); ++b) {
+    const int32_t* p = t[b].data_ptr<int32_t>();
+    rows[static_cast<size_t>(b)].assign(p, p + t.size(1));
+  }
+  return rows;
 }
 
 Status TrainerLogits(const std::string& dir, const std::vector<int32_t>& tokens, std::vector<float>* out) {

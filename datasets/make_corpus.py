@@ -171,6 +171,7 @@ def main():
     brown_train, brown_heldout = split(brown_documents(a.brown_dir))
     os.makedirs(a.out, exist_ok=True)
     write(os.path.join(a.out, "train.txt"), kjv_train + brown_train)
+    write(os.path.join(a.out, "brown-train.txt"), brown_train)  # for [data] boost
     write(os.path.join(a.out, "heldout.txt"), kjv_heldout + brown_heldout)
     write(os.path.join(a.out, "kjv-heldout.txt"), kjv_heldout)
     write(os.path.join(a.out, "brown-heldout.txt"), brown_heldout)
