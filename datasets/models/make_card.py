@@ -107,7 +107,10 @@ def main(argv):
     w(f"| wall time | {elapsed / 3600:.2f} h ({elapsed / 60:.0f} min) |")
     w(f"| tokens/s | {tokens / elapsed:,.0f} (mean over the run) |")
     if heldout:
-        w(f"| held-out bits per byte (trainer, 32K bytes, windows of 512) | {heldout[-1][1]:.3f} at step {heldout[-1][0]} |")
+        tr = train_cfg.get("train", {})
+        text = os.path.basename(train_cfg.get("data", {}).get("heldout", "held-out text"))
+        w(f"| held-out bits per byte (trainer: first {tr.get('eval_tokens', 65536) // 1024}K bytes of {text}, "
+          f"windows of {tr.get('eval_seq_len', 0) or last}, fp32) | {heldout[-1][1]:.3f} at step {heldout[-1][0]} |")
     w("")
     w("## How it was trained\n")
     w("    build/kvlab train " + os.path.relpath(os.path.join(mdir, "train.toml"), ROOT) + "\n")
