@@ -37,6 +37,12 @@ TEXT_SWEEPS = (("model-card-kjv", "King James (7 held-out books)"),
 BPB_BAR = 2.0
 
 
+def sweep_windows(sweep):
+    """The bpb task's window count in evals/configs/SWEEP.toml."""
+    with open(os.path.join(ROOT, "evals", "configs", sweep + ".toml"), "rb") as f:
+        return tomllib.load(f).get("task", {}).get("bpb", {}).get("windows", "?")
+
+
 def records(name, sweeps=SWEEPS):
     """(task, length) -> record of the full cache, and the sweeps used."""
     out, used = {}, []
@@ -135,7 +141,8 @@ def main(argv):
             for L in lengths:
                 r = recs.get((task, L))
                 cells.append(fmt.format(r["metrics"][key]) if r else "–")
-            label = "held-out bits per byte (heldout.txt, KJV + Brown, 4 random windows)" if task == "bpb" else f"{task} accuracy"
+            label = (f"held-out bits per byte (heldout.txt, KJV + Brown, {sweep_windows('model-card')} random windows)"
+                     if task == "bpb" else f"{task} accuracy")
             w(f"| {label} | " + " | ".join(cells) + " |")
         w("")
         w("Passkey accuracy by depth (rows) and length (columns):\n")
@@ -163,8 +170,9 @@ def main(argv):
         if any(k[0] == "bpb" for k in trecs):
             text_rows.append((sweep, label, {k[1]: r["metrics"]["bpb"] for k, r in trecs.items() if k[0] == "bpb"}))
     if text_rows:
+        counts = sorted({sweep_windows(sweep) for sweep, _, _ in text_rows})
         w("Held-out bits per byte on each held-out text alone (full cache, bf16 paged cache, "
-          "8 random windows a length):\n")
+          f"{' / '.join(str(c) for c in counts)} random windows a length):\n")
         for sweep, _, _ in text_rows:
             w(f"    build/kvlab run evals/configs/{sweep}.toml")
         w("")
