@@ -299,9 +299,10 @@ Status MergeResults(const std::vector<std::string>& dirs, const std::string& out
     KVLAB_RETURN_IF_ERROR(LoadRecords(path, &recs));
     for (const json& r : recs) {
       ++read;
+      const std::string k = r.value("key", "");
       if (r.contains("checkpoint") && r["checkpoint"].is_string()) {
         std::string model = r.value("model", "");
-        const json key = json::parse(r.value("key", ""), nullptr, false);
+        const json key = json::parse(k, nullptr, false);
         if (key.is_object() && key.contains("model") && key["model"].is_string()) model = key["model"].get<std::string>();
         const std::string hash = r["checkpoint"].get<std::string>();
         auto seen = checkpoints.emplace(model, std::make_pair(hash, path)).first;
@@ -311,7 +312,6 @@ Status MergeResults(const std::vector<std::string>& dirs, const std::string& out
                                          path + "); rerun the stale directory with the current model");
         }
       }
-      const std::string k = r.value("key", "");
       auto it = by_key.find(k);
       if (it == by_key.end() || (r.value("status", "") == "ok" && it->second.value("status", "") != "ok")) by_key[k] = r;
     }
