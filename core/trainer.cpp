@@ -344,14 +344,18 @@ Status Train(const TrainConfig& cfg, const TrainOptions& opts, TrainResult* resu
   std::string corpus, boost, heldout;
   bool needs_text = false;
   for (const TrainPhase& p : cfg.phases) needs_text |= p.text > 0;
-  if (needs_text) KVLAB_RETURN_IF_ERROR(ReadFile(cfg.train_data, "training text ([data] train)", &corpus));
+  // A text that rows are drawn from must hold more than a few windows.
+  auto read_training_text = [](const std::string& path, const std::string& what, std::string* text) -> Status {
+    KVLAB_RETURN_IF_ERROR(ReadFile(path, what, text));
+    if (text->size() < 4096) return Status::InvalidArgument(path + ": " + what + " is too short");
+    return Status::OK();
+  };
+  if (needs_text) KVLAB_RETURN_IF_ERROR(read_training_text(cfg.train_data, "training text ([data] train)", &corpus));
+  if (needs_text && cfg.boost_share > 0) {
+    KVLAB_RETURN_IF_ERROR(read_training_text(cfg.boost_data, "boosted training text ([data] boost)", &boost));
+  }
   if (!cfg.heldout_data.empty() && cfg.eval_every > 0) {
     KVLAB_RETURN_IF_ERROR(ReadFile(cfg.heldout_data, "held-out text ([data] heldout)", &heldout));
-  }
-  if (needs_text && corpus.size() < 4096) return Status::InvalidArgument(cfg.train_data + ": training text is too short");
-  if (needs_text && cfg.boost_share > 0) {
-    KVLAB_RETURN_IF_ERROR(ReadFile(cfg.boost_data, "boosted training text ([data] boost)", &boost));
-    if (boost.size() < 4096) return Status::InvalidArgument(cfg.boost_data + ": boosted training text is too short");
   }
 
   const std::string state_path = cfg.out + "/trainer_state.json", opt_path = cfg.out + "/optimizer.pt";

@@ -34,15 +34,15 @@ Status Train(const TrainConfig& config, const TrainOptions& options, TrainResult
 // num_key_value_heads / group KV heads to `out_dir`.
 Status ConvertPoolKvHeads(const std::string& in_dir, const std::string& out_dir, int group, bool mean);
 
-// Next-token logits [tokens, vocab] of the checkpoint in `dir` through the
-// trainer's own batched forward (the one gradients flow through), so tests
-// can hold it equal to the engine's.
 // The token rows (BOS then seq_len bytes or task tokens) of the training batch
 // at a 0-based step, exactly as Train draws them from these texts (the train
 // and [data] boost files' contents); for tests and for inspecting the data mix.
 std::vector<std::vector<int32_t>> TrainingBatchRows(const TrainConfig& config, int64_t step, const std::string& train_text,
                                                    const std::string& boost_text);
 
+// Next-token logits [tokens, vocab] of the checkpoint in `dir` through the
+// trainer's own batched forward (the one gradients flow through), so tests
+// can hold it equal to the engine's.
 Status TrainerLogits(const std::string& dir, const std::vector<int32_t>& tokens, std::vector<float>* out);
 
 
