@@ -342,8 +342,9 @@ void TruncateLog(const std::string& path, int64_t step) {
 // Every step frees and re-allocates the same activations (4-34 MB each at
 // 256 x 16). glibc serves blocks that large with mmap and unmaps them on free,
 // so each step faults in fresh zeroed pages: perf put a quarter of a training
-// step in the kernel. Keeping freed memory in the heap made steps ~25% faster
-// (1,490 -> 1,870 tokens/s, one thread, tiny-gqa shape) with identical losses.
+// step in the kernel. Keeping freed memory in the heap made steps ~30% faster
+// (1,490 -> 1,950 tokens/s, one thread, tiny-gqa shape; docs/performance.md,
+// "Training (CPU)") with identical losses.
 void KeepFreedMemoryInHeap() {
 #if defined(__GLIBC__)
   mallopt(M_MMAP_MAX, 0);
