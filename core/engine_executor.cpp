@@ -99,7 +99,7 @@ Status NewServeExecutor(const ServeBenchConfig& config, std::unique_ptr<StepExec
 
 Status RunServeBench(const std::string& toml_path, const ServeBenchOverrides& overrides, std::string* report) {
   ServeBenchConfig config;
-  KVLAB_RETURN_IF_ERROR(LoadServeBenchConfig(toml_path, &config));
+  KVLAB_RETURN_IF_ERROR(LoadServeBenchConfig(toml_path, &config, overrides.sets));
   std::unique_ptr<StepExecutor> executor;
   KVLAB_RETURN_IF_ERROR(NewServeExecutor(config, &executor));
   ServeBenchResult result;

@@ -176,6 +176,8 @@ int Main(int argc, char** argv) {
   sb->add_option("config", sb_config, "serve-bench TOML config (docs/scenarios.md)")->required();
   sb->add_option("--csv", sb_over.csv_path, "Write pool occupancy per step to this CSV");
   sb->add_option("--json", sb_over.json_path, "Append the summary as one JSON line to this file");
+  sb->add_option("--set", sb_over.sets, "Override a config key: KEY=VALUE (VALUE in TOML), repeatable")
+      ->allow_extra_args(false);
   sb->add_option("--max-steps", sb_over.max_steps, "Stop after this many steps (replaces the config's max_steps)");
 
   // --- train / convert ---

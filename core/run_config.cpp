@@ -166,6 +166,37 @@ Status ParseRunConfig(const std::string& text, const std::string& path, RunConfi
   return Status::OK();
 }
 
+Status ApplyTomlOverride(const std::string& item, toml::table* root) {
+  const size_t eq = item.find('=');
+  if (eq == std::string::npos || eq == 0) return Status::InvalidArgument("--set " + item + ": expected KEY=VALUE");
+  const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+  toml::table parsed;
+  try {
+    parsed = toml::parse("v = " + value, "--set " + key);
+  } catch (const toml::parse_error&) {
+    // Not TOML: a bare word is taken as a string (--set name=quick).
+    parsed = toml::table{};
+    parsed.insert_or_assign("v", value);
+  }
+  std::vector<std::string> parts;
+  std::stringstream ss(key);
+  std::string part;
+  while (std::getline(ss, part, '.')) parts.push_back(part);
+  // Task names hold dashes, not dots, so a plain split is enough.
+  toml::table* t = root;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    toml::node* n = t->get(parts[i]);
+    if (n == nullptr) {
+      t->insert_or_assign(parts[i], toml::table{});
+      n = t->get(parts[i]);
+    }
+    if (!n->is_table()) return Status::InvalidArgument("--set " + item + ": '" + parts[i] + "' is not a table");
+    t = n->as_table();
+  }
+  t->insert_or_assign(parts.back(), *parsed.get("v"));
+  return Status::OK();
+}
+
 Status LoadRunConfig(const std::string& path, RunConfig* out) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::IOError(path + ": cannot open config file");

@@ -50,6 +50,10 @@ Status ParseRunConfig(const std::string& text, const std::string& path, RunConfi
 bool TomlScalarText(const toml::node& n, std::string* out);
 // "FILE:LINE:COL" of a node.
 std::string TomlWhere(const std::string& path, const toml::source_region& src);
+// Applies one `--set KEY=VALUE` to a parsed config: KEY a dotted path of
+// tables (created when missing), VALUE parsed as TOML, a bare word taken
+// as a string.
+Status ApplyTomlOverride(const std::string& item, toml::table* root);
 // A [[policy]] array (or a single inline table) into specs; each table's
 // `name` is the policy, every other key a parameter (ints, floats, bools,
 // strings; their text is validated by the registry).

@@ -376,7 +376,7 @@ Status RunServeBenchWith(const ServeBenchConfig& config, StepExecutor* executor,
 
   if (!overrides.json_path.empty()) {
     nlohmann::json j = {
-        {"config", config.path}, {"executor", res.executor}, {"model", res.model}, {"policy", res.policy},
+        {"config", config.path}, {"sets", config.sets}, {"executor", res.executor}, {"model", res.model}, {"policy", res.policy},
         {"kv_dtype", DTypeName(res.shape.dtype)}, {"block_size", res.shape.block_size},
         {"encoding", res.shape.encoded ? res.shape.enc.Describe() : ""},
         {"plain_pool_bytes", res.plain_pool_bytes}, {"encoded_pool_bytes", res.encoded_pool_bytes},
@@ -415,7 +415,9 @@ std::string FormatServeBenchReport(const ServeBenchConfig& config, const ServeBe
   std::ostringstream o;
   const bool engine = r.executor == "engine";
   const int64_t pool = r.plain_pool_bytes + r.encoded_pool_bytes;
-  o << "serve-bench " << config.path << "\n";
+  o << "serve-bench " << config.path;
+  for (const std::string& s : config.sets) o << " --set " << s;
+  o << "\n";
   o << "  executor    " << r.executor << ", model " << r.model << ", policy " << r.policy << " ("
     << DTypeName(r.shape.dtype) << ", block_size " << r.shape.block_size << ", "
     << r.shape.StreamsPerSequence() << " streams per sequence)\n";

@@ -41,6 +41,7 @@ namespace kvlab {
 // {dist = "exponential", mean, min, max}, {dist = "uniform", min, max}.
 struct ServeBenchConfig {
   std::string path;              // the config file, for messages
+  std::vector<std::string> sets; // --set KEY=VALUE overrides applied to it, in order
   bool model_free = true;
   EngineOptions engine;          // model, block_size, kv_dtype; weight_seed, attention, num_threads for the engine
   std::vector<PolicySpec> policies;
@@ -55,6 +56,7 @@ struct ServeBenchOverrides {
   std::string csv_path;   // pool occupancy per step; "" = none
   std::string json_path;  // appends the summary as one JSON line; "" = none
   int64_t max_steps = 0;  // > 0 replaces the config's
+  std::vector<std::string> sets;  // --set KEY=VALUE, applied to the config as it is read
 };
 
 struct Percentiles {
@@ -117,8 +119,10 @@ struct ServeBenchResult {
   std::vector<ClassStats> classes;
 };
 
-Status ParseServeBenchConfig(const std::string& text, const std::string& path, ServeBenchConfig* out);
-Status LoadServeBenchConfig(const std::string& path, ServeBenchConfig* out);
+// `sets`: KEY=VALUE overrides (as `kvlab run --set`), applied before the keys are read.
+Status ParseServeBenchConfig(const std::string& text, const std::string& path, ServeBenchConfig* out,
+                             const std::vector<std::string>& sets = {});
+Status LoadServeBenchConfig(const std::string& path, ServeBenchConfig* out, const std::vector<std::string>& sets = {});
 
 // A preset, or a directory with config.json.
 Status ResolveServeModel(const std::string& model, ModelConfig* out);

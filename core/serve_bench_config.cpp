@@ -147,15 +147,18 @@ Status ParseWorkload(const toml::node& n, const std::string& path, const std::st
 
 }  // namespace
 
-Status ParseServeBenchConfig(const std::string& text, const std::string& path, ServeBenchConfig* out) {
+Status ParseServeBenchConfig(const std::string& text, const std::string& path, ServeBenchConfig* out,
+                             const std::vector<std::string>& sets) {
   toml::table root;
   try {
     root = toml::parse(text, path);
   } catch (const toml::parse_error& err) {
     return Status::InvalidArgument(TomlWhere(path, err.source()) + ": " + std::string(err.description()));
   }
+  for (const std::string& s : sets) KVLAB_RETURN_IF_ERROR(ApplyTomlOverride(s, &root));
   ServeBenchConfig cfg;
   cfg.path = path;
+  cfg.sets = sets;
   cfg.engine.model = "llama-3.1-70b";
   cfg.scheduler.max_num_seqs = 64;
   const std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
@@ -261,12 +264,12 @@ Status ParseServeBenchConfig(const std::string& text, const std::string& path, S
   return Status::OK();
 }
 
-Status LoadServeBenchConfig(const std::string& path, ServeBenchConfig* out) {
+Status LoadServeBenchConfig(const std::string& path, ServeBenchConfig* out, const std::vector<std::string>& sets) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::IOError(path + ": cannot open config file");
   std::stringstream ss;
   ss << in.rdbuf();
-  return ParseServeBenchConfig(ss.str(), path, out);
+  return ParseServeBenchConfig(ss.str(), path, out, sets);
 }
 
 Status ResolveServeModel(const std::string& model, ModelConfig* out) {

@@ -83,6 +83,24 @@ TEST(ServeBenchConfigTest, UnknownKeysAndBadValuesNameFileLineColumn) {
   EXPECT_NE(ErrorOf("pool_gb = 1\n[workload\n").find("cfg.toml:2:"), std::string::npos);
 }
 
+TEST(ServeBenchConfigTest, SetOverridesKeysBeforeTheyAreRead) {
+  const std::string base = std::string("model = \"llama-3.1-8b\"\npool_gb = 0.5\nmax_num_seqs = 16\n") + kUsers;
+  ServeBenchConfig cfg;
+  Status s = ParseServeBenchConfig(base, "cfg.toml", &cfg, {"plain_pool_gb=0.25", "max_num_seqs=8", "workload.seed=7"});
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(cfg.pool.plain_pool_bytes, 250'000'000);
+  EXPECT_EQ(cfg.scheduler.max_num_seqs, 8);
+  EXPECT_EQ(cfg.workload.seed, 7u);
+  EXPECT_EQ(cfg.sets.size(), 3u);
+  // A set key goes through the same checks as one in the file.
+  s = ParseServeBenchConfig(base, "cfg.toml", &cfg, {"pool_gbs=2"});
+  EXPECT_NE(s.message().find("unknown key 'pool_gbs'"), std::string::npos) << s.ToString();
+  s = ParseServeBenchConfig(base, "cfg.toml", &cfg, {"pool_gb.x=2"});
+  EXPECT_NE(s.message().find("--set pool_gb.x=2: 'pool_gb' is not a table"), std::string::npos) << s.ToString();
+  s = ParseServeBenchConfig(base, "cfg.toml", &cfg, {"max_num_seqs"});
+  EXPECT_NE(s.message().find("--set max_num_seqs: expected KEY=VALUE"), std::string::npos) << s.ToString();
+}
+
 // RunServeBench without the engine: the model-free executor.
 Status RunModelFree(const std::string& path, const ServeBenchOverrides& ov, std::string* report) {
   ServeBenchConfig cfg;

@@ -163,38 +163,6 @@ std::string StackLabel(const std::vector<PolicySpec>& stack) {
   return out;
 }
 
-// Applies KEY=VALUE (VALUE parsed as TOML) to the root table.
-Status ApplyOverride(const std::string& item, toml::table* root) {
-  const size_t eq = item.find('=');
-  if (eq == std::string::npos || eq == 0) return Status::InvalidArgument("--set " + item + ": expected KEY=VALUE");
-  const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
-  toml::table parsed;
-  try {
-    parsed = toml::parse("v = " + value, "--set " + key);
-  } catch (const toml::parse_error&) {
-    // Not TOML: a bare word is taken as a string (--set name=quick).
-    parsed = toml::table{};
-    parsed.insert_or_assign("v", value);
-  }
-  std::vector<std::string> parts;
-  std::stringstream ss(key);
-  std::string part;
-  while (std::getline(ss, part, '.')) parts.push_back(part);
-  // Task names hold dashes, not dots, so a plain split is enough.
-  toml::table* t = root;
-  for (size_t i = 0; i + 1 < parts.size(); ++i) {
-    toml::node* n = t->get(parts[i]);
-    if (n == nullptr) {
-      t->insert_or_assign(parts[i], toml::table{});
-      n = t->get(parts[i]);
-    }
-    if (!n->is_table()) return Status::InvalidArgument("--set " + item + ": '" + parts[i] + "' is not a table");
-    t = n->as_table();
-  }
-  t->insert_or_assign(parts.back(), *parsed.get("v"));
-  return Status::OK();
-}
-
 }  // namespace
 
 Status ParseSweepConfig(const std::string& text, const std::string& path, const std::vector<std::string>& overrides,
@@ -205,7 +173,7 @@ Status ParseSweepConfig(const std::string& text, const std::string& path, const 
   } catch (const toml::parse_error& err) {
     return Status::InvalidArgument(TomlWhere(path, err.source()) + ": " + std::string(err.description()));
   }
-  for (const std::string& o : overrides) KVLAB_RETURN_IF_ERROR(ApplyOverride(o, &root));
+  for (const std::string& o : overrides) KVLAB_RETURN_IF_ERROR(ApplyTomlOverride(o, &root));
   const std::string dir = Dir(path);
   SweepConfig c;
   c.path = path;
