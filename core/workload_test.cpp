@@ -127,7 +127,9 @@ TEST(WorkloadTest, AddingUsersToOneClassLeavesTheOthersAlone) {
   for (size_t k = 0; k < 5; ++k) EXPECT_EQ(x->turns[k].user, y->turns[k].user);
 }
 
-TEST(WorkloadTest, EveryTurnResendsTheWholeHistory) {
+// One class of fixed-length chats: a 3-token system prompt, then 3 turns of
+// 4 user tokens and 2 answer tokens.
+WorkloadSpec FixedChatSpec() {
   UserClass uc;
   uc.turns = Distribution::Fixed(3);
   uc.user_tokens = Distribution::Fixed(4);
@@ -135,8 +137,12 @@ TEST(WorkloadTest, EveryTurnResendsTheWholeHistory) {
   uc.system_tokens = 3;
   WorkloadSpec spec;
   spec.classes = {uc};
+  return spec;
+}
+
+TEST(WorkloadTest, EveryTurnResendsTheWholeHistory) {
   Workload w;
-  ASSERT_TRUE(GenerateWorkload(spec, 50, &w).ok());
+  ASSERT_TRUE(GenerateWorkload(FixedChatSpec(), 50, &w).ok());
   const Conversation& c = w.conversations[0];
   ChatSession s(&c, 0);
   std::vector<int32_t> prompt, expect;
@@ -162,15 +168,8 @@ TEST(WorkloadTest, EveryTurnResendsTheWholeHistory) {
 }
 
 TEST(WorkloadTest, ContextCapDropsTheOldestHistoryAndKeepsTheSystemPrompt) {
-  UserClass uc;
-  uc.turns = Distribution::Fixed(3);
-  uc.user_tokens = Distribution::Fixed(4);
-  uc.output_tokens = Distribution::Fixed(2);
-  uc.system_tokens = 3;
-  WorkloadSpec spec;
-  spec.classes = {uc};
   Workload w;
-  ASSERT_TRUE(GenerateWorkload(spec, 50, &w).ok());
+  ASSERT_TRUE(GenerateWorkload(FixedChatSpec(), 50, &w).ok());
   const Conversation& c = w.conversations[0];
   ChatSession s(&c, /*max_context=*/12);
   s.OnAnswer({41, 42});
