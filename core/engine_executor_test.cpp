@@ -412,10 +412,9 @@ TEST(EngineExecutorTest, BuildsThePlannedPools) {
   EXPECT_TRUE(ex->cache().offload_enabled());
 }
 
-// `kvlab serve-bench` on the engine: the entry point the CLI calls.
-TEST(ServeBenchRunTest, EngineRunOnTheSmallModel) {
-  const std::string path = ::testing::TempDir() + std::to_string(getpid()) + "_serve_engine.toml";
-  std::ofstream(path) << R"(
+// serve-bench configs on the small model: the engine and pool, and a
+// workload of 4 users x 2 turns (8 requests).
+const char* kSmallServeHead = R"(
 model = "small"
 model_free = false
 block_size = 4
@@ -423,6 +422,8 @@ pool_blocks = 512
 max_num_batched_tokens = 64
 max_num_seqs = 8
 threads = 1
+)";
+const char* kSmallServeWorkload = R"(
 [workload]
 seed = 2
 [[workload.users]]
@@ -432,10 +433,20 @@ turns = 2
 user_tokens = {dist = "uniform", min = 4, max = 40}
 output_tokens = 8
 )";
+
+// `kvlab serve-bench` on the engine: the entry point the CLI calls, with a
+// --set override (block_size 4 in the file, 8 run).
+TEST(ServeBenchRunTest, EngineRunOnTheSmallModel) {
+  const std::string path = ::testing::TempDir() + std::to_string(getpid()) + "_serve_engine.toml";
+  std::ofstream(path) << std::string(kSmallServeHead) + kSmallServeWorkload;
+  ServeBenchOverrides ov;
+  ov.sets = {"block_size=8"};
   std::string report;
-  Status s = RunServeBench(path, ServeBenchOverrides(), &report);
+  Status s = RunServeBench(path, ov, &report);
   ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(report.rfind("serve-bench " + path + " --set block_size=8\n", 0), 0u) << report;
   EXPECT_NE(report.find("executor    engine, model small"), std::string::npos) << report;
+  EXPECT_NE(report.find(", block_size 8, "), std::string::npos) << report;
   EXPECT_NE(report.find("8 requests: 8 finished"), std::string::npos) << report;
   EXPECT_NE(report.find("ms:    median"), std::string::npos) << report;
   EXPECT_NE(report.find("output tokens/s"), std::string::npos) << report;
@@ -445,25 +456,7 @@ output_tokens = 8
 // the same tokens processed as with ["full"], and the report gives the
 // bytes on the device and in host memory.
 TEST(ServeBenchRunTest, EngineRunWithOffloadReportsDeviceAndHostBytes) {
-  const std::string head = R"(
-model = "small"
-model_free = false
-block_size = 4
-pool_blocks = 512
-max_num_batched_tokens = 64
-max_num_seqs = 8
-threads = 1
-)";
-  const std::string workload = R"(
-[workload]
-seed = 2
-[[workload.users]]
-count = 4
-arrival_rate = 0.5
-turns = 2
-user_tokens = {dist = "uniform", min = 4, max = 40}
-output_tokens = 8
-)";
+  const std::string head = kSmallServeHead, workload = kSmallServeWorkload;
   const std::string offload = R"(
 [[policy]]
 name = "offload"
