@@ -4,15 +4,22 @@ full-cache points of the sweeps that evaluate it (results/model-card/ and,
 for the retrieval model, results/retrieval/), followed by the hand-written
 notes.md beside it; then the loss curve (loss.png).
 
+A recipe trained in stages has train.toml (stage 1) and train-stage2.toml,
+train-stage3.toml, ... each starting from the checkpoint before it; the
+earlier stages' records sit beside the final ones as stageN-state.json and
+stageN-loss.csv, and the card sums steps, tokens and wall time over them.
+
   build/kvlab run evals/configs/model-card.toml
   build/kvlab run evals/configs/retrieval.toml
   /usr/bin/python3 datasets/models/make_card.py datasets/models/tiny-gqa
 """
 import csv
+import glob
 import json
 import os
 import subprocess
 import sys
+import re
 import tomllib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -68,20 +75,29 @@ def main(argv):
         return 2
     mdir = os.path.normpath(argv[1])
     name = os.path.basename(mdir)
+    later = sorted(glob.glob(os.path.join(mdir, "train-stage[0-9]*.toml")),
+                   key=lambda p: int(re.search(r"train-stage(\d+)\.toml$", p).group(1)))
+    tomls = [os.path.join(mdir, "train.toml")] + later
     try:
         cfg = json.load(open(os.path.join(mdir, "config.json")))
-        state = json.load(open(os.path.join(mdir, "trainer_state.json")))
-        toml_text = open(os.path.join(mdir, "train.toml")).read()
+        stages = []  # (config path, parsed config, trainer state) in training order
+        for i, path in enumerate(tomls, start=1):
+            last_stage = i == len(tomls)
+            state_path = os.path.join(mdir, "trainer_state.json" if last_stage else f"stage{i}-state.json")
+            stages.append((path, tomllib.loads(open(path).read()), json.load(open(state_path))))
         rows = list(csv.DictReader(open(os.path.join(mdir, "loss.csv"))))
-    except OSError as e:
+    except (OSError, tomllib.TOMLDecodeError) as e:
         print(f"make_card: {e}", file=sys.stderr)
         return 1
     recs, used = records(name)
-    train_cfg = tomllib.loads(toml_text)
-    text_mix = any(ph.get("text", 1.0) > 0 for ph in train_cfg.get("phase", []))
+    train_cfg = stages[-1][1]
+    phases = [ph for _, c, _ in stages for ph in c.get("phase", [])]
+    text_mix = any(ph.get("text", 1.0) > 0 for ph in phases)
     heldout = [(int(r["step"]), float(r["heldout_bpb"])) for r in rows if float(r["heldout_bpb"]) >= 0]
-    elapsed = state["elapsed_seconds"]
-    tokens = state["tokens"]
+    elapsed = sum(st["elapsed_seconds"] for _, _, st in stages)
+    tokens = sum(st["tokens"] for _, _, st in stages)
+    state = {"step": sum(st["step"] for _, _, st in stages),
+             "total_steps": sum(st["total_steps"] for _, _, st in stages)}
     size = os.path.getsize(os.path.join(mdir, "model.safetensors"))
     out = []
     w = out.append
@@ -101,13 +117,16 @@ def main(argv):
     w(f"| parameters | {params(cfg):,} |")
     w(f"| checkpoint | model.safetensors, fp32, {size / 1e6:.1f} MB |")
     w(f"| vocabulary | 259: bytes 0-255, BOS 256, EOS 257, PAD 258 |")
-    phases = train_cfg.get("phase", [])
     last = phases[-1]["seq_len"] if phases else cfg["max_position_embeddings"]
     longest = max((ph["seq_len"] for ph in phases), default=last)
     ctx = f"{last:,} tokens (last phase)"
     if longest > last:
         ctx += f"; longest phase {longest:,}"
     w(f"| trained context | {ctx} |")
+    if len(stages) > 1:
+        w(f"| stages | {len(stages)}, each from the checkpoint before it: "
+          + "; ".join(f"{st['step']:,} steps, {st['tokens'] / 1e6:.2f}M tokens, {st['elapsed_seconds'] / 60:.0f} min"
+                      for _, _, st in stages) + " |")
     w(f"| steps | {state['step']:,} of {state['total_steps']:,} |")
     w(f"| tokens | {tokens:,} |")
     w(f"| wall time | {elapsed / 3600:.2f} h ({elapsed / 60:.0f} min) |")
@@ -115,13 +134,24 @@ def main(argv):
     if heldout:
         tr = train_cfg.get("train", {})
         text = os.path.basename(train_cfg.get("data", {}).get("heldout", "held-out text"))
+        at = f"step {heldout[-1][0]}" + (f" of stage {len(stages)}" if len(stages) > 1 else "")
         w(f"| held-out bits per byte (trainer: first {tr.get('eval_tokens', 65536) // 1024}K bytes of {text}, "
-          f"windows of {tr.get('eval_seq_len', 0) or last}, fp32) | {heldout[-1][1]:.3f} at step {heldout[-1][0]} |")
+          f"windows of {tr.get('eval_seq_len', 0) or last}, fp32) | {heldout[-1][1]:.3f} at {at} |")
     w("")
     w("## How it was trained\n")
-    w("    build/kvlab train " + os.path.relpath(os.path.join(mdir, "train.toml"), ROOT) + "\n")
-    w("The config (phases, data mix, schedule) is train.toml beside this card; the log of the run is train.log and "
-      "the loss per step loss.csv. Training resumes from its last checkpoint when the command is run again.\n")
+    for path, _, _ in stages:
+        w("    build/kvlab train " + os.path.relpath(path, ROOT))
+    w("")
+    if len(stages) == 1:
+        w("The config (phases, data mix, schedule) is train.toml beside this card; the log of the run is train.log "
+          "and the loss per step loss.csv. Training resumes from its last checkpoint when the command is run again.\n")
+    else:
+        w(f"The recipe has {len(stages)} stages, run in this order, each starting from the checkpoint the one before "
+          "wrote (its `init`): the configs are beside this card; the last stage's log and loss per step are "
+          "train.log and loss.csv, the earlier stages' stageN-train.log, stageN-loss.csv and stageN-state.json. "
+          "Each command resumes from its last checkpoint when run again. "
+          f"`bash datasets/models/reproduce.sh {name}` runs all of them into a scratch directory and compares "
+          "the final weights with the committed ones.\n")
     w("![loss curve](loss.png)\n")
     w("## Evaluation (full cache)\n")
     for sweep in used or ["model-card"]:
