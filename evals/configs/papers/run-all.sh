@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates every committed reproduction under results/ (and the model-card
-# figures), in two lanes of one thread each on a 2-core machine (about 30
+# figures), in two lanes of one thread each on a 2-core machine (about 20
 # minutes). Each command also works alone; rerunning skips recorded points
 # unless the results directory is removed first.
 set -euo pipefail
