@@ -35,6 +35,7 @@
 
 #include "kernels/attention_cpu.h"
 #include "kernels/attention_reference.h"
+#include "kernels/bench_memory.h"
 #include "kernels/dense_attention.h"
 
 namespace kvlab {
@@ -42,45 +43,6 @@ namespace {
 
 constexpr int kHq = 32, kHkv = 8, kHeadDim = 128, kBlockSize = 16;
 constexpr int64_t kRotateBytes = 256LL << 20;
-constexpr int64_t kBandwidthBytes = 1LL << 30;
-
-// ---- memory read bandwidth ----
-
-const std::vector<uint64_t>& BandwidthBuffer() {
-  static const std::vector<uint64_t> buf = [] {
-    std::vector<uint64_t> b(static_cast<size_t>(kBandwidthBytes / 8));
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < b.size(); ++i) b[i] = i;
-    return b;
-  }();
-  return buf;
-}
-
-// Integer sum: the compiler vectorises it (no fp reassociation needed) and it
-// is bound by memory, not by the adds.
-uint64_t SumBuffer(const std::vector<uint64_t>& b) {
-  uint64_t total = 0;
-  const int64_t n = static_cast<int64_t>(b.size());
-#pragma omp parallel for schedule(static) reduction(+ : total)
-  for (int64_t i = 0; i < n; ++i) total += b[i];
-  return total;
-}
-
-// Best of several passes, in bytes per second; measured once and cached.
-double ReadBandwidth() {
-  static const double bw = [] {
-    const std::vector<uint64_t>& b = BandwidthBuffer();
-    double best = 0.0;
-    for (int pass = 0; pass < 4; ++pass) {
-      const auto t0 = std::chrono::steady_clock::now();
-      benchmark::DoNotOptimize(SumBuffer(b));
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      best = std::max(best, static_cast<double>(kBandwidthBytes) / s);
-    }
-    return best;
-  }();
-  return bw;
-}
 
 void BM_ReadBandwidth(benchmark::State& state) {
   const std::vector<uint64_t>& b = BandwidthBuffer();
@@ -97,24 +59,6 @@ void SetCounters(benchmark::State& state, int64_t kv_bytes_per_call) {
   state.counters["kv_MB"] = static_cast<double>(kv_bytes_per_call) / 1e6;
 }
 
-// Random bf16 in [-0.5, 0.5); xorshift because std::mt19937 takes seconds per GB.
-void FillBF16(uint16_t* dst, int64_t n, uint64_t seed) {
-#pragma omp parallel
-  {
-    uint64_t x = seed * 0x9e3779b97f4a7c15ULL + static_cast<uint64_t>(omp_get_thread_num()) + 1;
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      x ^= x << 13;
-      x ^= x >> 7;
-      x ^= x << 17;
-      const uint32_t bits = 0x3f800000u | static_cast<uint32_t>(x >> 41);  // [1, 2)
-      float f;
-      std::memcpy(&f, &bits, 4);
-      dst[i] = F32ToBF16(f - 1.5f);
-    }
-  }
-}
-
 int64_t KvBytesPerCall(int64_t context, int batch) {
   return static_cast<int64_t>(batch) * kHkv * context * kHeadDim * 2 * DTypeBytes(DType::kBF16);
 }
@@ -126,26 +70,6 @@ int NumCopies(int64_t bytes_per_call) {
 // ---- paged cache: `copies` independent caches in one pool ----
 
 enum Layout { kShuffled = 0, kShuffledHugePages = 1, kContiguousHugePages = 2, kPrefillRunsHugePages = 3 };
-
-// An anonymous mapping, like the engine's BlockPool, optionally on huge pages.
-class Mapping {
- public:
-  Mapping(size_t bytes, bool huge_pages) : bytes_(bytes) {
-    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    data_ = p == MAP_FAILED ? nullptr : static_cast<uint8_t*>(p);
-    if (data_ != nullptr && huge_pages) madvise(data_, bytes, MADV_HUGEPAGE);
-  }
-  ~Mapping() {
-    if (data_ != nullptr) munmap(data_, bytes_);
-  }
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
-  uint8_t* data() const { return data_; }
-
- private:
-  size_t bytes_;
-  uint8_t* data_;
-};
 
 struct PagedSetup {
   Mapping pool;

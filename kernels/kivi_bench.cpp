@@ -43,6 +43,7 @@
 #include "kernels/attention_cpu.h"
 #include "kernels/attention_encoded.h"
 #include "kernels/attention_reference.h"
+#include "kernels/bench_memory.h"
 #include "kernels/kv_encoding.h"
 
 namespace kvlab {
@@ -53,67 +54,6 @@ constexpr int kGroup = 32, kResidual = 128, kBits = 2;
 constexpr int64_t kRotateBytes = 256LL << 20;
 constexpr int64_t kPlainBlockBytes = 2LL * kBlockSize * kHeadDim * 2;
 constexpr int kUniqueEncodedBlocks = 256;  // distinct encoded contents, copied round the pool
-
-// ---- memory ----
-
-class Mapping {
- public:
-  Mapping(size_t bytes, bool huge_pages) : bytes_(std::max<size_t>(bytes, 4096)) {
-    void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    data_ = p == MAP_FAILED ? nullptr : static_cast<uint8_t*>(p);
-    if (data_ != nullptr && huge_pages) madvise(data_, bytes_, MADV_HUGEPAGE);
-  }
-  ~Mapping() {
-    if (data_ != nullptr) munmap(data_, bytes_);
-  }
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
-  uint8_t* data() const { return data_; }
-
- private:
-  size_t bytes_;
-  uint8_t* data_;
-};
-
-// Sequential all-core read bandwidth (bytes/s), best of 4 passes over 512 MiB.
-double ReadBandwidth() {
-  static const double bw = [] {
-    const int64_t n = (512LL << 20) / 8;
-    std::vector<uint64_t> b(static_cast<size_t>(n));
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) b[static_cast<size_t>(i)] = static_cast<uint64_t>(i);
-    double best = 0.0;
-    for (int pass = 0; pass < 4; ++pass) {
-      const auto t0 = std::chrono::steady_clock::now();
-      uint64_t total = 0;
-#pragma omp parallel for schedule(static) reduction(+ : total)
-      for (int64_t i = 0; i < n; ++i) total += b[static_cast<size_t>(i)];
-      benchmark::DoNotOptimize(total);
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      best = std::max(best, static_cast<double>(n * 8) / s);
-    }
-    return best;
-  }();
-  return bw;
-}
-
-// Random bf16 in [-0.5, 0.5); xorshift because std::mt19937 takes seconds per GB.
-void FillBF16(uint16_t* dst, int64_t n, uint64_t seed) {
-#pragma omp parallel
-  {
-    uint64_t x = seed * 0x9e3779b97f4a7c15ULL + static_cast<uint64_t>(omp_get_thread_num()) + 1;
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      x ^= x << 13;
-      x ^= x >> 7;
-      x ^= x << 17;
-      const uint32_t bits = 0x3f800000u | static_cast<uint32_t>(x >> 41);  // [1, 2)
-      float f;
-      std::memcpy(&f, &bits, 4);
-      dst[i] = F32ToBF16(f - 1.5f);
-    }
-  }
-}
 
 KvEncoding Kivi2() {
   KvEncoding e;
