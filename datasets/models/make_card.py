@@ -17,9 +17,9 @@ import csv
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
-import re
 import tomllib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -84,9 +84,14 @@ def main(argv):
         for i, path in enumerate(tomls, start=1):
             last_stage = i == len(tomls)
             state_path = os.path.join(mdir, "trainer_state.json" if last_stage else f"stage{i}-state.json")
-            stages.append((path, tomllib.loads(open(path).read()), json.load(open(state_path))))
+            try:
+                train_toml = tomllib.loads(open(path).read())
+            except tomllib.TOMLDecodeError as e:
+                print(f"make_card: {path}: {e}", file=sys.stderr)
+                return 1
+            stages.append((path, train_toml, json.load(open(state_path))))
         rows = list(csv.DictReader(open(os.path.join(mdir, "loss.csv"))))
-    except (OSError, tomllib.TOMLDecodeError) as e:
+    except OSError as e:
         print(f"make_card: {e}", file=sys.stderr)
         return 1
     recs, used = records(name)
