@@ -5,9 +5,10 @@
 //
 // Counters: kv_read = bytes of K/V the call must read per second; frac_bw =
 // kv_read / read_bw (read_bw: a 1 GiB all-core sum, measured once at start-up).
-// Each benchmark rotates over enough distinct caches (>= kRotateBytes in all,
-// above the 32 MiB L3) that K/V come from memory, as in a real model step where
-// the other layers have evicted this one.
+// Each benchmark rotates over enough distinct caches (>= 256 MiB in all, above
+// the 32 MiB L3) that K/V come from memory, as in a real model step where the
+// other layers have evicted this one (--rotate_mib=N changes the 256; 0 keeps
+// one cache).
 //
 // Paged layouts (the `layout` argument): 0 = blocks shuffled over a pool on 4 KiB
 // pages (core's BlockPool maps without MADV_HUGEPAGE today); 1 = shuffled, pool
@@ -42,7 +43,6 @@ namespace kvlab {
 namespace {
 
 constexpr int kHq = 32, kHkv = 8, kHeadDim = 128, kBlockSize = 16;
-constexpr int64_t kRotateBytes = 256LL << 20;
 
 void BM_ReadBandwidth(benchmark::State& state) {
   const std::vector<uint64_t>& b = BandwidthBuffer();
@@ -61,10 +61,6 @@ void SetCounters(benchmark::State& state, int64_t kv_bytes_per_call) {
 
 int64_t KvBytesPerCall(int64_t context, int batch) {
   return static_cast<int64_t>(batch) * kHkv * context * kHeadDim * 2 * DTypeBytes(DType::kBF16);
-}
-
-int NumCopies(int64_t bytes_per_call) {
-  return static_cast<int>(std::max<int64_t>(1, (kRotateBytes + bytes_per_call - 1) / bytes_per_call));
 }
 
 // ---- paged cache: `copies` independent caches in one pool ----
@@ -274,6 +270,7 @@ BENCHMARK(BM_DenseDecodeTorch)->Apply(DenseArgs);
 
 int main(int argc, char** argv) {
   at::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  if (!kvlab::ParseRotateFlag(&argc, argv)) return 2;
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::AddCustomContext("read_bw_GBps", std::to_string(kvlab::ReadBandwidth() / 1e9));

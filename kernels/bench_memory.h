@@ -1,6 +1,7 @@
 // Memory helpers shared by the CPU attention benchmarks (attention_bench,
 // kivi_bench): the machine's read bandwidth, pools mapped like the engine's
-// BlockPool, and fast random bf16 fills.
+// BlockPool, fast random bf16 fills, and how many distinct caches a benchmark
+// rotates over.
 #pragma once
 
 #include <benchmark/benchmark.h>
@@ -10,7 +11,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "core/dtype.h"
@@ -18,6 +22,52 @@
 namespace kvlab {
 
 inline constexpr int64_t kBandwidthBytes = 1LL << 30;
+
+// ---- cache rotation ----
+
+// Bytes of distinct caches a benchmark cycles through, one per call: 256 MiB
+// by default, above the 32 MiB L3, so that every call reads its cache from
+// memory as a model step does once the other layers have evicted it.
+// `--rotate_mib=N` sets it; 0 keeps one cache, which then stays in L2/L3 when
+// it fits (the kernel's speed with its data near the core).
+inline int64_t& RotateBytes() {
+  static int64_t bytes = 256LL << 20;
+  return bytes;
+}
+
+// Caches to rotate over for a call that reads bytes_per_call.
+inline int NumCopies(int64_t bytes_per_call) {
+  return static_cast<int>(std::max<int64_t>(1, (RotateBytes() + bytes_per_call - 1) / bytes_per_call));
+}
+
+// Takes --rotate_mib=N out of argv (call before benchmark::Initialize, which
+// rejects flags it does not know). False, after one message naming the flag,
+// when the value is not a whole number >= 0.
+inline bool ParseRotateFlag(int* argc, char** argv) {
+  const std::string prefix = "--rotate_mib=";
+  int out = 1;
+  bool ok = true;
+  for (int i = 1; i < *argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.compare(0, prefix.size(), prefix) != 0) {
+      argv[out++] = argv[i];
+      continue;
+    }
+    const std::string value = arg.substr(prefix.size());
+    char* end = nullptr;
+    const long long mib = std::strtoll(value.c_str(), &end, 10);
+    if (value.empty() || *end != '\0' || mib < 0 || mib > (1LL << 20)) {
+      std::fprintf(stderr, "%s: --rotate_mib: expected a whole number of MiB from 0 to 1048576, got '%s'\n", argv[0],
+                   value.c_str());
+      ok = false;
+      continue;
+    }
+    RotateBytes() = mib << 20;
+  }
+  *argc = out;
+  argv[out] = nullptr;
+  return ok;
+}
 
 // ---- memory read bandwidth ----
 

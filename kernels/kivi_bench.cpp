@@ -9,11 +9,18 @@
 //
 // Counters: GBps = bytes of cache the call reads (whole blocks touched:
 // encoded blocks with their scales and zeros, plain blocks) per second;
-// step_ms = time per call; cpu_ms = CPU time of all threads per call; KIVI's speedup = the bf16 run's step_ms at the
+// step_ms = time per call; cpu_ms = CPU time of all threads per call;
+// fma_frac = the 8-lane fp32 FMAs the call's arithmetic needs (per token and
+// query head, head_dim / 8 for the score and as many for the value row: 32 x
+// context x 32 heads in all) per second, over the machine's peak FMA rate
+// (fma_peak_G_per_core, measured at start-up) times the threads: how close
+// the kernel runs to its arithmetic bound. KIVI's speedup = the bf16 run's step_ms at the
 // same context and layout (run earlier in the same process, mean over its
 // repetitions) / KIVI's step_ms. Each benchmark rotates over enough distinct
-// caches (>= kRotateBytes in all, above the 32 MiB L3) that the cache comes
-// from memory, as in a model step where the other layers have evicted it.
+// caches (>= 256 MiB in all, above the 32 MiB L3) that the cache comes from
+// memory, as in a model step where the other layers have evicted it;
+// --rotate_mib=0 keeps one cache instead (in L2/L3 when it fits: the kernels'
+// arithmetic speed).
 // Layouts (`layout`, as in attention_bench): 0 = every block of both pools at
 // a random place, 4 KiB pages; 1 = the same on transparent huge pages; 3 =
 // runs of 512 tokens' blocks in random order, huge pages — what the engine's
@@ -21,8 +28,11 @@
 // per stream, and sealing it takes 16 consecutive encoded blocks).
 //
 // Run: ./<build dir>/kivi_bench --benchmark_min_time=1 --benchmark_repetitions=3
-//      --benchmark_report_aggregates_only=true
+//      --benchmark_report_aggregates_only=true [--rotate_mib=N]
 #include <benchmark/benchmark.h>
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
 #include <omp.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -51,7 +61,6 @@ namespace {
 
 constexpr int kHq = 32, kHkv = 8, kHeadDim = 128, kBlockSize = 16;
 constexpr int kGroup = 32, kResidual = 128, kBits = 2;
-constexpr int64_t kRotateBytes = 256LL << 20;
 constexpr int64_t kPlainBlockBytes = 2LL * kBlockSize * kHeadDim * 2;
 constexpr int kUniqueEncodedBlocks = 256;  // distinct encoded contents, copied round the pool
 
@@ -65,10 +74,6 @@ KvEncoding Kivi2() {
   e.key_axis = QuantAxis::kChannel;
   e.value_axis = QuantAxis::kToken;
   return e;
-}
-
-int NumCopies(int64_t bytes_per_call) {
-  return static_cast<int>(std::max<int64_t>(1, (kRotateBytes + bytes_per_call - 1) / bytes_per_call));
 }
 
 constexpr int kRunTokens = 512;  // layout 3: the engine's prefill chunk
@@ -198,6 +203,46 @@ std::map<std::pair<int64_t, int>, std::pair<double, int>>& Bf16Times() {
 }
 
 // Times the loop itself (ms per call) and sets the shared counters.
+// One core's peak rate of 8-lane FMA instructions (G per second): best of 5
+// runs of 10 independent chains, enough to cover the FMA latency on current
+// x86 cores. 0 where the build has no FMA.
+double FmaPeakPerCore() {
+#if defined(__AVX2__) && defined(__FMA__)
+  double best = 0.0;
+  for (int run = 0; run < 5; ++run) {
+    // Ten named chains (an array of them went through memory).
+    __m256 a0 = _mm256_set1_ps(0.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0, a9 = a0;
+    const __m256 b = _mm256_set1_ps(0.999f), c = _mm256_set1_ps(0.001f);
+    constexpr int64_t kSteps = 20'000'000;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t k = 0; k < kSteps; ++k) {
+#define KVLAB_FMA_STEP(x)        \
+  x = _mm256_fmadd_ps(x, b, c); \
+  asm volatile("" : "+x"(x));  // one FMA per chain and step, kept in a register
+      KVLAB_FMA_STEP(a0) KVLAB_FMA_STEP(a1) KVLAB_FMA_STEP(a2) KVLAB_FMA_STEP(a3) KVLAB_FMA_STEP(a4)
+      KVLAB_FMA_STEP(a5) KVLAB_FMA_STEP(a6) KVLAB_FMA_STEP(a7) KVLAB_FMA_STEP(a8) KVLAB_FMA_STEP(a9)
+#undef KVLAB_FMA_STEP
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
+                                     _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)),
+                                                   _mm256_add_ps(a8, a9)));
+    float sink[8];
+    _mm256_storeu_ps(sink, sum);
+    benchmark::DoNotOptimize(sink[0]);
+    best = std::max(best, 10.0 * static_cast<double>(kSteps) / s / 1e9);
+  }
+  return best;
+#else
+  return 0.0;
+#endif
+}
+
+double& FmaPeak() {
+  static double peak = 0.0;
+  return peak;
+}
+
 double ProcessCpuSeconds() {
   timespec ts;
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
@@ -225,6 +270,10 @@ double RunLoop(benchmark::State& state, const Setup& setup, F&& call) {
   state.counters["step_ms"] = ms;
   state.counters["cache_MB"] = static_cast<double>(setup.BytesPerCall()) / 1e6;
   state.counters["caches"] = setup.copies;
+  if (FmaPeak() > 0) {
+    const double fmas = 2.0 * kHeadDim / 8 * kHq * static_cast<double>(setup.context);
+    state.counters["fma_frac"] = fmas / (ms * 1e-3) / (FmaPeak() * 1e9 * omp_get_max_threads());
+  }
   return ms;
 }
 
@@ -300,10 +349,13 @@ BENCHMARK(BM_DecodeKivi2)->Apply(Args);
 }  // namespace kvlab
 
 int main(int argc, char** argv) {
+  if (!kvlab::ParseRotateFlag(&argc, argv)) return 2;
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::AddCustomContext("read_bw_GBps", std::to_string(kvlab::ReadBandwidth() / 1e9));
   benchmark::AddCustomContext("omp_threads", std::to_string(omp_get_max_threads()));
+  kvlab::FmaPeak() = kvlab::FmaPeakPerCore();
+  benchmark::AddCustomContext("fma_peak_G_per_core", std::to_string(kvlab::FmaPeak()));
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;
