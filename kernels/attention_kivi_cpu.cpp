@@ -568,6 +568,33 @@ void ValueWeights(const Shape& sh, int nq, float mid, const uint16_t* vs, const 
   }
 }
 
+// qk_n = qe_n * ks and kconst_n = q_n . kz for the NF query vectors n0 ..
+// n0 + NF - 1 of an encoded block. NF is fixed so that the NF zero-point sums
+// stay in registers (a runtime count left them in a stack array, one
+// store-to-load round trip per step of each sum).
+constexpr int kFoldVecs = 4;
+template <DType DT, int NF>
+void FoldKeyParams(int d, const uint16_t* ks, const uint16_t* kz, int n0, Scratch* sc) {
+  const float* q = sc->q.data() + static_cast<size_t>(n0) * d;
+  const float* qe = sc->qe.data() + static_cast<size_t>(n0) * d;
+  float* qk = sc->qk.data() + static_cast<size_t>(n0) * d;
+  F8 z[NF][2];
+  for (auto& zn : z) zn[0] = zn[1] = Zero();
+  for (int c = 0; c < d; c += 16) {
+    F8 slo, shi, zlo, zhi;
+    LoadHalf16<DT>(ks + c, &slo, &shi);
+    LoadHalf16<DT>(kz + c, &zlo, &zhi);
+    for (int n = 0; n < NF; ++n) {
+      const size_t o = static_cast<size_t>(n) * d + c;
+      Store(qk + o, Mul(Load(qe + o), slo));
+      Store(qk + o + 8, Mul(Load(qe + o + 8), shi));
+      z[n][0] = Fma(Load(q + o), zlo, z[n][0]);
+      z[n][1] = Fma(Load(q + o + 8), zhi, z[n][1]);
+    }
+  }
+  for (int n = 0; n < NF; ++n) sc->kconst[n0 + n] = HSum(Add(z[n][0], z[n][1]));
+}
+
 // One encoded block: slots [slot0, slot0 + G) of the stream.
 template <int BITS, DType DT>
 void EncodedBlock(const Shape& sh, int nq, const uint8_t* blk, int64_t slot0, int64_t visible, const float* lane_scale,
@@ -583,24 +610,13 @@ void EncodedBlock(const Shape& sh, int nq, const uint8_t* blk, int64_t slot0, in
   // Fold the per-channel key scales into the queries (qe: already divided by
   // the lanes' 2^Exp) and the zeros into one constant per query vector:
   // score = (q * s) . code + q . z.
-  {
-    const float* q = sc->q.data();
-    const float* qe = sc->qe.data();
-    float* qk = sc->qk.data();
-    F8 z[kMaxTileQueryVecs];
-    for (int n = 0; n < nq; ++n) z[n] = Zero();
-    for (int c = 0; c < d; c += 16) {
-      F8 slo, shi, zlo, zhi;
-      LoadHalf16<DT>(ks + c, &slo, &shi);
-      LoadHalf16<DT>(kz + c, &zlo, &zhi);
-      for (int n = 0; n < nq; ++n) {
-        const size_t o = static_cast<size_t>(n) * d + c;
-        Store(qk + o, Mul(Load(qe + o), slo));
-        Store(qk + o + 8, Mul(Load(qe + o + 8), shi));
-        z[n] = Fma(Load(q + o), zlo, Fma(Load(q + o + 8), zhi, z[n]));
-      }
+  for (int n0 = 0; n0 < nq; n0 += kFoldVecs) {
+    switch (std::min(kFoldVecs, nq - n0)) {
+      case 1: FoldKeyParams<DT, 1>(d, ks, kz, n0, sc); break;
+      case 2: FoldKeyParams<DT, 2>(d, ks, kz, n0, sc); break;
+      case 3: FoldKeyParams<DT, 3>(d, ks, kz, n0, sc); break;
+      default: FoldKeyParams<DT, 4>(d, ks, kz, n0, sc); break;
     }
-    for (int n = 0; n < nq; ++n) sc->kconst[n] = HSum(z[n]);
   }
   const int rows = static_cast<int>(std::min<int64_t>(sh.G, visible - slot0));
   const int wstride = kTile * sh.ng;
