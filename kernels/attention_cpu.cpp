@@ -17,12 +17,14 @@
 #include <vector>
 
 #include "kernels/attention_cpu_simd.h"
+#include "kernels/attention_cpu_tiles.h"
 #include "kernels/attention_reference.h"
 
 namespace kvlab {
 namespace {
 
-using namespace cpu_simd;  // NOLINT: the vector vocabulary of this file
+using namespace cpu_simd;   // NOLINT: the vector vocabulary of this file
+using namespace cpu_tiles;  // NOLINT: the tile kernels (attention_cpu_tiles.h)
 
 constexpr int kTile = 16;               // rows per online-softmax step
 constexpr int kMaxScoreVecs = 8;        // query vectors per score pass (8 accumulators in registers)
@@ -32,191 +34,6 @@ constexpr int kJobsPerThread = 4;       // for dynamic load balance
 constexpr int kMinSlotsPerJob = 256;    // below this, split-K overhead outweighs the parallelism
 constexpr int kPrefetchBytes = 16384;   // how far ahead of use blocks are prefetched
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-// ---- tile kernels ----
-
-// Software prefetch of a later block, issued a few lines per kernel step so the
-// memory system keeps fetching while the FMAs run. (Prefetching a whole block
-// at once stalls on the miss buffers and serialises memory and compute; blocks
-// are scattered, so the hardware prefetcher restarts at every block.) The
-// lines per step adapt to the steps the previous block took.
-class PrefetchStream {
- public:
-  explicit PrefetchStream(int64_t block_bytes) : block_lines_(static_cast<int>((block_bytes + 63) / 64)) {
-    lines_per_step_ = std::max(1, block_lines_ / 16);
-  }
-  // Finishes the current block's prefetches and starts on `block` (nullptr: none).
-  void NextBlock(const uint8_t* block) {
-    Issue(INT32_MAX);
-    if (steps_ > 0) lines_per_step_ = std::max(1, (block_lines_ + steps_ - 1) / steps_);
-    steps_ = 0;
-    next_ = block;
-    end_ = block == nullptr ? nullptr : block + static_cast<int64_t>(block_lines_) * 64;
-  }
-  void Step() {
-    ++steps_;
-    Issue(lines_per_step_);
-  }
-
- private:
-  void Issue(int lines) {
-    for (; lines > 0 && next_ < end_; --lines, next_ += 64) Prefetch(next_);
-  }
-  const uint8_t* next_ = nullptr;
-  const uint8_t* end_ = nullptr;
-  int block_lines_, lines_per_step_, steps_ = 0;
-};
-
-// raw[n * kTile + r] = lane-wise partial sums of q_n . K_r for NQ query
-// vectors (q, stride d) and R rows. NQ * R accumulators: enough independent
-// FMA chains to fill both pipes; horizontal sums are left to ScoreTile.
-template <DType DT, int NQ, int R>
-KVLAB_ALWAYS_INLINE void ScoreRows(const float* q, int d, const uint8_t* k, int64_t row_bytes, float* raw) {
-  F8 acc[NQ * R];
-  for (F8& a : acc) a = Zero();
-  for (int c = 0; c < d; c += 16) {
-    F8 lo[R], hi[R];
-    for (int r = 0; r < R; ++r) Storage<DT>::Load16(k + r * row_bytes + c * Storage<DT>::kBytes, &lo[r], &hi[r]);
-    for (int n = 0; n < NQ; ++n) {
-      const F8 ql = Load(q + n * d + c), qh = Load(q + n * d + c + 8);
-      for (int r = 0; r < R; ++r) {
-        acc[n * R + r] = Fma(lo[r], ql, acc[n * R + r]);
-        acc[n * R + r] = Fma(hi[r], qh, acc[n * R + r]);
-      }
-    }
-  }
-  for (int n = 0; n < NQ; ++n) {
-    for (int r = 0; r < R; ++r) Store(raw + (n * kTile + r) * 8, acc[n * R + r]);
-  }
-}
-
-// s[n * kTile + r] = q_n . K_r for r < nrows. Reducing 8 rows at a time after
-// the loops keeps the reductions off the FMA chains' critical path. Entries of
-// s past nrows are left stale; MaskTile overwrites them.
-template <DType DT, int NQ>
-void ScoreTile(const float* q, int d, const uint8_t* k, int64_t row_bytes, int nrows, float* s, float* raw,
-               PrefetchStream* pf) {
-  constexpr int R = NQ >= 8 ? 1 : 8 / NQ;
-  int r = 0;
-  for (; r + R <= nrows; r += R) {
-    ScoreRows<DT, NQ, R>(q, d, k + r * row_bytes, row_bytes, raw + r * 8);
-    pf->Step();
-  }
-  for (; r < nrows; ++r) ScoreRows<DT, NQ, 1>(q, d, k + r * row_bytes, row_bytes, raw + r * 8);
-  for (int n = 0; n < NQ; ++n) {
-    for (int h = 0; h < nrows; h += 8) {
-      F8 rows[8];
-      for (int i = 0; i < 8; ++i) rows[i] = Load(raw + (n * kTile + h + i) * 8);
-      Store(s + n * kTile + h, HSum8(rows));
-    }
-  }
-}
-
-template <DType DT>
-void ScoreTileAny(int nq, const float* q, int d, const uint8_t* k, int64_t row_bytes, int nrows, float* s, float* raw,
-                  PrefetchStream* pf) {
-  switch (nq) {
-    case 1: return ScoreTile<DT, 1>(q, d, k, row_bytes, nrows, s, raw, pf);
-    case 2: return ScoreTile<DT, 2>(q, d, k, row_bytes, nrows, s, raw, pf);
-    case 3: return ScoreTile<DT, 3>(q, d, k, row_bytes, nrows, s, raw, pf);
-    case 4: return ScoreTile<DT, 4>(q, d, k, row_bytes, nrows, s, raw, pf);
-    case 5: return ScoreTile<DT, 5>(q, d, k, row_bytes, nrows, s, raw, pf);
-    case 6: return ScoreTile<DT, 6>(q, d, k, row_bytes, nrows, s, raw, pf);
-    case 7: return ScoreTile<DT, 7>(q, d, k, row_bytes, nrows, s, raw, pf);
-    default: return ScoreTile<DT, 8>(q, d, k, row_bytes, nrows, s, raw, pf);
-  }
-}
-
-// acc_n[c .. c + 16C) += sum_r w[n * kTile + r] * V_r[c .. c + 16C) for NV query
-// vectors; the accumulators stay in registers across the tile's rows.
-template <DType DT, int NV, int C>
-KVLAB_ALWAYS_INLINE void AccumulateChunk(const float* w, const uint8_t* v, int64_t row_bytes, int nrows, int c, int d,
-                            float* acc) {
-  F8 a[NV][C][2];
-  for (int n = 0; n < NV; ++n) {
-    for (int cc = 0; cc < C; ++cc) {
-      a[n][cc][0] = Load(acc + n * d + c + 16 * cc);
-      a[n][cc][1] = Load(acc + n * d + c + 16 * cc + 8);
-    }
-  }
-  for (int r = 0; r < nrows; ++r) {
-    F8 wr[NV];
-    for (int n = 0; n < NV; ++n) wr[n] = Set1(w[n * kTile + r]);
-    for (int cc = 0; cc < C; ++cc) {
-      F8 lo, hi;
-      Storage<DT>::Load16(v + r * row_bytes + (c + 16 * cc) * Storage<DT>::kBytes, &lo, &hi);
-      for (int n = 0; n < NV; ++n) {
-        a[n][cc][0] = Fma(wr[n], lo, a[n][cc][0]);
-        a[n][cc][1] = Fma(wr[n], hi, a[n][cc][1]);
-      }
-    }
-  }
-  for (int n = 0; n < NV; ++n) {
-    for (int cc = 0; cc < C; ++cc) {
-      Store(acc + n * d + c + 16 * cc, a[n][cc][0]);
-      Store(acc + n * d + c + 16 * cc + 8, a[n][cc][1]);
-    }
-  }
-}
-
-template <DType DT, int NV>
-void AccumulateTile(const float* w, const uint8_t* v, int64_t row_bytes, int nrows, int d, float* acc,
-                    PrefetchStream* pf) {
-  constexpr int C = NV == 1 ? 4 : NV == 2 ? 2 : 1;  // about 8 accumulators
-  int c = 0;
-  for (; c + 16 * C <= d; c += 16 * C) {
-    AccumulateChunk<DT, NV, C>(w, v, row_bytes, nrows, c, d, acc);
-    pf->Step();
-  }
-  for (; c < d; c += 16) AccumulateChunk<DT, NV, 1>(w, v, row_bytes, nrows, c, d, acc);
-}
-
-template <DType DT>
-void AccumulateTileAny(int nv, const float* w, const uint8_t* v, int64_t row_bytes, int nrows, int d, float* acc,
-                       PrefetchStream* pf) {
-  switch (nv) {
-    case 1: return AccumulateTile<DT, 1>(w, v, row_bytes, nrows, d, acc, pf);
-    case 2: return AccumulateTile<DT, 2>(w, v, row_bytes, nrows, d, acc, pf);
-    case 3: return AccumulateTile<DT, 3>(w, v, row_bytes, nrows, d, acc, pf);
-    default: return AccumulateTile<DT, 4>(w, v, row_bytes, nrows, d, acc, pf);
-  }
-}
-
-// Rows of the tile past the query vector's causal limit, or past nrows, get -inf.
-inline void MaskTile(float* s_n, int64_t slot0, int64_t limit, int nrows) {
-  const int valid = static_cast<int>(std::clamp<int64_t>(limit - slot0 + 1, 0, nrows));
-  for (int r = valid; r < kTile; ++r) s_n[r] = kNegInf;
-}
-
-// Online softmax step: turns the tile's scores (log2 units) into weights in
-// place and rescales the running sum and accumulator when the max grows.
-void SoftmaxTile(int nq, int nrows, int64_t slot0, const int64_t* limit, int d, float* s, float* m, float* l,
-                 float* acc) {
-  for (int n = 0; n < nq; ++n) {
-    float* s_n = s + n * kTile;
-    MaskTile(s_n, slot0, limit[n], nrows);
-    const F8 a = Load(s_n), b = Load(s_n + 8);
-    const float tile_max = HMax(Max(a, b));
-    if (tile_max == kNegInf) {  // nothing visible to this query in the tile
-      Store(s_n, Zero());
-      Store(s_n + 8, Zero());
-      continue;
-    }
-    if (tile_max > m[n]) {
-      const float alpha = std::exp2(m[n] - tile_max);  // 0 on the first visible tile
-      l[n] *= alpha;
-      const F8 av = Set1(alpha);
-      for (int c = 0; c < d; c += 8) Store(acc + n * d + c, Mul(Load(acc + n * d + c), av));
-      m[n] = tile_max;
-    }
-    const F8 mv = Set1(m[n]);
-    const F8 wa = Exp2(Sub(a, mv)), wb = Exp2(Sub(b, mv));
-    Store(s_n, wa);
-    Store(s_n + 8, wb);
-    l[n] += HSum(Add(wa, wb));
-  }
-}
 
 // ---- RoPE at read time (AttentionParams::rope_inv_freq) ----
 
@@ -364,7 +181,7 @@ void ScoreKeys(const Shape& sh, int nq, const uint8_t* k, int nrows, int64_t slo
     const float* q = sc->q.data() + static_cast<size_t>(n0) * d;
     const int n = std::min(kMaxScoreVecs, nq - n0);
     if (sh.rope == nullptr) {
-      ScoreTileAny<DT>(n, q, d, k, sh.row_bytes, nrows, s, sc->raw.data(), pf);
+      ScoreTileAny<kTile, PlainRows<DT>>(n, q, d, k, sh.row_bytes, nrows, s, sc->raw.data(), pf);
       continue;
     }
     if (n0 == 0) {
@@ -380,7 +197,7 @@ void ScoreKeys(const Shape& sh, int nq, const uint8_t* k, int nrows, int64_t slo
       }
     }
     const uint8_t* keys = reinterpret_cast<const uint8_t*>(sc->keys.data());
-    ScoreTileAny<DType::kF32>(n, q, d, keys, static_cast<int64_t>(d) * 4, nrows, s, sc->raw.data(), pf);
+    ScoreTileAny<kTile, PlainRows<DType::kF32>>(n, q, d, keys, static_cast<int64_t>(d) * 4, nrows, s, sc->raw.data(), pf);
   }
 }
 
@@ -395,12 +212,13 @@ void RunJob(const PagedKV& kv, const AttentionParams& p, const Shape& sh, const 
   std::fill(sc->l.begin(), sc->l.begin() + nq, 0.0f);
   std::fill(sc->acc.begin(), sc->acc.begin() + static_cast<size_t>(nq) * d, 0.0f);
   const int ahead = std::max<int>(1, static_cast<int>(kPrefetchBytes / kv.block_bytes));
-  PrefetchStream pf(2 * bs * sh.row_bytes);
+  const int64_t block_bytes = 2 * bs * sh.row_bytes;
+  PrefetchStream pf;
   for (int b = job.blk_begin + 1; b < std::min(job.blk_end, job.blk_begin + ahead); ++b) {
-    pf.NextBlock(BlockBase(kv, stream, b));
+    pf.NextBlock(BlockBase(kv, stream, b), block_bytes);
   }
   for (int blk = job.blk_begin; blk < job.blk_end; ++blk) {
-    pf.NextBlock(blk + ahead < job.blk_end ? BlockBase(kv, stream, blk + ahead) : nullptr);
+    pf.NextBlock(blk + ahead < job.blk_end ? BlockBase(kv, stream, blk + ahead) : nullptr, block_bytes);
     const uint8_t* kb = BlockBase(kv, stream, blk);
     const int rows = static_cast<int>(std::min<int64_t>(bs, visible - static_cast<int64_t>(blk) * bs));
     for (int t0 = 0; t0 < rows; t0 += kTile) {
@@ -409,10 +227,12 @@ void RunJob(const PagedKV& kv, const AttentionParams& p, const Shape& sh, const 
       const uint8_t* kp = kb + t0 * sh.row_bytes;
       const uint8_t* vp = kb + (bs + t0) * sh.row_bytes;
       ScoreKeys<DT>(sh, nq, kp, nrows, slot0, sc, &pf);
-      SoftmaxTile(nq, nrows, slot0, sc->limit.data(), d, sc->s.data(), sc->m.data(), sc->l.data(), sc->acc.data());
+      SoftmaxTile<kTile>(nq, nrows, slot0, sc->limit.data(), d, sc->s.data(), sc->m.data(), sc->l.data(),
+                         sc->acc.data());
       for (int n0 = 0; n0 < nq; n0 += kMaxValueVecs) {
-        AccumulateTileAny<DT>(std::min(kMaxValueVecs, nq - n0), sc->s.data() + n0 * kTile, vp, sh.row_bytes, nrows,
-                              d, sc->acc.data() + static_cast<size_t>(n0) * d, &pf);
+        AccumulateTileAny<PlainRows<DT>, false>(std::min(kMaxValueVecs, nq - n0), sc->s.data() + n0 * kTile, kTile, 1,
+                                                d, vp, sh.row_bytes, nrows, d,
+                                                sc->acc.data() + static_cast<size_t>(n0) * d, ValueEpilogue{}, &pf);
       }
     }
   }
@@ -465,7 +285,7 @@ void SlotAttnJob(const PagedKV& kv, const AttentionParams& p, const Shape& sh, i
   const int stream = seq * sh.hkv + kv_head;
   const int bs = kv.block_size, d = sh.d;
   float* out = p.slot_attn + p.slot_attn_offsets[stream];
-  PrefetchStream no_prefetch(0);
+  PrefetchStream no_prefetch;
   for (int q_begin = 0; q_begin < q_len; q_begin += sh.q_tile) {
     const QueryTile t{seq, kv_head, q_begin, std::min(sh.q_tile, q_len - q_begin)};
     const int nq = t.q_count * sh.group;
@@ -481,7 +301,7 @@ void SlotAttnJob(const PagedKV& kv, const AttentionParams& p, const Shape& sh, i
         F8 sum_a = Zero(), sum_b = Zero();
         for (int n = 0; n < nq; ++n) {
           float* s_n = sc->s.data() + n * kTile;
-          MaskTile(s_n, slot0, sc->limit[n], nrows);
+          MaskTile<kTile>(s_n, slot0, sc->limit[n], nrows);
           const F8 lse = Set1(sc->lse2[n]);
           sum_a = Add(sum_a, Exp2(Sub(Load(s_n), lse)));
           sum_b = Add(sum_b, Exp2(Sub(Load(s_n + 8), lse)));

@@ -31,11 +31,13 @@
 #include <vector>
 
 #include "kernels/attention_cpu_simd.h"
+#include "kernels/attention_cpu_tiles.h"
 
 namespace kvlab {
 namespace {
 
-using namespace cpu_simd;  // NOLINT: the vector vocabulary of this file
+using namespace cpu_simd;   // NOLINT: the vector vocabulary of this file
+using namespace cpu_tiles;  // NOLINT: the tile kernels shared with attention_cpu.cpp
 
 constexpr int kTile = 32;              // rows per online-softmax step (one 32-token KIVI block)
 constexpr int kMaxScoreVecs = 8;       // query vectors per score pass
@@ -45,16 +47,8 @@ constexpr int kJobsPerThread = 4;      // for dynamic load balance
 constexpr int kMinSlotsPerJob = 256;   // below this, split-K overhead outweighs the parallelism
 constexpr int kPrefetchBytes = 16384;  // how far ahead of use units are prefetched
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// ---- row loaders: channels [c, c + 16) of one K/V row as two F8 in lane order ----
-
-template <DType DT>
-struct PlainRows {
-  static KVLAB_ALWAYS_INLINE void Load16(const uint8_t* row, int c, F8* lo, F8* hi) {
-    Storage<DT>::Load16(row + c * Storage<DT>::kBytes, lo, hi);
-  }
-};
+// ---- row loader for codes (plain rows: PlainRows in attention_cpu_tiles.h) ----
 
 // KIVI codes: BITS-bit codes packed little-endian within bytes, row-major, so
 // the 16 codes of a chunk are one (2-bit) or two (4-bit) little-endian dwords.
@@ -81,6 +75,11 @@ struct CodeRows {
   static constexpr int Mask(int lane) { return ((1 << BITS) - 1) << Exp(lane); }
   static_assert(BITS != 2 || (Exp(7) + BITS <= 31 && Exp(15) + BITS <= 31), "codes must stay below the sign bit");
   static float LaneScale(int lane) { return std::ldexp(1.0f, -Exp(lane)); }  // 1 / 2^Exp(lane)
+  // Score steps: unpacking takes registers that more rows would need, so
+  // fewer rows than plain rows, and two accumulators per pair when the
+  // vectors are few (chosen by measurement at NQ = 4).
+  static constexpr int ScoreRows(int nq) { return nq >= 5 ? 1 : nq >= 3 ? 2 : 4 / nq; }
+  static constexpr int ScoreSplit(int nq) { return nq <= 2 ? 2 : 1; }
 
   static KVLAB_ALWAYS_INLINE void Load16(const uint8_t* row, int c, F8* lo, F8* hi) {
     const uint8_t* p = row + c * BITS / 8;
@@ -163,194 +162,6 @@ inline void LoadHalf16(const uint16_t* p, F8* lo, F8* hi) {
     *lo = Load(f);
     *hi = Load(f + 8);
 #endif
-  }
-}
-
-// ---- software prefetch (as in attention_cpu.cpp): a later unit's lines,
-// issued a few per kernel step so memory and FMAs overlap ----
-
-class PrefetchStream {
- public:
-  // Finishes the current unit's prefetches and starts on [unit, unit + bytes).
-  void NextBlock(const uint8_t* unit, int64_t bytes) {
-    Issue(INT32_MAX);
-    const int lines = static_cast<int>((bytes + 63) / 64);
-    lines_per_step_ = steps_ > 0 ? std::max(1, (lines + steps_ - 1) / steps_) : std::max(1, lines / 16);
-    steps_ = 0;
-    next_ = unit;
-    end_ = unit == nullptr ? nullptr : unit + static_cast<int64_t>(lines) * 64;
-  }
-  void Step() {
-    ++steps_;
-    Issue(lines_per_step_);
-  }
-
- private:
-  void Issue(int lines) {
-    for (; lines > 0 && next_ < end_; --lines, next_ += 64) Prefetch(next_);
-  }
-  const uint8_t* next_ = nullptr;
-  const uint8_t* end_ = nullptr;
-  int lines_per_step_ = 1, steps_ = 0;
-};
-
-// ---- tile kernels, generic over the row loader L ----
-
-// raw[n * kTile + r] = lane-wise partial sums of q_n . K_r for NQ query vectors
-// and R rows, with S accumulators per pair (S = 2 keeps 8 FMA chains busy when
-// NQ * R is small: unpacking takes registers that more rows would need).
-template <class L, int NQ, int R, int S>
-KVLAB_ALWAYS_INLINE void ScoreRows(const float* q, int d, const uint8_t* k, int64_t row_bytes, float* raw) {
-  F8 acc[NQ * R][S];
-  for (auto& a : acc) {
-    for (F8& x : a) x = Zero();
-  }
-#pragma GCC unroll 8
-  for (int c = 0; c < d; c += 16) {
-    F8 lo[R], hi[R];
-    for (int r = 0; r < R; ++r) L::Load16(k + r * row_bytes, c, &lo[r], &hi[r]);
-    for (int n = 0; n < NQ; ++n) {
-      const F8 ql = Load(q + n * d + c), qh = Load(q + n * d + c + 8);
-      for (int r = 0; r < R; ++r) {
-        acc[n * R + r][0] = Fma(lo[r], ql, acc[n * R + r][0]);
-        acc[n * R + r][S - 1] = Fma(hi[r], qh, acc[n * R + r][S - 1]);
-      }
-    }
-  }
-  for (int n = 0; n < NQ; ++n) {
-    for (int r = 0; r < R; ++r) {
-      Store(raw + (n * kTile + r) * 8, S == 2 ? Add(acc[n * R + r][0], acc[n * R + r][S - 1]) : acc[n * R + r][0]);
-    }
-  }
-}
-
-// Rows per step and accumulators per pair for NQ query vectors: plain rows
-// follow attention_cpu.cpp (8 accumulators); code rows need registers for the
-// unpacking, so fewer rows (chosen by measurement at NQ = 4).
-template <class L>
-struct ScoreBlocking {
-  static constexpr int Rows(int nq) { return nq >= 8 ? 1 : 8 / nq; }
-  static constexpr int Split(int) { return 1; }
-};
-template <int BITS, DType DT>
-struct ScoreBlocking<CodeRows<BITS, DT>> {
-  static constexpr int Rows(int nq) { return nq >= 5 ? 1 : nq >= 3 ? 2 : 4 / nq; }
-  static constexpr int Split(int nq) { return nq <= 2 ? 2 : 1; }
-};
-
-// s[n * kTile + r] = q_n . K_r for r < nrows (entries past nrows are stale;
-// MaskTile overwrites them).
-template <class L, int NQ>
-void ScoreTile(const float* q, int d, const uint8_t* k, int64_t row_bytes, int nrows, float* s, float* raw,
-               PrefetchStream* pf) {
-  constexpr int R = ScoreBlocking<L>::Rows(NQ);
-  constexpr int S = ScoreBlocking<L>::Split(NQ);
-  int r = 0;
-  for (; r + R <= nrows; r += R) {
-    ScoreRows<L, NQ, R, S>(q, d, k + r * row_bytes, row_bytes, raw + r * 8);
-    pf->Step();
-  }
-  for (; r < nrows; ++r) ScoreRows<L, NQ, 1, 2>(q, d, k + r * row_bytes, row_bytes, raw + r * 8);
-  for (int n = 0; n < NQ; ++n) {
-    for (int h = 0; h < nrows; h += 8) {
-      F8 rows[8];
-      for (int i = 0; i < 8; ++i) rows[i] = Load(raw + (n * kTile + h + i) * 8);
-      Store(s + n * kTile + h, HSum8(rows));
-    }
-  }
-}
-
-template <class L>
-void ScoreTileAny(int nq, const float* q, int d, const uint8_t* k, int64_t row_bytes, int nrows, float* s, float* raw,
-                  PrefetchStream* pf) {
-  switch (nq) {
-    case 1: return ScoreTile<L, 1>(q, d, k, row_bytes, nrows, s, raw, pf);
-    case 2: return ScoreTile<L, 2>(q, d, k, row_bytes, nrows, s, raw, pf);
-    case 3: return ScoreTile<L, 3>(q, d, k, row_bytes, nrows, s, raw, pf);
-    case 4: return ScoreTile<L, 4>(q, d, k, row_bytes, nrows, s, raw, pf);
-    case 5: return ScoreTile<L, 5>(q, d, k, row_bytes, nrows, s, raw, pf);
-    case 6: return ScoreTile<L, 6>(q, d, k, row_bytes, nrows, s, raw, pf);
-    case 7: return ScoreTile<L, 7>(q, d, k, row_bytes, nrows, s, raw, pf);
-    default: return ScoreTile<L, 8>(q, d, k, row_bytes, nrows, s, raw, pf);
-  }
-}
-
-// What AccumulateChunk adds besides the weighted rows: nothing for plain rows.
-// For code rows (Enc), the rows' sum is formed from zero (codes times 2^Exp),
-// then acc += sum * lane_scale - mid * wsum(n, g): the tile's values with
-// centred codes, (code - mid) * scale, whose running sum stays small (raw codes
-// would add a positive amount every tile and cancel against the zero-point
-// sum at the end: fp32 error ~ sqrt(context) * eps * |x|). The mid * scale
-// part goes to the zero-point sums (ValueWeights).
-struct ValueEpilogue {
-  const float* lane_scale;  // [16]: 2^-Exp(lane)
-  const float* wsum;        // [n * ng + g]: the tile's sum of w_n(r, g) over r
-  float mid;
-};
-
-// acc_n[c .. c + 16C) += sum_r w_n(r, g) * V_r[c .. c + 16C) for NV query
-// vectors, where w_n(r, g) = w[n * wstride + r * ng + g] and g is the value
-// group of the chunk (plain rows: ng = 1, one group).
-template <class L, int NV, int C, bool Enc>
-KVLAB_ALWAYS_INLINE void AccumulateChunk(const float* w, int wstride, int ng, int vgroup, const uint8_t* v,
-                                         int64_t row_bytes, int nrows, int c, int d, float* acc,
-                                         const ValueEpilogue& ep) {
-  F8 a[NV][C][2];
-  int g[C];
-  for (int cc = 0; cc < C; ++cc) g[cc] = (c + 16 * cc) / vgroup;
-  for (int n = 0; n < NV; ++n) {
-    for (int cc = 0; cc < C; ++cc) {
-      a[n][cc][0] = Enc ? Zero() : Load(acc + n * d + c + 16 * cc);
-      a[n][cc][1] = Enc ? Zero() : Load(acc + n * d + c + 16 * cc + 8);
-    }
-  }
-#pragma GCC unroll 4
-  for (int r = 0; r < nrows; ++r) {
-    for (int cc = 0; cc < C; ++cc) {
-      F8 lo, hi;
-      L::Load16(v + r * row_bytes, c + 16 * cc, &lo, &hi);
-      for (int n = 0; n < NV; ++n) {
-        const F8 wr = Set1(w[n * wstride + r * ng + g[cc]]);
-        a[n][cc][0] = Fma(wr, lo, a[n][cc][0]);
-        a[n][cc][1] = Fma(wr, hi, a[n][cc][1]);
-      }
-    }
-  }
-  for (int n = 0; n < NV; ++n) {
-    for (int cc = 0; cc < C; ++cc) {
-      float* dst = acc + n * d + c + 16 * cc;
-      if constexpr (Enc) {
-        const F8 bias = Set1(-ep.mid * ep.wsum[n * ng + g[cc]]);
-        Store(dst, Fma(a[n][cc][0], Load(ep.lane_scale), Add(Load(dst), bias)));
-        Store(dst + 8, Fma(a[n][cc][1], Load(ep.lane_scale + 8), Add(Load(dst + 8), bias)));
-      } else {
-        Store(dst, a[n][cc][0]);
-        Store(dst + 8, a[n][cc][1]);
-      }
-    }
-  }
-}
-
-template <class L, bool Enc, int NV>
-void AccumulateTile(const float* w, int wstride, int ng, int vgroup, const uint8_t* v, int64_t row_bytes, int nrows,
-                    int d, float* acc, const ValueEpilogue& ep, PrefetchStream* pf) {
-  constexpr int C = NV == 1 ? 4 : NV == 2 ? 2 : 1;  // about 8 accumulators
-  int c = 0;
-  for (; c + 16 * C <= d; c += 16 * C) {
-    AccumulateChunk<L, NV, C, Enc>(w, wstride, ng, vgroup, v, row_bytes, nrows, c, d, acc, ep);
-    pf->Step();
-  }
-  for (; c < d; c += 16) AccumulateChunk<L, NV, 1, Enc>(w, wstride, ng, vgroup, v, row_bytes, nrows, c, d, acc, ep);
-}
-
-template <class L, bool Enc>
-void AccumulateTileAny(int nv, const float* w, int wstride, int ng, int vgroup, const uint8_t* v, int64_t row_bytes,
-                       int nrows, int d, float* acc, const ValueEpilogue& ep, PrefetchStream* pf) {
-  switch (nv) {
-    case 1: return AccumulateTile<L, Enc, 1>(w, wstride, ng, vgroup, v, row_bytes, nrows, d, acc, ep, pf);
-    case 2: return AccumulateTile<L, Enc, 2>(w, wstride, ng, vgroup, v, row_bytes, nrows, d, acc, ep, pf);
-    case 3: return AccumulateTile<L, Enc, 3>(w, wstride, ng, vgroup, v, row_bytes, nrows, d, acc, ep, pf);
-    default: return AccumulateTile<L, Enc, 4>(w, wstride, ng, vgroup, v, row_bytes, nrows, d, acc, ep, pf);
   }
 }
 
@@ -437,52 +248,6 @@ int64_t PrepareQueries(const AttentionParams& p, const Shape& sh, const QueryTil
     sc->limit[n] = len - q_len + t.q_begin + n / sh.group;
   }
   return len - q_len + t.q_begin + t.q_count;
-}
-
-// Rows of the tile past the query vector's causal limit, or past nrows, get -inf.
-inline void MaskTile(float* s_n, int64_t slot0, int64_t limit, int nrows) {
-  const int valid = static_cast<int>(std::clamp<int64_t>(limit - slot0 + 1, 0, nrows));
-  for (int r = valid; r < kTile; ++r) s_n[r] = kNegInf;
-}
-
-// Online softmax step: turns the tile's scores (log2 units) into weights in
-// place and rescales the running sum, accumulator and zero-point sums when the
-// max grows.
-void SoftmaxTile(const Shape& sh, int nq, int nrows, int64_t slot0, Scratch* sc) {
-  const int d = sh.d;
-  for (int n = 0; n < nq; ++n) {
-    float* s_n = sc->s.data() + n * kTile;
-    float& m = sc->m[n];
-    MaskTile(s_n, slot0, sc->limit[n], nrows);
-    constexpr int kVecs = kTile / 8;
-    F8 x[kVecs];
-    for (int i = 0; i < kVecs; ++i) x[i] = Load(s_n + 8 * i);
-    F8 mx = x[0];
-    for (int i = 1; i < kVecs; ++i) mx = Max(mx, x[i]);
-    const float tile_max = HMax(mx);
-    if (tile_max == kNegInf) {  // nothing visible to this query in the tile
-      for (int i = 0; i < kVecs; ++i) Store(s_n + 8 * i, Zero());
-      continue;
-    }
-    if (tile_max > m) {
-      const float alpha = std::exp2(m - tile_max);  // 0 on the first visible tile
-      sc->l[n] *= alpha;
-      const F8 av = Set1(alpha);
-      float* acc = sc->acc.data() + static_cast<size_t>(n) * d;
-      for (int c = 0; c < d; c += 8) Store(acc + c, Mul(Load(acc + c), av));
-      float* z = sc->zacc.data() + static_cast<size_t>(n) * sh.zlen;
-      for (int c = 0; c < sh.zlen; c += 8) Store(z + c, Mul(Load(z + c), av));
-      m = tile_max;
-    }
-    const F8 mv = Set1(m);
-    F8 sum = Zero();
-    for (int i = 0; i < kVecs; ++i) {
-      const F8 e = Exp2(Sub(x[i], mv));
-      Store(s_n + 8 * i, e);
-      sum = Add(sum, e);
-    }
-    sc->l[n] += HSum(sum);
-  }
 }
 
 // p_n((f + lane) / ng) for the 8 flattened (row, value group) indices f .. f + 7;
@@ -624,7 +389,7 @@ void EncodedBlock(const Shape& sh, int nq, const uint8_t* blk, int64_t slot0, in
     const int nrows = std::min(kTile, rows - t0);
     const uint8_t* kp = kc + t0 * sh.code_row_bytes;
     for (int n0 = 0; n0 < nq; n0 += kMaxScoreVecs) {
-      ScoreTileAny<L>(std::min(kMaxScoreVecs, nq - n0), sc->qk.data() + static_cast<size_t>(n0) * d, d, kp,
+      ScoreTileAny<kTile, L>(std::min(kMaxScoreVecs, nq - n0), sc->qk.data() + static_cast<size_t>(n0) * d, d, kp,
                       sh.code_row_bytes, nrows, sc->s.data() + n0 * kTile, sc->raw.data(), pf);
     }
     for (int n = 0; n < nq; ++n) {
@@ -632,7 +397,8 @@ void EncodedBlock(const Shape& sh, int nq, const uint8_t* blk, int64_t slot0, in
       const F8 kv = Set1(sc->kconst[n]);
       for (int r = 0; r < nrows; r += 8) Store(s_n + r, Add(Load(s_n + r), kv));
     }
-    SoftmaxTile(sh, nq, nrows, slot0 + t0, sc);
+    SoftmaxTile<kTile>(nq, nrows, slot0 + t0, sc->limit.data(), d, sc->s.data(), sc->m.data(), sc->l.data(),
+                      sc->acc.data(), sc->zacc.data(), sh.zlen);
     ValueWeights(sh, nq, L::kMid, vs, vz, t0, std::min(kTile, sh.G - t0), sc);
     const uint8_t* vp = vc + t0 * sh.code_row_bytes;
     for (int n0 = 0; n0 < nq; n0 += kMaxValueVecs) {
@@ -656,10 +422,11 @@ void PlainBlock(const Shape& sh, int nq, const uint8_t* kb, int64_t slot0, int64
     const uint8_t* kp = kb + t0 * sh.plain_row_bytes;
     const uint8_t* vp = kb + (sh.bs + t0) * sh.plain_row_bytes;
     for (int n0 = 0; n0 < nq; n0 += kMaxScoreVecs) {
-      ScoreTileAny<L>(std::min(kMaxScoreVecs, nq - n0), sc->q.data() + static_cast<size_t>(n0) * d, d, kp,
+      ScoreTileAny<kTile, L>(std::min(kMaxScoreVecs, nq - n0), sc->q.data() + static_cast<size_t>(n0) * d, d, kp,
                       sh.plain_row_bytes, nrows, sc->s.data() + n0 * kTile, sc->raw.data(), pf);
     }
-    SoftmaxTile(sh, nq, nrows, slot0 + t0, sc);
+    SoftmaxTile<kTile>(nq, nrows, slot0 + t0, sc->limit.data(), d, sc->s.data(), sc->m.data(), sc->l.data(),
+                      sc->acc.data(), sc->zacc.data(), sh.zlen);
     for (int n0 = 0; n0 < nq; n0 += kMaxValueVecs) {
       AccumulateTileAny<L, false>(std::min(kMaxValueVecs, nq - n0), sc->s.data() + n0 * kTile, kTile, 1, d, vp,
                                   sh.plain_row_bytes, nrows, d, sc->acc.data() + static_cast<size_t>(n0) * d,
