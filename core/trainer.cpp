@@ -339,12 +339,8 @@ void TruncateLog(const std::string& path, int64_t step) {
   out << kept;
 }
 
-// Every step frees and re-allocates the same activations (4-34 MB each at
-// 256 x 16). glibc serves blocks that large with mmap and unmaps them on free,
-// so each step faults in fresh zeroed pages: perf put a quarter of a training
-// step in the kernel. Keeping freed memory in the heap made steps ~30% faster
-// (1,490 -> 1,950 tokens/s, one thread, tiny-gqa shape; docs/performance.md,
-// "Training (CPU)") with identical losses.
+}  // namespace
+
 void KeepFreedMemoryInHeap() {
 #if defined(__GLIBC__)
   mallopt(M_MMAP_MAX, 0);
@@ -353,13 +349,10 @@ void KeepFreedMemoryInHeap() {
 #endif
 }
 
-}  // namespace
-
 Status Train(const TrainConfig& cfg, const TrainOptions& opts, TrainResult* result) {
   *result = TrainResult();
   const int64_t threads = cfg.threads > 0 ? cfg.threads : static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
   at::set_num_threads(static_cast<int>(threads));
-  KeepFreedMemoryInHeap();
   std::string corpus, boost, heldout;
   bool needs_text = false;
   for (const TrainPhase& p : cfg.phases) needs_text |= p.text > 0;
