@@ -50,6 +50,14 @@ auto& LayerTensor(LayerT& l, LlamaTensor role) {
   }
 }
 
+// The model tensor that a spec names: a layer's, or the embedding, final norm
+// or LM head (TensorT: at::Tensor, const or not, as the model is).
+template <class LayersT, class TensorT>
+TensorT& SpecTensor(LayersT& layers, TensorT& embed, TensorT& final_norm, TensorT& lm_head, const LlamaTensorSpec& spec) {
+  if (spec.layer >= 0) return LayerTensor(layers[static_cast<size_t>(spec.layer)], spec.role);
+  return spec.role == LlamaTensor::kEmbed ? embed : spec.role == LlamaTensor::kFinalNorm ? final_norm : lm_head;
+}
+
 }  // namespace
 
 int64_t DenseKVCache::bytes() const {
@@ -70,11 +78,7 @@ Status LlamaModel::Load(const std::string& dir, std::unique_ptr<LlamaModel>* out
   for (const LlamaTensorSpec& spec : LlamaTensorSpecs(c)) {
     TensorView view;
     KVLAB_RETURN_IF_ERROR(ckpt->GetChecked(spec.name, spec.shape, &view));
-    at::Tensor& dst = spec.layer >= 0 ? LayerTensor(m->layers_[static_cast<size_t>(spec.layer)], spec.role)
-                      : spec.role == LlamaTensor::kEmbed     ? m->embed_
-                      : spec.role == LlamaTensor::kFinalNorm ? m->final_norm_
-                                                             : m->lm_head_;
-    dst = ToTensor(view);
+    SpecTensor(m->layers_, m->embed_, m->final_norm_, m->lm_head_, spec) = ToTensor(view);
   }
   if (c.tie_word_embeddings) m->lm_head_ = m->embed_;
   m->stored_kv_heads_ = static_cast<int>(c.num_key_value_heads);
@@ -119,11 +123,7 @@ Status LlamaModel::Save(const std::string& dir) const {
   KVLAB_RETURN_IF_ERROR(SaveModelConfig(dir + "/config.json", config_));
   std::vector<std::pair<std::string, at::Tensor>> named;
   for (const LlamaTensorSpec& spec : LlamaTensorSpecs(config_)) {
-    const at::Tensor& t = spec.layer >= 0 ? LayerTensor(layers_[static_cast<size_t>(spec.layer)], spec.role)
-                          : spec.role == LlamaTensor::kEmbed     ? embed_
-                          : spec.role == LlamaTensor::kFinalNorm ? final_norm_
-                                                                 : lm_head_;
-    named.push_back({spec.name, t});
+    named.push_back({spec.name, SpecTensor(layers_, embed_, final_norm_, lm_head_, spec)});
   }
   std::vector<at::Tensor> keep;
   std::vector<TensorToWrite> tensors;
