@@ -1,5 +1,6 @@
-// Helpers of the CUDA kernels' tests (paged_decode_test.cpp, append_kv_test.cpp):
-// GPU detection and skipping, CUDA error assertions, device buffers, and a
+// Helpers of the CUDA kernels' tests (paged_decode_test.cpp, append_kv_test.cpp,
+// select_compact_test.cpp, offload_test.cpp): GPU detection and skipping, CUDA
+// error assertions, device buffers, a byte-for-byte comparison, and a
 // host-side paged cache with shuffled block ids and NaN outside the streams.
 // Compiled against real CUDA or against the emulation in emu/.
 #pragma once
@@ -79,6 +80,19 @@ class DeviceBuffer {
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
 };
+
+// Equal byte for byte; on a difference, names `what` and the first differing byte.
+inline void ExpectSameBytes(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  size_t first_bad = got.size();
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i] != want[i]) {
+      first_bad = i;
+      break;
+    }
+  }
+  EXPECT_EQ(first_bad, got.size()) << "first differing byte of " << what;
+}
 
 // rtol by storage dtype (atol + rtol * |ref|, llm.c's checker). Both sides read
 // the same stored values, so what differs is fp32 accumulation (dot products
