@@ -5,9 +5,11 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/append_kv.h"
@@ -48,38 +50,95 @@ TEST(AppendKvCudaTest, MatchesCpuAppendKV) {
         PagedKV host_kv = HostView(hc, dtype, bs, d);
         ASSERT_TRUE(AppendKVCheck(host_kv, qo_indptr.data(), nseq, hkv).ok());
 
-        DeviceBuffer d_pool, d_indptr, d_indices, d_last, d_qo, d_k, d_v;
-        CUDA_ASSERT(d_pool.Upload(hc.pool));
-        CUDA_ASSERT(d_indptr.Upload(hc.indptr));
-        CUDA_ASSERT(d_indices.Upload(hc.indices));
-        CUDA_ASSERT(d_last.Upload(hc.last));
+        DeviceCache dc;
+        DeviceBuffer d_qo, d_k, d_v;
+        CUDA_ASSERT(dc.Upload(hc));
         CUDA_ASSERT(d_qo.Upload(qo_indptr));
         CUDA_ASSERT(d_k.Upload(k));
         CUDA_ASSERT(d_v.Upload(v));
         AppendKV(host_kv, qo_indptr.data(), nseq, hkv, k.data(), v.data());  // expected, in place
 
-        PagedKV kv = host_kv;
-        kv.base = d_pool.as<uint8_t>();
-        kv.indptr = d_indptr.as<int32_t>();
-        kv.indices = d_indices.as<int32_t>();
-        kv.last_block_len = d_last.as<int32_t>();
+        const PagedKV kv = dc.On(host_kv);
         CUDA_ASSERT(cuda::AppendKv(kv, d_qo.as<int32_t>(), nseq, hkv, total_q, d_k.as<float>(), d_v.as<float>(), nullptr));
         CUDA_ASSERT(cudaDeviceSynchronize());
         std::vector<uint8_t> got;
-        CUDA_ASSERT(d_pool.Download(&got));
-        ASSERT_EQ(got.size(), hc.pool.size());
-        size_t first_bad = got.size();
-        for (size_t i = 0; i < got.size(); ++i) {
-          if (got[i] != hc.pool[i]) {
-            first_bad = i;
-            break;
-          }
-        }
-        EXPECT_EQ(first_bad, got.size()) << "first differing byte of the pool";
+        CUDA_ASSERT(dc.pool.Download(&got));
+        ExpectSameBytes(got, hc.pool, "the pool");
       }
     }
   }
 }
+
+// What the seal tests share: five jobs over the four streams of a host cache
+// (job j seals stream kStream[j]'s tokens_per_block slots from first[j] into
+// encoded block kDst[j]), the blocks EncodeKvBlock makes of them on the host,
+// device copies of the cache and the jobs, and the check of the device's
+// encoded blocks against the host's, byte for byte.
+class SealHarness {
+ public:
+  static constexpr int kJobs = 5;
+  SealHarness(const KvEncoding& e, DType dtype, const PagedKV& host_kv, std::vector<int32_t> first)
+      : bb_(e.BlockBytes()), first_(std::move(first)), want_(static_cast<size_t>(kJobs * bb_), 0xab) {
+    const int tpb = e.tokens_per_block, d = e.head_dim;
+    std::vector<float> k(static_cast<size_t>(tpb) * d), v(k.size());
+    for (int j = 0; j < kJobs; ++j) {
+      for (int t = 0; t < tpb; ++t) {
+        ConvertToF32(dtype, host_kv.KeyPtr(kStream[j], first_[j] + t), k.data() + static_cast<size_t>(t) * d, d);
+        ConvertToF32(dtype, host_kv.ValuePtr(kStream[j], first_[j] + t), v.data() + static_cast<size_t>(t) * d, d);
+      }
+      EncodeKvBlock(e, k.data(), v.data(), want_.data() + kDst[j] * bb_);
+    }
+  }
+
+  // The cache `hc` (seen through host_kv) and the jobs on the device; the
+  // encoded blocks start as 0xab bytes.
+  cudaError_t Upload(const HostCache& hc, const PagedKV& host_kv) {
+    cudaError_t err = cache_.Upload(hc);
+    if (err == cudaSuccess) err = enc_.Upload(std::vector<uint8_t>(want_.size(), 0xab));
+    if (err == cudaSuccess) err = stream_.Upload(std::vector<int32_t>(kStream, kStream + kJobs));
+    if (err == cudaSuccess) err = first_slot_.Upload(first_);
+    if (err == cudaSuccess) err = dst_.Upload(std::vector<int32_t>(kDst, kDst + kJobs));
+    kv_ = cache_.On(host_kv);
+    jobs_.num_jobs = kJobs;
+    jobs_.stream = stream_.as<int32_t>();
+    jobs_.first_slot = first_slot_.as<int32_t>();
+    jobs_.dst_block = dst_.as<int32_t>();
+    return err;
+  }
+  const PagedKV& kv() const { return kv_; }
+  const cuda::SealJobs& jobs() const { return jobs_; }
+  uint8_t* enc() const { return enc_.as<uint8_t>(); }
+  int64_t block_bytes() const { return bb_; }
+
+  // After the seal: the device's encoded blocks equal the host's.
+  void ExpectBlocksMatch() const {
+    CUDA_ASSERT(cudaDeviceSynchronize());
+    std::vector<uint8_t> got;
+    CUDA_ASSERT(enc_.Download(&got));
+    ASSERT_EQ(got.size(), want_.size());
+    int64_t bad = -1;
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (got[i] != want_[i]) {
+        bad = static_cast<int64_t>(i);
+        break;
+      }
+    }
+    EXPECT_EQ(bad, -1) << "block " << bad / bb_ << " byte " << bad % bb_ << " of " << bb_ << ": got "
+                       << (bad >= 0 ? static_cast<int>(got[bad]) : 0) << ", expected "
+                       << (bad >= 0 ? static_cast<int>(want_[bad]) : 0);
+  }
+
+ private:
+  static constexpr int32_t kStream[kJobs] = {0, 0, 1, 2, 3};
+  static constexpr int32_t kDst[kJobs] = {3, 0, 4, 1, 2};
+  int64_t bb_;
+  std::vector<int32_t> first_;
+  std::vector<uint8_t> want_;
+  DeviceCache cache_;
+  DeviceBuffer enc_, stream_, first_slot_, dst_;
+  PagedKV kv_;
+  cuda::SealJobs jobs_;
+};
 
 TEST(EncodeSealCudaTest, MatchesEncodeKvBlock) {
   SKIP_WITHOUT_GPU();
@@ -123,52 +182,10 @@ TEST(EncodeSealCudaTest, MatchesEncodeKvBlock) {
             ConvertFromF32(dtype, row.data(), host_kv.KeyPtr(s, t), d);
           }
         }
-        const std::vector<int32_t> job_stream = {0, 0, 1, 2, 3};
-        const std::vector<int32_t> job_first = {0, tpb, 0, 16, 2 * tpb};
-        const std::vector<int32_t> job_dst = {3, 0, 4, 1, 2};
-        const int64_t bb = e.BlockBytes();
-        std::vector<uint8_t> want(static_cast<size_t>(5 * bb), 0xab);
-        std::vector<float> k(static_cast<size_t>(tpb) * d), v(k.size());
-        for (size_t j = 0; j < job_stream.size(); ++j) {
-          for (int t = 0; t < tpb; ++t) {
-            ConvertToF32(dtype, host_kv.KeyPtr(job_stream[j], job_first[j] + t), k.data() + static_cast<size_t>(t) * d, d);
-            ConvertToF32(dtype, host_kv.ValuePtr(job_stream[j], job_first[j] + t), v.data() + static_cast<size_t>(t) * d, d);
-          }
-          EncodeKvBlock(e, k.data(), v.data(), want.data() + job_dst[j] * bb);
-        }
-
-        DeviceBuffer d_pool, d_indptr, d_indices, d_last, d_enc, d_js, d_jf, d_jd;
-        CUDA_ASSERT(d_pool.Upload(hc.pool));
-        CUDA_ASSERT(d_indptr.Upload(hc.indptr));
-        CUDA_ASSERT(d_indices.Upload(hc.indices));
-        CUDA_ASSERT(d_last.Upload(hc.last));
-        CUDA_ASSERT(d_enc.Upload(std::vector<uint8_t>(want.size(), 0xab)));
-        CUDA_ASSERT(d_js.Upload(job_stream));
-        CUDA_ASSERT(d_jf.Upload(job_first));
-        CUDA_ASSERT(d_jd.Upload(job_dst));
-        PagedKV kv = host_kv;
-        kv.base = d_pool.as<uint8_t>();
-        kv.indptr = d_indptr.as<int32_t>();
-        kv.indices = d_indices.as<int32_t>();
-        kv.last_block_len = d_last.as<int32_t>();
-        cuda::SealJobs jobs;
-        jobs.num_jobs = static_cast<int>(job_stream.size());
-        jobs.stream = d_js.as<int32_t>();
-        jobs.first_slot = d_jf.as<int32_t>();
-        jobs.dst_block = d_jd.as<int32_t>();
-        CUDA_ASSERT(cuda::EncodeSealKivi(kv, e, d_enc.as<uint8_t>(), bb, jobs, nullptr));
-        CUDA_ASSERT(cudaDeviceSynchronize());
-        std::vector<uint8_t> got;
-        CUDA_ASSERT(d_enc.Download(&got));
-        ASSERT_EQ(got.size(), want.size());
-        int64_t first_bad = -1;
-        for (size_t i = 0; i < got.size(); ++i) {
-          if (got[i] != want[i]) {
-            first_bad = static_cast<int64_t>(i);
-            break;
-          }
-        }
-        EXPECT_EQ(first_bad, -1) << "block " << first_bad / bb << " byte " << first_bad % bb << " of " << bb;
+        SealHarness h(e, dtype, host_kv, {0, tpb, 0, 16, 2 * tpb});
+        CUDA_ASSERT(h.Upload(hc, host_kv));
+        CUDA_ASSERT(cuda::EncodeSealKivi(h.kv(), e, h.enc(), h.block_bytes(), h.jobs(), nullptr));
+        h.ExpectBlocksMatch();
       }
     }
   }
@@ -230,54 +247,13 @@ TEST(EncodeSealCudaTest, Quant8MatchesEncodeKvBlock) {
             }
           }
         }
-        const std::vector<int32_t> job_stream = {0, 0, 1, 2, 3};
-        const std::vector<int32_t> job_first = {0, tpb, 0, std::min(16, tpb), 2 * tpb};
-        const std::vector<int32_t> job_dst = {3, 0, 4, 1, 2};
-        const int64_t bb = e.BlockBytes();
-        std::vector<uint8_t> want(static_cast<size_t>(5 * bb), 0xab);
-        std::vector<float> k(static_cast<size_t>(tpb) * d), v(k.size());
-        for (size_t j = 0; j < job_stream.size(); ++j) {
-          for (int t = 0; t < tpb; ++t) {
-            ConvertToF32(dtype, host_kv.KeyPtr(job_stream[j], job_first[j] + t), k.data() + static_cast<size_t>(t) * d, d);
-            ConvertToF32(dtype, host_kv.ValuePtr(job_stream[j], job_first[j] + t), v.data() + static_cast<size_t>(t) * d, d);
-          }
-          EncodeKvBlock(e, k.data(), v.data(), want.data() + job_dst[j] * bb);
-        }
-
-        DeviceBuffer d_pool, d_indptr, d_indices, d_enc, d_js, d_jf, d_jd;
-        CUDA_ASSERT(d_pool.Upload(hc.pool));
-        CUDA_ASSERT(d_indptr.Upload(hc.indptr));
-        CUDA_ASSERT(d_indices.Upload(hc.indices));
-        CUDA_ASSERT(d_enc.Upload(std::vector<uint8_t>(want.size(), 0xab)));
-        CUDA_ASSERT(d_js.Upload(job_stream));
-        CUDA_ASSERT(d_jf.Upload(job_first));
-        CUDA_ASSERT(d_jd.Upload(job_dst));
-        PagedKV kv = host_kv;
-        kv.base = d_pool.as<uint8_t>();
-        kv.indptr = d_indptr.as<int32_t>();
-        kv.indices = d_indices.as<int32_t>();
+        SealHarness h(e, dtype, host_kv, {0, tpb, 0, std::min(16, tpb), 2 * tpb});
+        CUDA_ASSERT(h.Upload(hc, host_kv));
+        PagedKV kv = h.kv();
         kv.last_block_len = nullptr;  // not read by the seal
-        cuda::SealJobs jobs;
-        jobs.num_jobs = static_cast<int>(job_stream.size());
-        jobs.stream = d_js.as<int32_t>();
-        jobs.first_slot = d_jf.as<int32_t>();
-        jobs.dst_block = d_jd.as<int32_t>();
-        EXPECT_EQ(cuda::EncodeSealQuant8Check(kv, e, d_enc.as<uint8_t>(), bb, jobs), "");
-        CUDA_ASSERT(cuda::EncodeSealQuant8(kv, e, d_enc.as<uint8_t>(), bb, jobs, nullptr));
-        CUDA_ASSERT(cudaDeviceSynchronize());
-        std::vector<uint8_t> got;
-        CUDA_ASSERT(d_enc.Download(&got));
-        ASSERT_EQ(got.size(), want.size());
-        int64_t first_bad = -1;
-        for (size_t i = 0; i < got.size(); ++i) {
-          if (got[i] != want[i]) {
-            first_bad = static_cast<int64_t>(i);
-            break;
-          }
-        }
-        EXPECT_EQ(first_bad, -1) << "block " << first_bad / bb << " byte " << first_bad % bb << " of " << bb << ": got "
-                                 << (first_bad >= 0 ? static_cast<int>(got[first_bad]) : 0) << ", expected "
-                                 << (first_bad >= 0 ? static_cast<int>(want[first_bad]) : 0);
+        EXPECT_EQ(cuda::EncodeSealQuant8Check(kv, e, h.enc(), h.block_bytes(), h.jobs()), "");
+        CUDA_ASSERT(cuda::EncodeSealQuant8(kv, e, h.enc(), h.block_bytes(), h.jobs(), nullptr));
+        h.ExpectBlocksMatch();
       }
     }
   }

@@ -186,5 +186,27 @@ inline HostCache MakePlainCache(DType dtype, int block_size, int d, const std::v
   return hc;
 }
 
+// A HostCache's pool, block table and last-block lengths on the device, and a
+// view of them (On: the host view with the device pointers put in).
+struct DeviceCache {
+  DeviceBuffer pool, indptr, indices, last;
+  cudaError_t Upload(const HostCache& hc) {
+    cudaError_t err = pool.Upload(hc.pool);
+    if (err == cudaSuccess) err = indptr.Upload(hc.indptr);
+    if (err == cudaSuccess) err = indices.Upload(hc.indices);
+    if (err == cudaSuccess) err = last.Upload(hc.last);
+    return err;
+  }
+  PagedKV On(const PagedKV& host_kv) const {
+    PagedKV kv = host_kv;
+    kv.base = pool.as<uint8_t>();
+    kv.indptr = indptr.as<int32_t>();
+    kv.indices = indices.as<int32_t>();
+    kv.last_block_len = last.as<int32_t>();
+    return kv;
+  }
+  PagedKV View(const HostCache& hc, DType dtype, int bs, int d) const { return On(HostView(hc, dtype, bs, d)); }
+};
+
 }  // namespace cuda_test
 }  // namespace kvlab

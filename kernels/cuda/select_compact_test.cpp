@@ -294,25 +294,6 @@ CompactExpected CompactOnHost(const HostCache& hc, DType dtype, int bs, int d,
 }
 
 // The device copies of a host cache's page table and pool.
-struct DeviceCache {
-  DeviceBuffer pool, indptr, indices, last;
-  cudaError_t Upload(const HostCache& hc) {
-    cudaError_t err = pool.Upload(hc.pool);
-    if (err == cudaSuccess) err = indptr.Upload(hc.indptr);
-    if (err == cudaSuccess) err = indices.Upload(hc.indices);
-    if (err == cudaSuccess) err = last.Upload(hc.last);
-    return err;
-  }
-  PagedKV View(const HostCache& hc, DType dtype, int bs, int d) const {
-    PagedKV kv = HostView(hc, dtype, bs, d);
-    kv.base = pool.as<uint8_t>();
-    kv.indptr = indptr.as<int32_t>();
-    kv.indices = indices.as<int32_t>();
-    kv.last_block_len = last.as<int32_t>();
-    return kv;
-  }
-};
-
 TEST_P(CompactCudaTest, MatchesHostGather) {
   SKIP_WITHOUT_GPU();
   const CompactCase& c = GetParam();
