@@ -477,12 +477,10 @@ TEST_P(PagedDecodeCudaTest, MatchesReference) {
   }
 
   // Device copies.
-  DeviceBuffer d_pool, d_indptr, d_indices, d_last, d_enc_pool, d_enc_indptr, d_enc_indices;
+  DeviceCache dc;
+  DeviceBuffer d_enc_pool, d_enc_indptr, d_enc_indices;
   DeviceBuffer d_q, d_o, d_slots, d_offsets, d_ws;
-  CUDA_ASSERT(d_pool.Upload(hc.pool));
-  CUDA_ASSERT(d_indptr.Upload(hc.indptr));
-  CUDA_ASSERT(d_indices.Upload(hc.indices));
-  CUDA_ASSERT(d_last.Upload(hc.last));
+  CUDA_ASSERT(dc.Upload(hc));
   CUDA_ASSERT(d_q.Upload(q));
   CUDA_ASSERT(d_o.Alloc(q.size() * sizeof(float)));
   CUDA_ASSERT(cudaMemset(d_o.as<void>(), 0xff, q.size() * sizeof(float)));  // NaN: every element must be written
@@ -492,11 +490,7 @@ TEST_P(PagedDecodeCudaTest, MatchesReference) {
   CUDA_ASSERT(d_ws.Alloc(static_cast<size_t>(plan.workspace_bytes)));
   CUDA_ASSERT(cudaMemset(d_ws.as<void>(), 0xff, static_cast<size_t>(plan.workspace_bytes)));
 
-  PagedKV kv = host_kv;
-  kv.base = d_pool.as<uint8_t>();
-  kv.indptr = d_indptr.as<int32_t>();
-  kv.indices = d_indices.as<int32_t>();
-  kv.last_block_len = d_last.as<int32_t>();
+  const PagedKV kv = dc.On(host_kv);
   EncodedKV enc = host_enc;
   if (HasEncoded(c)) {
     CUDA_ASSERT(d_enc_pool.Upload(hc.enc_pool));
