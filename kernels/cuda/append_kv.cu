@@ -16,13 +16,8 @@ namespace {
 
 constexpr int kThreads = 256;
 
-struct AppendArgs {
-  uint8_t* base;
-  int64_t block_bytes;
-  const int32_t* indptr;
-  const int32_t* indices;
+struct AppendArgs : PageTableArgs<uint8_t> {
   const int32_t* last_block_len;
-  int block_size;
   int head_dim;
   const int32_t* qo_indptr;
   int num_seqs;
@@ -95,19 +90,33 @@ __global__ void AppendKvKernel(const __grid_constant__ AppendArgs a) {
   Store4<T>(vdst, *reinterpret_cast<const float4*>(a.v + src));
 }
 
-struct SealArgs {
-  const uint8_t* base;
-  int64_t block_bytes;
-  const int32_t* indptr;
-  const int32_t* indices;
-  int block_size;
+// What both seal kernels read: the plain pool's page table, where the encoded
+// blocks go, and the jobs (SetSealCommon). SealArgs and Quant8Args add their
+// encoding's parameters.
+struct SealCommon : PageTableArgs<const uint8_t> {
   int head_dim;
   uint8_t* enc_base;
   int64_t enc_block_bytes;
   const int32_t* job_stream;
   const int32_t* job_first;
   const int32_t* job_dst;
-  int tpb, bits, group;
+  int tpb;
+};
+
+void SetSealCommon(const PagedKV& kv, const KvEncoding& enc, uint8_t* enc_base, int64_t enc_block_bytes,
+                   const SealJobs& jobs, SealCommon* a) {
+  SetPageTable(kv, a);
+  a->head_dim = kv.head_dim;
+  a->enc_base = enc_base;
+  a->enc_block_bytes = enc_block_bytes;
+  a->job_stream = jobs.stream;
+  a->job_first = jobs.first_slot;
+  a->job_dst = jobs.dst_block;
+  a->tpb = enc.tokens_per_block;
+}
+
+struct SealArgs : SealCommon {
+  int bits, group;
   int key_axis, value_axis;  // QuantAxis values
   int max_groups;
   int64_t code_bytes, nk, nv;
@@ -186,19 +195,7 @@ __global__ void EncodeSealKiviKernel(const __grid_constant__ SealArgs a) {
   }
 }
 
-struct Quant8Args {
-  const uint8_t* base;
-  int64_t block_bytes;
-  const int32_t* indptr;
-  const int32_t* indices;
-  int block_size;
-  int head_dim;
-  uint8_t* enc_base;
-  int64_t enc_block_bytes;
-  const int32_t* job_stream;
-  const int32_t* job_first;
-  const int32_t* job_dst;
-  int tpb;
+struct Quant8Args : SealCommon {
   int fp8;              // 1: fp8 e4m3, 0: int8
   int rows_per_scale;   // 1 (per-token scales) or tpb (one per block)
   int64_t code_bytes, nk;
@@ -374,14 +371,7 @@ cudaError_t EncodeSealKivi(const PagedKV& kv, const KvEncoding& enc, uint8_t* en
   }
   if (jobs.num_jobs == 0) return cudaSuccess;
   SealArgs a{};
-  SetPageTable(kv, &a);
-  a.head_dim = kv.head_dim;
-  a.enc_base = enc_base;
-  a.enc_block_bytes = enc_block_bytes;
-  a.job_stream = jobs.stream;
-  a.job_first = jobs.first_slot;
-  a.job_dst = jobs.dst_block;
-  a.tpb = enc.tokens_per_block;
+  SetSealCommon(kv, enc, enc_base, enc_block_bytes, jobs, &a);
   a.bits = enc.bits;
   a.group = enc.group;
   a.key_axis = static_cast<int>(enc.key_axis);
@@ -415,14 +405,7 @@ cudaError_t EncodeSealQuant8(const PagedKV& kv, const KvEncoding& enc, uint8_t* 
   }
   if (jobs.num_jobs == 0) return cudaSuccess;
   Quant8Args a{};
-  SetPageTable(kv, &a);
-  a.head_dim = kv.head_dim;
-  a.enc_base = enc_base;
-  a.enc_block_bytes = enc_block_bytes;
-  a.job_stream = jobs.stream;
-  a.job_first = jobs.first_slot;
-  a.job_dst = jobs.dst_block;
-  a.tpb = enc.tokens_per_block;
+  SetSealCommon(kv, enc, enc_base, enc_block_bytes, jobs, &a);
   a.fp8 = enc.kind == EncodingKind::kFp8 ? 1 : 0;
   a.rows_per_scale = enc.scale_per_token ? 1 : enc.tokens_per_block;
   a.code_bytes = enc.CodeBytes();

@@ -15,13 +15,8 @@ namespace {
 constexpr int kThreads = 256;
 
 
-struct CompactArgs {
-  uint8_t* base;
-  int64_t block_bytes;
-  const int32_t* indptr;
-  const int32_t* indices;
+struct CompactArgs : PageTableArgs<uint8_t> {
   const int32_t* last_block_len;
-  int block_size;
   int64_t row_bytes;  // head_dim * dtype bytes
   const int32_t* kept;
   const int64_t* kept_offsets;

@@ -24,9 +24,19 @@ inline bool Aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintp
 constexpr size_t kTempAlign = 256;
 inline size_t TempAlignUp(size_t n) { return (n + kTempAlign - 1) / kTempAlign * kTempAlign; }
 
-// The page-table fields every kernel's argument struct copies from a PagedKV.
-template <typename Args>
-void SetPageTable(const PagedKV& kv, Args* a) {
+// The page-table fields every kernel's argument struct copies from a PagedKV
+// (its base: Byte is const uint8_t for kernels that only read the pool).
+template <typename Byte>
+struct PageTableArgs {
+  Byte* base;
+  int64_t block_bytes;
+  const int32_t* indptr;
+  const int32_t* indices;
+  int block_size;
+};
+
+template <typename Byte>
+void SetPageTable(const PagedKV& kv, PageTableArgs<Byte>* a) {
   a->base = kv.base;
   a->block_bytes = kv.block_bytes;
   a->indptr = kv.indptr;

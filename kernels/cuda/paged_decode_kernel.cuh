@@ -41,14 +41,8 @@ enum EncFamily : int {
   kEncQ8 = 1,    // int8 or fp8 (e4m3): DecodeArgs::enc_kind says which
 };
 
-struct DecodeArgs {
-  // Plain segment (PagedKV).
-  const uint8_t* base;
-  int64_t block_bytes;
-  const int32_t* indptr;
-  const int32_t* indices;
+struct DecodeArgs : PageTableArgs<const uint8_t> {  // the plain segment's page table (PagedKV)
   const int32_t* last_block_len;
-  int block_size;
   // Encoded segment; enc_base == nullptr when there is none.
   const uint8_t* enc_base;
   int64_t enc_block_bytes;
