@@ -4,6 +4,7 @@
 // rotates over.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <benchmark/benchmark.h>
 #include <omp.h>
 #include <sys/mman.h>
@@ -11,8 +12,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -40,33 +39,29 @@ inline int NumCopies(int64_t bytes_per_call) {
   return static_cast<int>(std::max<int64_t>(1, (RotateBytes() + bytes_per_call - 1) / bytes_per_call));
 }
 
-// Takes --rotate_mib=N out of argv (call before benchmark::Initialize, which
-// rejects flags it does not know). False, after one message naming the flag,
-// when the value is not a whole number >= 0.
-inline bool ParseRotateFlag(int* argc, char** argv) {
-  const std::string prefix = "--rotate_mib=";
-  int out = 1;
-  bool ok = true;
-  for (int i = 1; i < *argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg.compare(0, prefix.size(), prefix) != 0) {
-      argv[out++] = argv[i];
-      continue;
-    }
-    const std::string value = arg.substr(prefix.size());
-    char* end = nullptr;
-    const long long mib = std::strtoll(value.c_str(), &end, 10);
-    if (value.empty() || *end != '\0' || mib < 0 || mib > (1LL << 20)) {
-      std::fprintf(stderr, "%s: --rotate_mib: expected a whole number of MiB from 0 to 1048576, got '%s'\n", argv[0],
-                   value.c_str());
-      ok = false;
-      continue;
-    }
-    RotateBytes() = mib << 20;
+// Reads --rotate_mib=N (CLI11; 0 to 1048576) and leaves every other argument
+// in argv, in order, for benchmark::Initialize, which rejects flags it does
+// not know. Returns 0, or CLI11's exit code after its one message naming the
+// flag.
+inline int ParseRotateFlag(int* argc, char** argv) {
+  CLI::App app{"cache rotation"};
+  app.allow_extras();
+  app.set_help_flag();  // --help stays Google Benchmark's
+  int64_t mib = RotateBytes() >> 20;
+  app.add_option("--rotate_mib", mib, "MiB of distinct caches to rotate over (0: one cache)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  try {
+    app.parse(*argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
   }
-  *argc = out;
-  argv[out] = nullptr;
-  return ok;
+  RotateBytes() = mib << 20;
+  static std::vector<std::string> rest;  // what argv points into from here on
+  rest = app.remaining();
+  *argc = 1;
+  for (std::string& arg : rest) argv[(*argc)++] = arg.data();
+  argv[*argc] = nullptr;
+  return 0;
 }
 
 // ---- memory read bandwidth ----

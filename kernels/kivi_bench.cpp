@@ -202,7 +202,6 @@ std::map<std::pair<int64_t, int>, std::pair<double, int>>& Bf16Times() {
   return t;
 }
 
-// Times the loop itself (ms per call) and sets the shared counters.
 // One core's peak rate of 8-lane FMA instructions (G per second): best of 5
 // runs of 10 independent chains, enough to cover the FMA latency on current
 // x86 cores. 0 where the build has no FMA.
@@ -238,8 +237,9 @@ double FmaPeakPerCore() {
 #endif
 }
 
-double& FmaPeak() {
-  static double peak = 0.0;
+// Measured once, on first use.
+double FmaPeak() {
+  static const double peak = FmaPeakPerCore();
   return peak;
 }
 
@@ -249,6 +249,7 @@ double ProcessCpuSeconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
+// Times the loop itself (ms per call) and sets the shared counters.
 template <typename F>
 double RunLoop(benchmark::State& state, const Setup& setup, F&& call) {
   int copy = 0;
@@ -349,12 +350,11 @@ BENCHMARK(BM_DecodeKivi2)->Apply(Args);
 }  // namespace kvlab
 
 int main(int argc, char** argv) {
-  if (!kvlab::ParseRotateFlag(&argc, argv)) return 2;
+  if (const int rc = kvlab::ParseRotateFlag(&argc, argv); rc != 0) return rc;
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::AddCustomContext("read_bw_GBps", std::to_string(kvlab::ReadBandwidth() / 1e9));
   benchmark::AddCustomContext("omp_threads", std::to_string(omp_get_max_threads()));
-  kvlab::FmaPeak() = kvlab::FmaPeakPerCore();
   benchmark::AddCustomContext("fma_peak_G_per_core", std::to_string(kvlab::FmaPeak()));
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
