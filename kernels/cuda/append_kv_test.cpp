@@ -115,17 +115,7 @@ class SealHarness {
     CUDA_ASSERT(cudaDeviceSynchronize());
     std::vector<uint8_t> got;
     CUDA_ASSERT(enc_.Download(&got));
-    ASSERT_EQ(got.size(), want_.size());
-    int64_t bad = -1;
-    for (size_t i = 0; i < got.size(); ++i) {
-      if (got[i] != want_[i]) {
-        bad = static_cast<int64_t>(i);
-        break;
-      }
-    }
-    EXPECT_EQ(bad, -1) << "block " << bad / bb_ << " byte " << bad % bb_ << " of " << bb_ << ": got "
-                       << (bad >= 0 ? static_cast<int>(got[bad]) : 0) << ", expected "
-                       << (bad >= 0 ? static_cast<int>(want_[bad]) : 0);
+    ExpectSameBytes(got, want_, "the encoded blocks", bb_);
   }
 
  private:

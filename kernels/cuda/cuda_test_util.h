@@ -81,17 +81,22 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
-// Equal byte for byte; on a difference, names `what` and the first differing byte.
-inline void ExpectSameBytes(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want, const std::string& what) {
+// Equal byte for byte; on a difference, names `what`, the first differing
+// byte (as block and byte within it when block_bytes > 0) and both values.
+inline void ExpectSameBytes(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want,
+                            const std::string& what, int64_t block_bytes = 0) {
   ASSERT_EQ(got.size(), want.size()) << what;
-  size_t first_bad = got.size();
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (got[i] != want[i]) {
-      first_bad = i;
-      break;
-    }
+  const size_t first_bad = static_cast<size_t>(std::mismatch(got.begin(), got.end(), want.begin()).first - got.begin());
+  if (first_bad == got.size()) return;
+  std::string where = "byte " + std::to_string(first_bad);
+  if (block_bytes > 0) {
+    const int64_t i = static_cast<int64_t>(first_bad);
+    where = "block " + std::to_string(i / block_bytes) + " byte " + std::to_string(i % block_bytes) + " of " +
+            std::to_string(block_bytes);
   }
-  EXPECT_EQ(first_bad, got.size()) << "first differing byte of " << what;
+  EXPECT_EQ(first_bad, got.size()) << "first differing byte of " << what << ": " << where << ", got "
+                                   << static_cast<int>(got[first_bad]) << ", expected "
+                                   << static_cast<int>(want[first_bad]);
 }
 
 // rtol by storage dtype (atol + rtol * |ref|, llm.c's checker). Both sides read

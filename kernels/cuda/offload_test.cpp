@@ -6,10 +6,8 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
