@@ -409,8 +409,10 @@ int Main(int argc, char** argv) {
     if (!tr_out.empty()) tc.out = tr_out;
     tr_opts.resume = !tr_restart;
     TrainResult r;
-    KeepFreedMemoryInHeap();  // process-wide: this program is about to train
-    if (s.ok()) s = Train(tc, tr_opts, &r);
+    if (s.ok()) {
+      KeepFreedMemoryInHeap();  // process-wide: this program is about to train
+      s = Train(tc, tr_opts, &r);
+    }
     if (!s.ok()) return Fail(s);
     std::printf("trained %s: step %lld of %lld", tc.out.c_str(), static_cast<long long>(r.steps_done),
                 static_cast<long long>(tc.TotalSteps()));

@@ -53,7 +53,8 @@ auto& LayerTensor(LayerT& l, LlamaTensor role) {
 // The model tensor that a spec names: a layer's, or the embedding, final norm
 // or LM head (TensorT: at::Tensor, const or not, as the model is).
 template <class LayersT, class TensorT>
-TensorT& SpecTensor(LayersT& layers, TensorT& embed, TensorT& final_norm, TensorT& lm_head, const LlamaTensorSpec& spec) {
+TensorT& SpecTensor(LayersT& layers, TensorT& embed, TensorT& final_norm, TensorT& lm_head,
+                    const LlamaTensorSpec& spec) {
   if (spec.layer >= 0) return LayerTensor(layers[static_cast<size_t>(spec.layer)], spec.role);
   return spec.role == LlamaTensor::kEmbed ? embed : spec.role == LlamaTensor::kFinalNorm ? final_norm : lm_head;
 }

@@ -197,7 +197,8 @@ void ScoreKeys(const Shape& sh, int nq, const uint8_t* k, int nrows, int64_t slo
       }
     }
     const uint8_t* keys = reinterpret_cast<const uint8_t*>(sc->keys.data());
-    ScoreTileAny<kTile, PlainRows<DType::kF32>>(n, q, d, keys, static_cast<int64_t>(d) * 4, nrows, s, sc->raw.data(), pf);
+    ScoreTileAny<kTile, PlainRows<DType::kF32>>(n, q, d, keys, static_cast<int64_t>(d) * 4, nrows, s, sc->raw.data(),
+                                                pf);
   }
 }
 

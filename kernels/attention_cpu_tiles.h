@@ -10,7 +10,6 @@
 #pragma once
 
 #include <algorithm>
-#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -71,8 +70,9 @@ class PrefetchStream {
 // ---- scores ----
 
 // raw[(n * T + r) * 8 ..] = lane-wise partial sums of q_n . K_r for NQ query
-// vectors and R rows of a T-row tile, with S accumulators per pair (S = 2 keeps 8 FMA chains busy when
-// NQ * R is small: unpacking takes registers that more rows would need).
+// vectors and R rows of a T-row tile, with S accumulators per pair (S = 2
+// keeps 8 FMA chains busy when NQ * R is small, as for code rows, whose
+// unpacking takes registers that more rows would need).
 template <int T, class L, int NQ, int R, int S>
 KVLAB_ALWAYS_INLINE void ScoreRows(const float* q, int d, const uint8_t* k, int64_t row_bytes, float* raw) {
   F8 acc[NQ * R][S];
@@ -99,7 +99,7 @@ KVLAB_ALWAYS_INLINE void ScoreRows(const float* q, int d, const uint8_t* k, int6
 }
 
 // s[n * T + r] = q_n . K_r for r < nrows (entries past nrows are stale;
-// MasT overwrites them).
+// MaskTile overwrites them).
 template <int T, class L, int NQ>
 void ScoreTile(const float* q, int d, const uint8_t* k, int64_t row_bytes, int nrows, float* s, float* raw,
                PrefetchStream* pf) {

@@ -390,7 +390,7 @@ void EncodedBlock(const Shape& sh, int nq, const uint8_t* blk, int64_t slot0, in
     const uint8_t* kp = kc + t0 * sh.code_row_bytes;
     for (int n0 = 0; n0 < nq; n0 += kMaxScoreVecs) {
       ScoreTileAny<kTile, L>(std::min(kMaxScoreVecs, nq - n0), sc->qk.data() + static_cast<size_t>(n0) * d, d, kp,
-                      sh.code_row_bytes, nrows, sc->s.data() + n0 * kTile, sc->raw.data(), pf);
+                             sh.code_row_bytes, nrows, sc->s.data() + n0 * kTile, sc->raw.data(), pf);
     }
     for (int n = 0; n < nq; ++n) {
       float* s_n = sc->s.data() + n * kTile;
@@ -398,7 +398,7 @@ void EncodedBlock(const Shape& sh, int nq, const uint8_t* blk, int64_t slot0, in
       for (int r = 0; r < nrows; r += 8) Store(s_n + r, Add(Load(s_n + r), kv));
     }
     SoftmaxTile<kTile>(nq, nrows, slot0 + t0, sc->limit.data(), d, sc->s.data(), sc->m.data(), sc->l.data(),
-                      sc->acc.data(), sc->zacc.data(), sh.zlen);
+                       sc->acc.data(), sc->zacc.data(), sh.zlen);
     ValueWeights(sh, nq, L::kMid, vs, vz, t0, std::min(kTile, sh.G - t0), sc);
     const uint8_t* vp = vc + t0 * sh.code_row_bytes;
     for (int n0 = 0; n0 < nq; n0 += kMaxValueVecs) {
@@ -423,10 +423,10 @@ void PlainBlock(const Shape& sh, int nq, const uint8_t* kb, int64_t slot0, int64
     const uint8_t* vp = kb + (sh.bs + t0) * sh.plain_row_bytes;
     for (int n0 = 0; n0 < nq; n0 += kMaxScoreVecs) {
       ScoreTileAny<kTile, L>(std::min(kMaxScoreVecs, nq - n0), sc->q.data() + static_cast<size_t>(n0) * d, d, kp,
-                      sh.plain_row_bytes, nrows, sc->s.data() + n0 * kTile, sc->raw.data(), pf);
+                             sh.plain_row_bytes, nrows, sc->s.data() + n0 * kTile, sc->raw.data(), pf);
     }
     SoftmaxTile<kTile>(nq, nrows, slot0 + t0, sc->limit.data(), d, sc->s.data(), sc->m.data(), sc->l.data(),
-                      sc->acc.data(), sc->zacc.data(), sh.zlen);
+                       sc->acc.data(), sc->zacc.data(), sh.zlen);
     for (int n0 = 0; n0 < nq; n0 += kMaxValueVecs) {
       AccumulateTileAny<L, false>(std::min(kMaxValueVecs, nq - n0), sc->s.data() + n0 * kTile, kTile, 1, d, vp,
                                   sh.plain_row_bytes, nrows, d, sc->acc.data() + static_cast<size_t>(n0) * d,
