@@ -262,5 +262,148 @@ INSTANTIATE_TEST_SUITE_P(
                       WithSlotAttn(Case{"int8_slot_attn_gqa4", EncodingKind::kInt8, true, 8, 16, false, 8, 2})),
     [](const auto& info) { return info.param.name; });
 
+// The kivi policy's attention = "int8" (kernels/attention_kivi_int8.h): int8
+// folded queries and 8-bit value weights. Approximate by design; what it must
+// hold, against the exact kernel on the same cache (o_exact) and dense
+// attention on the keys and values before quantisation (o_full):
+//  - it is really taken (the outputs differ from the exact kernel's);
+//  - its error is small beside KIVI-2's own: rms(o_int8 - o_exact) <= 0.05 *
+//    rms(o_exact - o_full), and its worst element <= 0.25 * the worst of
+//    KIVI-2's own error;
+//  - the same with 3 threads (uneven split-K parts) and for a prefill chunk.
+struct Int8Case {
+  std::string name;
+  int hq, hkv;
+  std::vector<int64_t> lens;
+  int chunk;
+  DType dtype;
+};
+
+class KiviInt8AttentionTest : public ::testing::TestWithParam<Int8Case> {};
+
+TEST_P(KiviInt8AttentionTest, ErrorIsSmallBesideKiviOwn) {
+  const Int8Case cs = GetParam();
+  const int d = 128;
+  CacheShape sh;
+  sh.num_layers = 1;
+  sh.num_kv_heads = cs.hkv;
+  sh.head_dim = d;
+  sh.block_size = 16;
+  sh.dtype = cs.dtype;
+  sh.encoded = true;
+  sh.enc.kind = EncodingKind::kKivi;
+  sh.enc.bits = 2;
+  sh.enc.head_dim = d;
+  sh.enc.group = 32;
+  sh.enc.tokens_per_block = 32;
+  sh.enc.int8_attention = true;
+  sh.residual = 128;
+  std::unique_ptr<KVCache> c;
+  ASSERT_TRUE(KVCache::Create(sh, 4000, true, &c, 4000).ok());
+  const int num_seqs = static_cast<int>(cs.lens.size());
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd;
+  std::vector<std::vector<float>> orig_k(cs.lens.size()), orig_v(cs.lens.size());  // [seq]: [t][h][d]
+  for (int i = 0; i < num_seqs; ++i) {
+    const int64_t len = cs.lens[static_cast<size_t>(i)];
+    ASSERT_TRUE(c->AddSequence(i).ok());
+    std::vector<int32_t> pos(static_cast<size_t>(len));
+    std::iota(pos.begin(), pos.end(), 0);
+    ASSERT_TRUE(c->Reserve(i, len, pos.data()).ok());
+    PageTable pt;
+    c->BuildPageTable({i}, &pt);
+    std::vector<float>& k = orig_k[static_cast<size_t>(i)];
+    std::vector<float>& v = orig_v[static_cast<size_t>(i)];
+    k.resize(static_cast<size_t>(len * cs.hkv * d));
+    v.resize(k.size());
+    for (auto& x : k) x = nd(rng);
+    for (auto& x : v) x = nd(rng);
+    const int32_t qo[2] = {0, static_cast<int32_t>(len)};
+    AppendKV(pt.Layer(0), qo, 1, cs.hkv, k.data(), v.data());
+    c->Seal(i);
+  }
+  std::vector<int64_t> seqs(cs.lens.size());
+  std::iota(seqs.begin(), seqs.end(), 0);
+  PageTable pt;
+  c->BuildPageTable(seqs, &pt);
+  ASSERT_TRUE(pt.Encoded(0)->enc.int8_attention);
+  std::vector<int32_t> qo(cs.lens.size() + 1);
+  for (int i = 0; i < num_seqs; ++i) qo[i + 1] = qo[i] + (i + 1 < num_seqs ? 1 : cs.chunk);
+  std::vector<float> q(static_cast<size_t>(qo.back() * cs.hq * d));
+  for (auto& x : q) x = nd(rng);
+  AttentionParams p;
+  p.num_seqs = num_seqs;
+  p.num_qo_heads = cs.hq;
+  p.num_kv_heads = cs.hkv;
+  p.head_dim = d;
+  p.sm_scale = 1.0f / std::sqrt(float(d));
+  p.qo_indptr = qo.data();
+  p.q = q.data();
+  EncodedKV exact = *pt.Encoded(0);
+  exact.enc.int8_attention = false;
+  std::vector<float> o_exact(q.size()), o_int8(q.size()), o_int8_3(q.size()), o_full(q.size());
+  p.o = o_exact.data();
+  PagedAttentionKiviCpu(pt.Layer(0), exact, p);
+  p.o = o_int8.data();
+  ASSERT_TRUE(KiviCpuSupports(pt.Layer(0), *pt.Encoded(0), p));
+  PagedAttentionKiviCpu(pt.Layer(0), *pt.Encoded(0), p);
+  const int saved_threads = omp_get_max_threads();
+  omp_set_num_threads(3);
+  p.o = o_int8_3.data();
+  PagedAttentionKiviCpu(pt.Layer(0), *pt.Encoded(0), p);
+  omp_set_num_threads(saved_threads);
+  // Dense attention on the original (unquantised) keys and values.
+  const int group = cs.hq / cs.hkv;
+  for (int i = 0; i < num_seqs; ++i) {
+    const int64_t len = cs.lens[static_cast<size_t>(i)];
+    for (int h = 0; h < cs.hkv; ++h) {
+      std::vector<std::vector<float>> k(static_cast<size_t>(len), std::vector<float>(d)), v = k;
+      for (int64_t t = 0; t < len; ++t) {
+        const size_t off = static_cast<size_t>((t * cs.hkv + h) * d);
+        std::copy(orig_k[static_cast<size_t>(i)].begin() + off, orig_k[static_cast<size_t>(i)].begin() + off + d,
+                  k[static_cast<size_t>(t)].begin());
+        std::copy(orig_v[static_cast<size_t>(i)].begin() + off, orig_v[static_cast<size_t>(i)].begin() + off + d,
+                  v[static_cast<size_t>(t)].begin());
+      }
+      const int q_len = qo[i + 1] - qo[i];
+      for (int j = 0; j < q_len; ++j) {
+        for (int g = 0; g < group; ++g) {
+          const int64_t off = (static_cast<int64_t>(qo[i] + j) * cs.hq + h * group + g) * d;
+          Dense(k, v, q.data() + off, d, len - q_len + j + 1, nullptr, o_full.data() + off);
+        }
+      }
+    }
+  }
+  double own2 = 0, own_max = 0, int8_2 = 0, int8_max = 0, int8_3_2 = 0, int8_3_max = 0;
+  for (size_t i = 0; i < q.size(); ++i) {
+    const double own = o_exact[i] - o_full[i], e = o_int8[i] - o_exact[i], e3 = o_int8_3[i] - o_exact[i];
+    own2 += own * own;
+    own_max = std::max(own_max, std::abs(own));
+    int8_2 += e * e;
+    int8_max = std::max(int8_max, std::abs(e));
+    int8_3_2 += e3 * e3;
+    int8_3_max = std::max(int8_3_max, std::abs(e3));
+  }
+  const double n = static_cast<double>(q.size());
+  const double own_rms = std::sqrt(own2 / n), int8_rms = std::sqrt(int8_2 / n), int8_3_rms = std::sqrt(int8_3_2 / n);
+  RecordProperty("kivi2_rms_error", std::to_string(own_rms));
+  RecordProperty("int8_rms_error", std::to_string(int8_rms));
+  std::printf("[ %s ] KIVI-2 own error rms %.3g max %.3g; int8 beside exact rms %.3g max %.3g (3 threads: %.3g %.3g)\n",
+              cs.name.c_str(), own_rms, own_max, int8_rms, int8_max, int8_3_rms, int8_3_max);
+  EXPECT_GT(int8_max, 0.0) << "the int8 path was not taken";
+  EXPECT_LE(int8_rms, 0.05 * own_rms);
+  EXPECT_LE(int8_max, 0.25 * own_max);
+  EXPECT_LE(int8_3_rms, 0.05 * own_rms);
+  EXPECT_LE(int8_3_max, 0.25 * own_max);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, KiviInt8AttentionTest,
+    ::testing::Values(Int8Case{"gqa4_decode", 8, 2, {1, 37, 300, 1000, 4133}, 1, DType::kBF16},
+                      Int8Case{"gqa4_prefill_chunk", 8, 2, {200, 1000}, 37, DType::kBF16},
+                      Int8Case{"mha_f16", 3, 3, {64, 700}, 5, DType::kF16},
+                      Int8Case{"gqa8_f32", 8, 1, {2000}, 3, DType::kF32}),
+    [](const auto& info) { return info.param.name; });
+
 }  // namespace
 }  // namespace kvlab

@@ -206,6 +206,8 @@ TEST(PolicyEngineTest, ShapeErrorsNameTheParameter) {
   EXPECT_NE(st.message().find("'group'"), std::string::npos) << st.message();
   st = Engine::Create(o, {{"kivi", {{"bits", "3"}}, "t"}}, &e);
   EXPECT_NE(st.message().find("'bits'"), std::string::npos) << st.message();
+  st = Engine::Create(o, {{"kivi", {{"attention", "int4"}}, "t"}}, &e);  // exact | int8
+  EXPECT_NE(st.message().find("'attention'"), std::string::npos) << st.message();
   st = Engine::Create(o, {{"sink", {{"window", "0"}}, "t"}}, &e);
   EXPECT_NE(st.message().find("window"), std::string::npos) << st.message();
   st = Engine::Create(o, {{"offload", {{"device_budget", "-1"}}, "t"}}, &e);

@@ -32,6 +32,7 @@
 
 #include "kernels/attention_cpu_simd.h"
 #include "kernels/attention_cpu_tiles.h"
+#include "kernels/attention_kivi_int8.h"
 
 namespace kvlab {
 namespace {
@@ -174,6 +175,7 @@ struct Shape {
   int ng, lg_ng;                  // value groups per token: d / G = 2^lg_ng
   int zlen;                       // floats of a query vector's zero-point accumulator: max(8, ng)
   int64_t plain_row_bytes, code_row_bytes, code_bytes;
+  bool int8;  // encoded blocks take the int8 path (attention_kivi_int8.h)
 };
 
 struct QueryTile {
@@ -197,6 +199,12 @@ struct SplitGroup {
 struct Scratch {
   std::vector<float> q, qe, qk, kconst, s, w, wsum, m, l, acc, zacc, raw, vsf, vzf, comb;
   std::vector<int64_t> limit;
+  // int8 path: queries in channel order, their int8 form and scale, value
+  // accumulators in register order, rounded weights and their sums.
+  std::vector<float> qn, sigma, accr, half_omega;
+  std::vector<int8_t> q8;
+  std::vector<uint8_t> wv;
+  std::vector<int32_t> w8sum3, iraw;
   void Reserve(int max_vecs, int d, int ng, int zlen) {
     auto grow = [](std::vector<float>* v, size_t n) {
       if (v->size() < n) v->resize(n);
@@ -218,6 +226,14 @@ struct Scratch {
     grow(&vzf, static_cast<size_t>(kTile) * ng);
     grow(&comb, static_cast<size_t>(d));
     if (limit.size() < nv) limit.resize(nv);
+    grow(&qn, nv * d);
+    grow(&sigma, nv);
+    grow(&accr, nv * d);
+    grow(&half_omega, nv * kivi_int8::kGroups);
+    if (q8.size() < nv * d) q8.resize(nv * d);
+    if (wv.size() < nv * kivi_int8::kRows * 4) wv.resize(nv * kivi_int8::kRows * 4);
+    if (w8sum3.size() < nv * kivi_int8::kGroups) w8sum3.resize(nv * kivi_int8::kGroups);
+    if (iraw.size() < 4 * 64) iraw.resize(4 * 64);
   }
 };
 
@@ -232,8 +248,9 @@ inline int64_t QoOffset(const AttentionParams& p, const Shape& sh, const QueryTi
 }
 
 // Copies the tile's query vectors, scaled into log2 units and permuted to lane
-// order, and sets each vector's causal limit (last visible slot). Returns the
-// number of slots visible to the tile.
+// order (q; also in channel order, qn, for the int8 path), and sets each
+// vector's causal limit (last visible slot). Returns the number of slots
+// visible to the tile.
 template <DType DT>
 int64_t PrepareQueries(const AttentionParams& p, const Shape& sh, const QueryTile& t, int64_t len, Scratch* sc) {
   const float scale = p.sm_scale * kLog2e;
@@ -244,6 +261,10 @@ int64_t PrepareQueries(const AttentionParams& p, const Shape& sh, const QueryTil
     float* dst = sc->q.data() + static_cast<size_t>(n) * sh.d;
     for (int c = 0; c < sh.d; c += 16) {
       for (int i = 0; i < 16; ++i) dst[c + i] = src[c + Storage<DT>::StoredIndex(i)] * scale;
+    }
+    if (sh.int8) {
+      float* qn = sc->qn.data() + static_cast<size_t>(n) * sh.d;
+      for (int c = 0; c < sh.d; ++c) qn[c] = src[c] * scale;
     }
     sc->limit[n] = len - q_len + t.q_begin + n / sh.group;
   }
@@ -410,6 +431,95 @@ void EncodedBlock(const Shape& sh, int nq, const uint8_t* blk, int64_t slot0, in
   }
 }
 
+// One encoded block on the int8 path (attention_kivi_int8.h): scores, online
+// softmax and value sums into the register-order accumulators accr.
+void EncodedBlockInt8(const Shape& sh, int nq, const uint8_t* blk, int64_t slot0, int64_t visible, Scratch* sc,
+                      PrefetchStream* pf) {
+#ifdef KVLAB_ATTN_AVX2
+  namespace k8 = kivi_int8;
+  const int d = sh.d;  // == k8::kDim
+  const uint8_t* kc = blk;
+  const uint8_t* vc = blk + sh.code_bytes;
+  const uint16_t* ks = reinterpret_cast<const uint16_t*>(blk + 2 * sh.code_bytes);
+  const uint16_t* kz = ks + d;
+  const uint16_t* vs = kz + d;
+  const uint16_t* vz = vs + d;
+  // score = sigma * (code . q8) + q . z, q8 ~ (q * s) / sigma.
+  alignas(32) float qs[k8::kDim], ksf[k8::kDim], kzf[k8::kDim];
+  for (int c = 0; c < d; c += 8) {
+    Store(ksf + c, LoadHalf8(ks + c));
+    Store(kzf + c, LoadHalf8(kz + c));
+  }
+  for (int n = 0; n < nq; ++n) {
+    const float* q = sc->qn.data() + static_cast<size_t>(n) * d;
+    F8 z0 = Zero(), z1 = Zero();
+    for (int c = 0; c < d; c += 16) {
+      Store(qs + c, Mul(Load(q + c), Load(ksf + c)));
+      Store(qs + c + 8, Mul(Load(q + c + 8), Load(ksf + c + 8)));
+      z0 = Fma(Load(q + c), Load(kzf + c), z0);
+      z1 = Fma(Load(q + c + 8), Load(kzf + c + 8), z1);
+    }
+    sc->kconst[n] = HSum(Add(z0, z1));
+    sc->sigma[n] = k8::QuantizeQuery(qs, sc->q8.data() + static_cast<size_t>(n) * d);
+  }
+  for (int n0 = 0; n0 < nq; n0 += 4) {
+    const int8_t* q8 = sc->q8.data() + static_cast<size_t>(n0) * d;
+    const float* sg = sc->sigma.data() + n0;
+    const float* kk = sc->kconst.data() + n0;
+    float* s = sc->s.data() + n0 * kTile;
+    switch (std::min(4, nq - n0)) {
+      case 1: k8::ScoreTile<1>(kc, q8, sg, kk, s, sc->iraw.data()); break;
+      case 2: k8::ScoreTile<2>(kc, q8, sg, kk, s, sc->iraw.data()); break;
+      case 3: k8::ScoreTile<3>(kc, q8, sg, kk, s, sc->iraw.data()); break;
+      default: k8::ScoreTile<4>(kc, q8, sg, kk, s, sc->iraw.data()); break;
+    }
+    pf->Step();
+  }
+  const int nrows = static_cast<int>(std::min<int64_t>(sh.G, visible - slot0));
+  SoftmaxTile<kTile>(nq, nrows, slot0, sc->limit.data(), d, sc->s.data(), sc->m.data(), sc->l.data(), sc->accr.data(),
+                     sc->zacc.data(), sh.zlen);
+  float* vsf = sc->vsf.data();
+  float* vzf = sc->vzf.data();
+  for (int f = 0; f < kTile * k8::kGroups; f += 8) {
+    Store(vsf + f, LoadHalf8(vs + f));
+    Store(vzf + f, LoadHalf8(vz + f));
+  }
+  constexpr int kWq = k8::kRows * 4;  // rounded weight bytes per query vector
+  for (int n = 0; n < nq; ++n) {
+    k8::ValueWeights(sc->s.data() + n * kTile, vsf, vzf, sc->wv.data() + static_cast<size_t>(n) * kWq,
+                     sc->half_omega.data() + n * k8::kGroups, sc->w8sum3.data() + n * k8::kGroups,
+                     sc->zacc.data() + static_cast<size_t>(n) * sh.zlen);
+  }
+  for (int n0 = 0; n0 < nq; n0 += 4) {
+    const uint8_t* wq = sc->wv.data() + static_cast<size_t>(n0) * kWq;
+    const float* ho = sc->half_omega.data() + n0 * k8::kGroups;
+    const int32_t* w3 = sc->w8sum3.data() + n0 * k8::kGroups;
+    float* acc = sc->accr.data() + static_cast<size_t>(n0) * d;
+    switch (std::min(4, nq - n0)) {
+      case 1: k8::AccumulateTile<1>(vc, wq, ho, w3, acc, d); break;
+      case 2: k8::AccumulateTile<2>(vc, wq, ho, w3, acc, d); break;
+      case 3: k8::AccumulateTile<3>(vc, wq, ho, w3, acc, d); break;
+      default: k8::AccumulateTile<4>(vc, wq, ho, w3, acc, d); break;
+    }
+    pf->Step();
+  }
+#else
+  (void)sh, (void)nq, (void)blk, (void)slot0, (void)visible, (void)sc, (void)pf;
+#endif
+}
+
+// The int8 path's value accumulators (register order) into acc (lane order).
+template <DType DT>
+void RegisterToLaneOrder(const Shape& sh, int nq, Scratch* sc) {
+  for (int n = 0; n < nq; ++n) {
+    const float* src = sc->accr.data() + static_cast<size_t>(n) * sh.d;
+    float* dst = sc->acc.data() + static_cast<size_t>(n) * sh.d;
+    for (int c = 0; c < sh.d; c += 16) {
+      for (int i = 0; i < 16; ++i) dst[c + i] = src[kivi_int8::RegIndex(c + Storage<DT>::StoredIndex(i))];
+    }
+  }
+}
+
 // One plain block: slots [slot0, slot0 + rows) of the stream.
 template <DType DT>
 void PlainBlock(const Shape& sh, int nq, const uint8_t* kb, int64_t slot0, int64_t visible, Scratch* sc,
@@ -468,6 +578,10 @@ void RunJob(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p, c
   std::fill(sc->l.begin(), sc->l.begin() + nq, 0.0f);
   std::fill(sc->acc.begin(), sc->acc.begin() + static_cast<size_t>(nq) * d, 0.0f);
   std::fill(sc->zacc.begin(), sc->zacc.begin() + static_cast<size_t>(nq) * sh.zlen, 0.0f);
+  // The int8 path sums encoded blocks into accr, in register order, and hands
+  // them to acc before the first plain block (or at the end).
+  bool in_accr = sh.int8 && job.u_begin < n_eb;
+  if (in_accr) std::fill(sc->accr.begin(), sc->accr.begin() + static_cast<size_t>(nq) * d, 0.0f);
   const int64_t plain_bytes = kv.block_bytes;
   auto unit_base = [&](int u) -> const uint8_t* {
     if (u < n_eb) return enc.Block(stream, u);
@@ -480,12 +594,19 @@ void RunJob(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p, c
   for (int u = job.u_begin; u < job.u_end; ++u) {
     const int next = u + ahead;
     pf.NextBlock(next < job.u_end ? unit_base(next) : nullptr, next < job.u_end ? unit_bytes(next) : 0);
-    if (u < n_eb) {
+    if (u < n_eb && sh.int8) {
+      EncodedBlockInt8(sh, nq, unit_base(u), static_cast<int64_t>(u) * sh.G, visible, sc, &pf);
+    } else if (u < n_eb) {
       EncodedBlock<BITS, DT>(sh, nq, unit_base(u), static_cast<int64_t>(u) * sh.G, visible, lane_scale, sc, &pf);
     } else {
+      if (in_accr) {
+        RegisterToLaneOrder<DT>(sh, nq, sc);
+        in_accr = false;
+      }
       PlainBlock<DT>(sh, nq, unit_base(u), n_enc + static_cast<int64_t>(u - n_eb) * sh.bs, visible, sc, &pf);
     }
   }
+  if (in_accr) RegisterToLaneOrder<DT>(sh, nq, sc);
   if (job.u_begin >= n_eb) return;  // no encoded block, no zero-point terms
   // acc += sum_t p_t zv(t, g) on the channels of value group g.
   for (int n = 0; n < nq; ++n) {
@@ -562,6 +683,8 @@ void Run(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p) {
   sh.plain_row_bytes = static_cast<int64_t>(sh.d) * DTypeBytes(DT);
   sh.code_row_bytes = static_cast<int64_t>(sh.d) * BITS / 8;
   sh.code_bytes = enc.enc.CodeBytes();
+  sh.int8 = kivi_int8::kAvailable && enc.enc.int8_attention && BITS == 2 && sh.d == kivi_int8::kDim &&
+            sh.G == kivi_int8::kRows;
   const int threads = omp_get_max_threads();
 
   static thread_local Plan plan;

@@ -6,6 +6,10 @@
 //   BM_DecodeBf16: PagedAttentionCpu, every slot plain bf16.
 //   BM_DecodeKivi2: PagedAttentionEncodedCpu (the fused KIVI path), encoded
 //                   segment + bf16 residual, as core's cache holds it.
+//   BM_DecodeKivi2Int8: the same cache with the kivi policy's
+//                   attention = "int8" (int8 queries, 8-bit value weights;
+//                   approximate). err_rel = its largest |difference| from the
+//                   exact reference over the largest |output|.
 //
 // Counters: GBps = bytes of cache the call reads (whole blocks touched:
 // encoded blocks with their scales and zeros, plain blocks) per second;
@@ -298,7 +302,7 @@ void BM_DecodeBf16(benchmark::State& state) {
   t.second += 1;
 }
 
-void BM_DecodeKivi2(benchmark::State& state) {
+void DecodeKivi2(benchmark::State& state, bool int8) {
   const int64_t context = state.range(0);
   const int layout = static_cast<int>(state.range(1));
   Setup setup(context, /*kivi=*/true, layout);
@@ -306,9 +310,29 @@ void BM_DecodeKivi2(benchmark::State& state) {
     state.SkipWithError("cannot map the pools");
     return;
   }
+  setup.enc.int8_attention = int8;  // the bytes stored do not change
   AttentionParams p = setup.Params();
-  // Once: the fast path against the reference on this cache (skip on mismatch).
-  {
+  // Once: the fast path against the reference on this cache (skip on mismatch;
+  // the int8 path: within 5% of the output scale, its tested bound being the
+  // tighter one of core/attention_encoded_test.cpp).
+  if (int8) {
+    std::vector<float> ref(setup.o.size());
+    AttentionParams pr = p;
+    pr.o = ref.data();
+    const EncodedKV e = setup.Encoded(0);
+    PagedAttentionEncodedReference(setup.Plain(0), e, pr);
+    PagedAttentionEncodedCpu(setup.Plain(0), e, p);
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      worst = std::max(worst, std::abs(double(ref[i]) - setup.o[i]));
+      scale = std::max(scale, std::abs(double(ref[i])));
+    }
+    state.counters["err_rel"] = worst / scale;
+    if (!(worst <= 0.05 * scale) || worst == 0) {
+      state.SkipWithError(("int8 KIVI output is off the reference (or equal to it): " + std::to_string(worst)).c_str());
+      return;
+    }
+  } else {
     std::vector<float> ref(setup.o.size());
     AttentionParams pr = p;
     pr.o = ref.data();
@@ -334,6 +358,9 @@ void BM_DecodeKivi2(benchmark::State& state) {
   }
 }
 
+void BM_DecodeKivi2(benchmark::State& state) { DecodeKivi2(state, false); }
+void BM_DecodeKivi2Int8(benchmark::State& state) { DecodeKivi2(state, true); }
+
 void Args(benchmark::internal::Benchmark* b) {
   for (int layout : {1, 3, 0}) {
     for (int64_t context : {4096, 16384}) b->Args({context, layout});
@@ -345,6 +372,7 @@ void Args(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_DecodeBf16)->Apply(Args);
 BENCHMARK(BM_DecodeKivi2)->Apply(Args);
+BENCHMARK(BM_DecodeKivi2Int8)->Apply(Args);
 
 }  // namespace
 }  // namespace kvlab

@@ -50,6 +50,12 @@ struct KvEncoding {
   QuantAxis key_axis = QuantAxis::kChannel;
   QuantAxis value_axis = QuantAxis::kToken;
   bool scale_per_token = true;  // kInt8 / kFp8
+  // kKivi only (the kivi policy's `attention` = int8): when true the CPU decode
+  // kernel may compute scores with int8 queries and value sums with 8-bit
+  // weights. Approximate: the error is well below KIVI's own quantization
+  // error (see docs/policies.md). The stored bytes and the layout do not
+  // change; other backends ignore it and run the exact path.
+  bool int8_attention = false;
 
   // Number of fp16 (scale, zero) pairs for K (or V) in one block (KIVI) or
   // scales (int8/fp8).

@@ -3,7 +3,9 @@
 // Parameters: bits (2 | 4, default 2), group (tokens per key group and
 // channels per value group, default 32), residual (most recent tokens kept in
 // full precision, default 128), key_axis (channel | token, default channel),
-// value_axis (channel | token, default token).
+// value_axis (channel | token, default token), attention (exact | int8,
+// default exact: the CPU decode kernel's arithmetic on sealed groups, exact
+// fp32 or int8 queries and 8-bit value weights; the stored bytes are the same).
 // Definition: every sealed group of `group` tokens outside the residual is
 // stored as asymmetric `bits`-bit integers with an fp16 scale and zero point,
 // keys per channel and values per token; the residual stays at the cache dtype.
@@ -26,6 +28,13 @@ class KiviPolicy : public KVPolicy {
     SealedEncoding(head_dim, block_size, &e, &residual);
     const std::string err = e.Validate();
     if (!err.empty()) return Status::InvalidArgument(err);
+    if (e.int8_attention && (e.bits != 2 || e.group != 32 || head_dim != 128 || e.key_axis != QuantAxis::kChannel ||
+                             e.value_axis != QuantAxis::kToken)) {
+      return Status::InvalidArgument(
+          "kivi: 'attention' = \"int8\" needs bits = 2, group = 32, key_axis = channel, value_axis = token and "
+          "head_dim 128 (the shape its kernel is written for); got bits " + std::to_string(e.bits) + ", group " +
+          std::to_string(e.group) + ", head_dim " + std::to_string(head_dim));
+    }
     if (e.group % block_size != 0) {
       return Status::InvalidArgument("kivi: 'group' " + std::to_string(e.group) + " must be a multiple of the block size " +
                                      std::to_string(block_size) + " (groups are sealed from whole blocks)");
@@ -41,6 +50,7 @@ class KiviPolicy : public KVPolicy {
     enc->head_dim = head_dim;
     enc->key_axis = Axis(params().GetString("key_axis"));
     enc->value_axis = Axis(params().GetString("value_axis"));
+    enc->int8_attention = params().GetString("attention") == "int8";
     *residual = params().GetInt("residual");
     return true;
   }
@@ -64,6 +74,10 @@ void RegisterKiviPolicy(PolicyRegistry* registry) {
        {"channel", "token"}},
       {"value_axis", ParamSpec::Type::kString, "token", "value statistics per token (over channels) or per channel",
        {"channel", "token"}},
+      {"attention", ParamSpec::Type::kString, "exact",
+       "decode attention arithmetic on the CPU: exact fp32, or int8 queries and 8-bit value weights "
+       "(approximate, faster)",
+       {"exact", "int8"}},
   };
   info.create = [](PolicyParams p, std::unique_ptr<KVPolicy>* out) {
     const int64_t bits = p.GetInt("bits"), group = p.GetInt("group"), residual = p.GetInt("residual");

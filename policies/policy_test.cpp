@@ -62,6 +62,46 @@ TEST(PolicyRegistryTest, ParametersAreTypedDefaultedAndCanonical) {
   EXPECT_FALSE(s.ok());
 }
 
+// kivi's `attention`: a bad value is rejected naming the parameter; int8 only
+// sets KvEncoding::int8_attention (same format and block bytes as exact).
+TEST(PolicyRegistryTest, KiviAttentionParameter) {
+  std::unique_ptr<KVPolicy> p;
+  Status s = PolicyRegistry::Global().Create(PolicySpec{"kivi", {{"attention", "int4"}}, "t"}, &p);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("'attention'"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("one of exact, int8"), std::string::npos) << s.message();
+
+  KvEncoding exact, int8;
+  int64_t residual = -1;
+  ASSERT_TRUE(PolicyRegistry::Global().Create(PolicySpec{"kivi", {}, "t"}, &p).ok());
+  EXPECT_EQ(p->params().GetString("attention"), "exact");
+  ASSERT_TRUE(p->SealedEncoding(128, 16, &exact, &residual));
+  EXPECT_FALSE(exact.int8_attention);
+  ASSERT_TRUE(PolicyRegistry::Global().Create(PolicySpec{"kivi", {{"attention", "exact"}}, "t"}, &p).ok());
+  ASSERT_TRUE(p->SealedEncoding(128, 16, &exact, &residual));
+  EXPECT_FALSE(exact.int8_attention);
+  ASSERT_TRUE(PolicyRegistry::Global().Create(PolicySpec{"kivi", {{"attention", "int8"}}, "t"}, &p).ok());
+  ASSERT_TRUE(p->SealedEncoding(128, 16, &int8, &residual));
+  EXPECT_TRUE(int8.int8_attention);
+  EXPECT_TRUE(p->CheckShape(8, 128, 16).ok());
+  EXPECT_EQ(int8.Validate(), "");
+  EXPECT_EQ(int8.BlockBytes(), exact.BlockBytes());
+  EXPECT_EQ(int8.kind, exact.kind);
+  EXPECT_EQ(int8.bits, exact.bits);
+  EXPECT_EQ(int8.group, exact.group);
+  EXPECT_EQ(int8.tokens_per_block, exact.tokens_per_block);
+  // Shapes the int8 kernel is not written for: one error naming the parameter.
+  s = p->CheckShape(8, 64, 16);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("'attention'"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("head_dim 64"), std::string::npos) << s.message();
+  ASSERT_TRUE(
+      PolicyRegistry::Global().Create(PolicySpec{"kivi", {{"attention", "int8"}, {"bits", "4"}}, "t"}, &p).ok());
+  s = p->CheckShape(8, 128, 16);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("bits 4"), std::string::npos) << s.message();
+}
+
 TEST(PolicyStackTest, FullStandsAloneAndIsNeutral) {
   PolicyStack stack;
   ASSERT_TRUE(PolicyStack::Create({PolicySpec{"full", {}, "t"}}, &stack).ok());
