@@ -204,7 +204,7 @@ struct Scratch {
   std::vector<float> qn, sigma, accr, half_omega;
   std::vector<int8_t> q8;
   std::vector<uint8_t> wv;
-  std::vector<int32_t> w8sum3, iraw;
+  std::vector<int32_t> iraw;
   void Reserve(int max_vecs, int d, int ng, int zlen) {
     auto grow = [](std::vector<float>* v, size_t n) {
       if (v->size() < n) v->resize(n);
@@ -232,7 +232,6 @@ struct Scratch {
     grow(&half_omega, nv * kivi_int8::kGroups);
     if (q8.size() < nv * d) q8.resize(nv * d);
     if (wv.size() < nv * kivi_int8::kRows * 4) wv.resize(nv * kivi_int8::kRows * 4);
-    if (w8sum3.size() < nv * kivi_int8::kGroups) w8sum3.resize(nv * kivi_int8::kGroups);
     if (iraw.size() < 4 * 64) iraw.resize(4 * 64);
   }
 };
@@ -487,19 +486,18 @@ void EncodedBlockInt8(const Shape& sh, int nq, const uint8_t* blk, int64_t slot0
   constexpr int kWq = k8::kRows * 4;  // rounded weight bytes per query vector
   for (int n = 0; n < nq; ++n) {
     k8::ValueWeights(sc->s.data() + n * kTile, vsf, vzf, sc->wv.data() + static_cast<size_t>(n) * kWq,
-                     sc->half_omega.data() + n * k8::kGroups, sc->w8sum3.data() + n * k8::kGroups,
+                     sc->half_omega.data() + n * k8::kGroups,
                      sc->zacc.data() + static_cast<size_t>(n) * sh.zlen);
   }
   for (int n0 = 0; n0 < nq; n0 += 4) {
     const uint8_t* wq = sc->wv.data() + static_cast<size_t>(n0) * kWq;
     const float* ho = sc->half_omega.data() + n0 * k8::kGroups;
-    const int32_t* w3 = sc->w8sum3.data() + n0 * k8::kGroups;
     float* acc = sc->accr.data() + static_cast<size_t>(n0) * d;
     switch (std::min(4, nq - n0)) {
-      case 1: k8::AccumulateTile<1>(vc, wq, ho, w3, acc, d); break;
-      case 2: k8::AccumulateTile<2>(vc, wq, ho, w3, acc, d); break;
-      case 3: k8::AccumulateTile<3>(vc, wq, ho, w3, acc, d); break;
-      default: k8::AccumulateTile<4>(vc, wq, ho, w3, acc, d); break;
+      case 1: k8::AccumulateTile<1>(vc, wq, ho, acc, d); break;
+      case 2: k8::AccumulateTile<2>(vc, wq, ho, acc, d); break;
+      case 3: k8::AccumulateTile<3>(vc, wq, ho, acc, d); break;
+      default: k8::AccumulateTile<4>(vc, wq, ho, acc, d); break;
     }
     pf->Step();
   }

@@ -14,10 +14,11 @@
 //     their largest value over the tile's 32 rows (omega(g) = max_t w / 255),
 //     and sum_t w8(t, g) * code(t, c) is one vpmaddubsw per two rows and 16
 //     channels, summed exactly in int16 over the 32-row tile (at most
-//     16 * 2 * 255 * 3 = 24,480). The tile adds omega * (code sum - 1.5 * sum
-//     w8) to fp32 accumulators (codes centred, so the running sum stays
-//     small) and 1.5 * omega * sum w8 to the zero-point sums: the rounded
-//     weights are used consistently, and only their rounding is an error.
+//     16 * 2 * 255 * 3 = 24,480) with the codes centred as 2 code - 3 (a
+//     vpshufb lookup, so the running fp32 sums stay small). The tile adds
+//     omega / 2 * that sum to fp32 accumulators and 1.5 * omega * sum w8 to
+//     the zero-point sums: the rounded weights are used consistently, and
+//     only their rounding is an error.
 // The error against the exact kernel is what those two roundings make:
 // tested in core/attention_encoded_test.cpp against a stated bound and against
 // KIVI-2's own error; the bytes read are the same as the exact path's.
@@ -126,10 +127,10 @@ inline void ScoreTile(const uint8_t* codes, const int8_t* q8, const float* sigma
 // The tile's value weights for one query vector, from p (kRows softmax
 // weights) and the rows' value scales vsf / zeros vzf (fp32, [row][group]):
 // the rounded weights wq (per row pair p, one qword: w8(2p, 0..3), w8(2p + 1,
-// 0..3)), half_omega[g] = omega(g) / 2, w8sum3[g] = 3 * sum_t w8(t, g), and
-// z[g] += sum_t p(t) zv(t, g) + kMid * omega(g) * sum_t w8(t, g).
+// 0..3)), half_omega[g] = omega(g) / 2, and z[g] += sum_t p(t) zv(t, g) +
+// kMid * omega(g) * sum_t w8(t, g).
 inline void ValueWeights(const float* p, const float* vsf, const float* vzf, uint8_t* wq, float* half_omega,
-                         int32_t* w8sum3, float* z) {
+                         float* z) {
   constexpr int kVecs = kRows * kGroups / 8;  // 16: vector i = rows 2i, 2i + 1, groups 0..3
   __m256 w[kVecs];
   __m256 mx = _mm256_setzero_ps(), zs = _mm256_setzero_ps();
@@ -163,19 +164,23 @@ inline void ValueWeights(const float* p, const float* vsf, const float* vzf, uin
   const __m128 m4 = _mm256_castps256_ps128(mx);
   const __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
   _mm_storeu_ps(half_omega, _mm_mul_ps(m4, _mm_set1_ps(1.0f / 510.0f)));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(w8sum3), _mm_add_epi32(s4, _mm_add_epi32(s4, s4)));
   const __m128 zmid = _mm_mul_ps(_mm_mul_ps(m4, _mm_set1_ps(kMid / 255.0f)), _mm_cvtepi32_ps(s4));
   _mm_storeu_ps(z, _mm_add_ps(_mm_loadu_ps(z), _mm_add_ps(zs4, zmid)));
 }
 
-// acc_n (register order, kDim floats) += omega(g) * (sum_t w8 code - 1.5 sum_t
-// w8) over the tile's 32 rows of value codes, for NV query vectors; wq, ho and
-// w3 as ValueWeights leaves them, per vector n at wq + n * kRows * 4, ho + n *
-// kGroups, w3 + n * kGroups.
+// acc_n (register order, kDim floats) += omega(g) / 2 * sum_t w8 (2 code - 3)
+// (= omega (sum_t w8 code - 1.5 sum_t w8): centred codes, exact in int16)
+// over the tile's 32 rows of value codes, for NV query vectors; wq and ho as
+// ValueWeights leaves them, per vector n at wq + n * kRows * 4 and ho + n *
+// kGroups.
 template <int NV>
-inline void AccumulateTile(const uint8_t* codes, const uint8_t* wq, const float* ho, const int32_t* w3, float* acc,
-                           int acc_stride) {
-  const __m256i m3 = _mm256_set1_epi8(3);
+inline void AccumulateTile(const uint8_t* codes, const uint8_t* wq, const float* ho, float* acc, int acc_stride) {
+  // 2 c - 3 for the code c in bits 0-1 (lut_a) or 2-3 (lut_b) of a nibble.
+  const __m256i m15 = _mm256_set1_epi8(15);
+  const __m256i lut_a = _mm256_setr_epi8(-3, -1, 1, 3, -3, -1, 1, 3, -3, -1, 1, 3, -3, -1, 1, 3, -3, -1, 1, 3, -3, -1,
+                                         1, 3, -3, -1, 1, 3, -3, -1, 1, 3);
+  const __m256i lut_b = _mm256_setr_epi8(-3, -3, -3, -3, -1, -1, -1, -1, 1, 1, 1, 1, 3, 3, 3, 3, -3, -3, -3, -3, -1,
+                                         -1, -1, -1, 1, 1, 1, 1, 3, 3, 3, 3);
   for (int half = 0; half < 2; ++half) {
     // The weight vector of a row pair for this half: 16-bit lanes (w8(2p, g),
     // w8(2p + 1, g)), g = half in the low 128 bits and 2 + half in the high.
@@ -191,7 +196,8 @@ inline void AccumulateTile(const uint8_t* codes, const uint8_t* wq, const float*
         const __m256i xb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + (2 * p + 1) * 32));
         __m256i v = half ? _mm256_unpackhi_epi8(xa, xb) : _mm256_unpacklo_epi8(xa, xb);
         if (kp) v = _mm256_srli_epi16(v, 4);
-        const __m256i ca = _mm256_and_si256(v, m3), cb = _mm256_and_si256(_mm256_srli_epi16(v, 2), m3);
+        const __m256i nib = _mm256_and_si256(v, m15);
+        const __m256i ca = _mm256_shuffle_epi8(lut_a, nib), cb = _mm256_shuffle_epi8(lut_b, nib);
         for (int n = 0; n < NV; ++n) {
           int64_t pair;
           std::memcpy(&pair, wq + n * kRows * 4 + p * 8, 8);
@@ -207,11 +213,9 @@ inline void AccumulateTile(const uint8_t* codes, const uint8_t* wq, const float*
           const __m256i lo = _mm256_cvtepi16_epi32(_mm256_castsi256_si128(a[n][e]));
           const __m256i hi = _mm256_cvtepi16_epi32(_mm256_extracti128_si256(a[n][e], 1));
           const int ga = RegGroup(2 * reg), gb = RegGroup(2 * reg + 1);
-          const __m256i ca2 = _mm256_sub_epi32(_mm256_slli_epi32(lo, 1), _mm256_set1_epi32(w3[n * kGroups + ga]));
-          const __m256i cb2 = _mm256_sub_epi32(_mm256_slli_epi32(hi, 1), _mm256_set1_epi32(w3[n * kGroups + gb]));
-          _mm256_storeu_ps(dst, _mm256_fmadd_ps(_mm256_cvtepi32_ps(ca2), _mm256_set1_ps(ho[n * kGroups + ga]),
+          _mm256_storeu_ps(dst, _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo), _mm256_set1_ps(ho[n * kGroups + ga]),
                                                 _mm256_loadu_ps(dst)));
-          _mm256_storeu_ps(dst + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(cb2), _mm256_set1_ps(ho[n * kGroups + gb]),
+          _mm256_storeu_ps(dst + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi), _mm256_set1_ps(ho[n * kGroups + gb]),
                                                     _mm256_loadu_ps(dst + 8)));
         }
       }
