@@ -181,12 +181,23 @@ inline void AccumulateTile(const uint8_t* codes, const uint8_t* wq, const float*
                                          1, 3, -3, -1, 1, 3, -3, -1, 1, 3);
   const __m256i lut_b = _mm256_setr_epi8(-3, -3, -3, -3, -1, -1, -1, -1, 1, 1, 1, 1, 3, 3, 3, 3, -3, -3, -3, -3, -1,
                                          -1, -1, -1, 1, 1, 1, 1, 3, 3, 3, 3);
+  // The weight vectors of each row pair and half: 16-bit lanes (w8(2p, g),
+  // w8(2p + 1, g)), g = half in the low 128 bits and 2 + half in the high;
+  // made once here, read by both passes of each half.
+  const __m256i pick0 = _mm256_setr_epi8(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 2, 6, 2, 6, 2, 6, 2, 6, 2, 6,
+                                         2, 6, 2, 6, 2, 6);
+  const __m256i pick1 = _mm256_add_epi8(pick0, _mm256_set1_epi8(1));
+  __m256i wvec[NV][kPairs][2];
+  for (int n = 0; n < NV; ++n) {
+    for (int p = 0; p < kPairs; ++p) {
+      int64_t pair;
+      std::memcpy(&pair, wq + n * kRows * 4 + p * 8, 8);
+      const __m256i b = _mm256_set1_epi64x(pair);
+      wvec[n][p][0] = _mm256_shuffle_epi8(b, pick0);
+      wvec[n][p][1] = _mm256_shuffle_epi8(b, pick1);
+    }
+  }
   for (int half = 0; half < 2; ++half) {
-    // The weight vector of a row pair for this half: 16-bit lanes (w8(2p, g),
-    // w8(2p + 1, g)), g = half in the low 128 bits and 2 + half in the high.
-    const __m256i pick = _mm256_add_epi8(_mm256_setr_epi8(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 2, 6, 2, 6,
-                                                          2, 6, 2, 6, 2, 6, 2, 6, 2, 6, 2, 6),
-                                         _mm256_set1_epi8(static_cast<char>(half)));
     for (int kp = 0; kp < 2; ++kp) {
       __m256i a[NV][2];
       for (int n = 0; n < NV; ++n) a[n][0] = a[n][1] = _mm256_setzero_si256();
@@ -199,9 +210,7 @@ inline void AccumulateTile(const uint8_t* codes, const uint8_t* wq, const float*
         const __m256i nib = _mm256_and_si256(v, m15);
         const __m256i ca = _mm256_shuffle_epi8(lut_a, nib), cb = _mm256_shuffle_epi8(lut_b, nib);
         for (int n = 0; n < NV; ++n) {
-          int64_t pair;
-          std::memcpy(&pair, wq + n * kRows * 4 + p * 8, 8);
-          const __m256i w = _mm256_shuffle_epi8(_mm256_set1_epi64x(pair), pick);
+          const __m256i w = _mm256_load_si256(&wvec[n][p][half]);
           a[n][0] = _mm256_add_epi16(a[n][0], _mm256_maddubs_epi16(w, ca));
           a[n][1] = _mm256_add_epi16(a[n][1], _mm256_maddubs_epi16(w, cb));
         }
