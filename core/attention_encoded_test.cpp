@@ -100,6 +100,39 @@ void Dense(const std::vector<std::vector<float>>& k, const std::vector<std::vect
   }
 }
 
+// Adds sequence `seq` with `len` slots of K and V drawn from nd (returned in k
+// and v, [t][h][d]) and seals what the cache seals.
+::testing::AssertionResult FillSequence(KVCache* c, int64_t seq, int64_t len, int hkv, int d, std::mt19937* rng,
+                                        std::normal_distribution<float>* nd, std::vector<float>* k,
+                                        std::vector<float>* v) {
+  if (!c->AddSequence(seq).ok()) return ::testing::AssertionFailure() << "AddSequence " << seq;
+  std::vector<int32_t> pos(static_cast<size_t>(len));
+  std::iota(pos.begin(), pos.end(), 0);
+  if (!c->Reserve(seq, len, pos.data()).ok()) return ::testing::AssertionFailure() << "Reserve " << len;
+  PageTable pt;
+  c->BuildPageTable({seq}, &pt);
+  k->resize(static_cast<size_t>(len * hkv * d));
+  v->resize(k->size());
+  for (auto& x : *k) x = (*nd)(*rng);
+  for (auto& x : *v) x = (*nd)(*rng);
+  const int32_t qo[2] = {0, static_cast<int32_t>(len)};
+  AppendKV(pt.Layer(0), qo, 1, hkv, k->data(), v->data());
+  c->Seal(seq);
+  return ::testing::AssertionSuccess();
+}
+
+AttentionParams MakeParams(int num_seqs, int hq, int hkv, int d, const int32_t* qo, const float* q) {
+  AttentionParams p;
+  p.num_seqs = num_seqs;
+  p.num_qo_heads = hq;
+  p.num_kv_heads = hkv;
+  p.head_dim = d;
+  p.sm_scale = 1.0f / std::sqrt(float(d));
+  p.qo_indptr = qo;
+  p.q = q;
+  return p;
+}
+
 class EncodedAttentionTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(EncodedAttentionTest, CpuAndReferenceMatchDenseOnGatheredKV) {
@@ -125,18 +158,8 @@ TEST_P(EncodedAttentionTest, CpuAndReferenceMatchDenseOnGatheredKV) {
   std::mt19937 rng(11);
   std::normal_distribution<float> nd;
   for (size_t i = 0; i < lens.size(); ++i) {
-    ASSERT_TRUE(c->AddSequence(static_cast<int64_t>(i)).ok());
-    std::vector<int32_t> pos(static_cast<size_t>(lens[i]));
-    std::iota(pos.begin(), pos.end(), 0);
-    ASSERT_TRUE(c->Reserve(static_cast<int64_t>(i), lens[i], pos.data()).ok());
-    PageTable pt;
-    c->BuildPageTable({static_cast<int64_t>(i)}, &pt);
-    std::vector<float> k(static_cast<size_t>(lens[i] * cs.hkv * d)), v(k.size());
-    for (auto& x : k) x = nd(rng);
-    for (auto& x : v) x = nd(rng);
-    const int32_t qo[2] = {0, static_cast<int32_t>(lens[i])};
-    AppendKV(pt.Layer(0), qo, 1, cs.hkv, k.data(), v.data());
-    c->Seal(static_cast<int64_t>(i));
+    std::vector<float> k, v;
+    ASSERT_TRUE(FillSequence(c.get(), static_cast<int64_t>(i), lens[i], cs.hkv, d, &rng, &nd, &k, &v));
   }
   if (cs.encoded) {
     ASSERT_GT(c->stream(3, 0, 0).num_encoded, 0);
@@ -153,14 +176,7 @@ TEST_P(EncodedAttentionTest, CpuAndReferenceMatchDenseOnGatheredKV) {
   for (auto& x : q) x = nd(rng);
   std::vector<float> inv(static_cast<size_t>(d / 2));
   for (int i = 0; i < d / 2; ++i) inv[static_cast<size_t>(i)] = static_cast<float>(std::pow(10000.0, -2.0 * i / d));
-  AttentionParams p;
-  p.num_seqs = num_seqs;
-  p.num_qo_heads = cs.hq;
-  p.num_kv_heads = cs.hkv;
-  p.head_dim = d;
-  p.sm_scale = 1.0f / std::sqrt(float(d));
-  p.qo_indptr = qo.data();
-  p.q = q.data();
+  AttentionParams p = MakeParams(num_seqs, cs.hq, cs.hkv, d, qo.data(), q.data());
   p.rope_inv_freq = cs.rope ? inv.data() : nullptr;
   // slot_attn: one array per stream, [StreamLength(s)].
   std::vector<int64_t> sa_off;
@@ -305,22 +321,8 @@ TEST_P(KiviInt8AttentionTest, ErrorIsSmallBesideKiviOwn) {
   std::normal_distribution<float> nd;
   std::vector<std::vector<float>> orig_k(cs.lens.size()), orig_v(cs.lens.size());  // [seq]: [t][h][d]
   for (int i = 0; i < num_seqs; ++i) {
-    const int64_t len = cs.lens[static_cast<size_t>(i)];
-    ASSERT_TRUE(c->AddSequence(i).ok());
-    std::vector<int32_t> pos(static_cast<size_t>(len));
-    std::iota(pos.begin(), pos.end(), 0);
-    ASSERT_TRUE(c->Reserve(i, len, pos.data()).ok());
-    PageTable pt;
-    c->BuildPageTable({i}, &pt);
-    std::vector<float>& k = orig_k[static_cast<size_t>(i)];
-    std::vector<float>& v = orig_v[static_cast<size_t>(i)];
-    k.resize(static_cast<size_t>(len * cs.hkv * d));
-    v.resize(k.size());
-    for (auto& x : k) x = nd(rng);
-    for (auto& x : v) x = nd(rng);
-    const int32_t qo[2] = {0, static_cast<int32_t>(len)};
-    AppendKV(pt.Layer(0), qo, 1, cs.hkv, k.data(), v.data());
-    c->Seal(i);
+    ASSERT_TRUE(FillSequence(c.get(), i, cs.lens[static_cast<size_t>(i)], cs.hkv, d, &rng, &nd,
+                             &orig_k[static_cast<size_t>(i)], &orig_v[static_cast<size_t>(i)]));
   }
   std::vector<int64_t> seqs(cs.lens.size());
   std::iota(seqs.begin(), seqs.end(), 0);
@@ -331,14 +333,7 @@ TEST_P(KiviInt8AttentionTest, ErrorIsSmallBesideKiviOwn) {
   for (int i = 0; i < num_seqs; ++i) qo[i + 1] = qo[i] + (i + 1 < num_seqs ? 1 : cs.chunk);
   std::vector<float> q(static_cast<size_t>(qo.back() * cs.hq * d));
   for (auto& x : q) x = nd(rng);
-  AttentionParams p;
-  p.num_seqs = num_seqs;
-  p.num_qo_heads = cs.hq;
-  p.num_kv_heads = cs.hkv;
-  p.head_dim = d;
-  p.sm_scale = 1.0f / std::sqrt(float(d));
-  p.qo_indptr = qo.data();
-  p.q = q.data();
+  AttentionParams p = MakeParams(num_seqs, cs.hq, cs.hkv, d, qo.data(), q.data());
   EncodedKV exact = *pt.Encoded(0);
   exact.enc.int8_attention = false;
   std::vector<float> o_exact(q.size()), o_int8(q.size()), o_int8_3(q.size()), o_full(q.size());

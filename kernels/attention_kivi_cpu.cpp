@@ -17,8 +17,12 @@
 // KV head, 64 FMAs for the scores and 64 for the values, as for bf16 rows,
 // plus about 5 integer ops per 16 codes, the per-block fold (queries times key
 // scales) and the per-tile value weights. The step is bound by that
-// arithmetic, not by the 5x fewer bytes; AVX2 has no integer dot product that
-// accumulates (VNNI), so integer arithmetic would not reduce the op count.
+// arithmetic, not by the 5x fewer bytes. Exact integer arithmetic would not
+// reduce the op count (AVX2 has no accumulating integer dot product, VNNI,
+// and int16 queries or weights already err beyond the tests' tolerance); the
+// kivi policy's attention = "int8" (attention_kivi_int8.h, EncodedBlockInt8)
+// rounds queries and value weights to 8 bits instead, for vpmaddubsw's 32
+// multiply-adds per instruction, at a stated error.
 #include "kernels/attention_kivi_cpu.h"
 
 #include <omp.h>

@@ -117,7 +117,8 @@ inline void ScoreTile(const uint8_t* codes, const int8_t* q8, const float* sigma
       for (int i = 0; i < 8; ++i) v[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(raw + (n * 8 + i) * 8));
       const __m256i u0 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
       const __m256i u1 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
-      const __m256i dot = _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
+      const __m256i dot =
+          _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
       _mm256_storeu_ps(s + n * kRows + r0,
                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(sigma[n]), _mm256_set1_ps(kconst[n])));
     }
