@@ -134,6 +134,17 @@ inline void Prefetch(const uint8_t* p) {
 constexpr bool kBF16EvenOdd = false;
 #endif
 
+// 8 fp16 in memory order (scales and zero points of encoded blocks).
+inline F8 LoadHalf8(const uint16_t* p) {
+#if defined(KVLAB_ATTN_AVX2) && defined(__F16C__)
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+#else
+  float f[8];
+  for (int i = 0; i < 8; ++i) f[i] = F16ToF32(p[i]);
+  return Load(f);
+#endif
+}
+
 // ---- storage dtypes: 16 stored elements -> two F8 in "lane order" ----
 template <DType DT>
 struct Storage;

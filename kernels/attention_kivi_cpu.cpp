@@ -134,17 +134,6 @@ struct CodeRows {
   }
 };
 
-// 8 fp16 in memory order.
-inline F8 LoadHalf8(const uint16_t* p) {
-#if defined(KVLAB_ATTN_AVX2) && defined(__F16C__)
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-#else
-  float f[8];
-  for (int i = 0; i < 8; ++i) f[i] = F16ToF32(p[i]);
-  return Load(f);
-#endif
-}
-
 // 16 fp16 (a chunk of per-channel key scales or zeros) in the lane order of DT.
 template <DType DT>
 inline void LoadHalf16(const uint16_t* p, F8* lo, F8* hi) {
@@ -438,76 +427,17 @@ void EncodedBlock(const Shape& sh, int nq, const uint8_t* blk, int64_t slot0, in
 // softmax and value sums into the register-order accumulators accr.
 void EncodedBlockInt8(const Shape& sh, int nq, const uint8_t* blk, int64_t slot0, int64_t visible, Scratch* sc,
                       PrefetchStream* pf) {
-#ifdef KVLAB_ATTN_AVX2
   namespace k8 = kivi_int8;
   const int d = sh.d;  // == k8::kDim
-  const uint8_t* kc = blk;
-  const uint8_t* vc = blk + sh.code_bytes;
   const uint16_t* ks = reinterpret_cast<const uint16_t*>(blk + 2 * sh.code_bytes);
-  const uint16_t* kz = ks + d;
-  const uint16_t* vs = kz + d;
-  const uint16_t* vz = vs + d;
-  // score = sigma * (code . q8) + q . z, q8 ~ (q * s) / sigma.
-  alignas(32) float qs[k8::kDim], ksf[k8::kDim], kzf[k8::kDim];
-  for (int c = 0; c < d; c += 8) {
-    Store(ksf + c, LoadHalf8(ks + c));
-    Store(kzf + c, LoadHalf8(kz + c));
-  }
-  for (int n = 0; n < nq; ++n) {
-    const float* q = sc->qn.data() + static_cast<size_t>(n) * d;
-    F8 z0 = Zero(), z1 = Zero();
-    for (int c = 0; c < d; c += 16) {
-      Store(qs + c, Mul(Load(q + c), Load(ksf + c)));
-      Store(qs + c + 8, Mul(Load(q + c + 8), Load(ksf + c + 8)));
-      z0 = Fma(Load(q + c), Load(kzf + c), z0);
-      z1 = Fma(Load(q + c + 8), Load(kzf + c + 8), z1);
-    }
-    sc->kconst[n] = HSum(Add(z0, z1));
-    sc->sigma[n] = k8::QuantizeQuery(qs, sc->q8.data() + static_cast<size_t>(n) * d);
-  }
-  for (int n0 = 0; n0 < nq; n0 += 4) {
-    const int8_t* q8 = sc->q8.data() + static_cast<size_t>(n0) * d;
-    const float* sg = sc->sigma.data() + n0;
-    const float* kk = sc->kconst.data() + n0;
-    float* s = sc->s.data() + n0 * kTile;
-    switch (std::min(4, nq - n0)) {
-      case 1: k8::ScoreTile<1>(kc, q8, sg, kk, s, sc->iraw.data()); break;
-      case 2: k8::ScoreTile<2>(kc, q8, sg, kk, s, sc->iraw.data()); break;
-      case 3: k8::ScoreTile<3>(kc, q8, sg, kk, s, sc->iraw.data()); break;
-      default: k8::ScoreTile<4>(kc, q8, sg, kk, s, sc->iraw.data()); break;
-    }
-    pf->Step();
-  }
+  const uint16_t* vs = ks + 2 * d;
+  k8::BlockScores(blk, ks, ks + d, nq, sc->qn.data(), sc->q8.data(), sc->sigma.data(), sc->kconst.data(),
+                  sc->iraw.data(), sc->s.data(), pf);
   const int nrows = static_cast<int>(std::min<int64_t>(sh.G, visible - slot0));
   SoftmaxTile<kTile>(nq, nrows, slot0, sc->limit.data(), d, sc->s.data(), sc->m.data(), sc->l.data(), sc->accr.data(),
                      sc->zacc.data(), sh.zlen);
-  float* vsf = sc->vsf.data();
-  float* vzf = sc->vzf.data();
-  for (int f = 0; f < kTile * k8::kGroups; f += 8) {
-    Store(vsf + f, LoadHalf8(vs + f));
-    Store(vzf + f, LoadHalf8(vz + f));
-  }
-  constexpr int kWq = k8::kRows * 4;  // rounded weight bytes per query vector
-  for (int n = 0; n < nq; ++n) {
-    k8::ValueWeights(sc->s.data() + n * kTile, vsf, vzf, sc->wv.data() + static_cast<size_t>(n) * kWq,
-                     sc->half_omega.data() + n * k8::kGroups,
-                     sc->zacc.data() + static_cast<size_t>(n) * sh.zlen);
-  }
-  for (int n0 = 0; n0 < nq; n0 += 4) {
-    const uint8_t* wq = sc->wv.data() + static_cast<size_t>(n0) * kWq;
-    const float* ho = sc->half_omega.data() + n0 * k8::kGroups;
-    float* acc = sc->accr.data() + static_cast<size_t>(n0) * d;
-    switch (std::min(4, nq - n0)) {
-      case 1: k8::AccumulateTile<1>(vc, wq, ho, acc, d); break;
-      case 2: k8::AccumulateTile<2>(vc, wq, ho, acc, d); break;
-      case 3: k8::AccumulateTile<3>(vc, wq, ho, acc, d); break;
-      default: k8::AccumulateTile<4>(vc, wq, ho, acc, d); break;
-    }
-    pf->Step();
-  }
-#else
-  (void)sh, (void)nq, (void)blk, (void)slot0, (void)visible, (void)sc, (void)pf;
-#endif
+  k8::BlockValues(blk + sh.code_bytes, vs, vs + d, nq, sc->s.data(), sc->vsf.data(), sc->vzf.data(), sc->wv.data(),
+                  sc->half_omega.data(), sc->zacc.data(), sh.zlen, sc->accr.data(), pf);
 }
 
 // The int8 path's value accumulators (register order) into acc (lane order).

@@ -28,10 +28,12 @@
 // permutes them once per job, when the job's encoded blocks are done.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
 #include "kernels/attention_cpu_simd.h"
+#include "kernels/attention_cpu_tiles.h"
 
 namespace kvlab {
 namespace kivi_int8 {
@@ -232,8 +234,82 @@ inline void AccumulateTile(const uint8_t* codes, const uint8_t* wq, const float*
     }
   }
 }
+
+// One block's scores for nq query vectors: the key scales and zeros (fp16,
+// kDim each) folded into the channel-order queries qn ([nq][kDim], log2
+// units), the folded queries rounded (q8, sigma; kconst = q . z), then
+// s[n * kRows + r] = sigma * (code_r . q8_n) + kconst. pf steps the caller's
+// prefetch stream.
+inline void BlockScores(const uint8_t* key_codes, const uint16_t* ks, const uint16_t* kz, int nq, const float* qn,
+                        int8_t* q8, float* sigma, float* kconst, int32_t* iraw, float* s,
+                        cpu_tiles::PrefetchStream* pf) {
+  using namespace cpu_simd;  // NOLINT
+  alignas(32) float qs[kDim], ksf[kDim], kzf[kDim];
+  for (int c = 0; c < kDim; c += 8) {
+    Store(ksf + c, LoadHalf8(ks + c));
+    Store(kzf + c, LoadHalf8(kz + c));
+  }
+  for (int n = 0; n < nq; ++n) {
+    const float* q = qn + n * kDim;
+    F8 z0 = Zero(), z1 = Zero();
+    for (int c = 0; c < kDim; c += 16) {
+      Store(qs + c, Mul(Load(q + c), Load(ksf + c)));
+      Store(qs + c + 8, Mul(Load(q + c + 8), Load(ksf + c + 8)));
+      z0 = Fma(Load(q + c), Load(kzf + c), z0);
+      z1 = Fma(Load(q + c + 8), Load(kzf + c + 8), z1);
+    }
+    kconst[n] = HSum(Add(z0, z1));
+    sigma[n] = QuantizeQuery(qs, q8 + n * kDim);
+  }
+  for (int n0 = 0; n0 < nq; n0 += 4) {
+    const int8_t* q = q8 + n0 * kDim;
+    float* sn = s + n0 * kRows;
+    switch (std::min(4, nq - n0)) {
+      case 1: ScoreTile<1>(key_codes, q, sigma + n0, kconst + n0, sn, iraw); break;
+      case 2: ScoreTile<2>(key_codes, q, sigma + n0, kconst + n0, sn, iraw); break;
+      case 3: ScoreTile<3>(key_codes, q, sigma + n0, kconst + n0, sn, iraw); break;
+      default: ScoreTile<4>(key_codes, q, sigma + n0, kconst + n0, sn, iraw); break;
+    }
+    pf->Step();
+  }
+}
+
+// One block's value sums, after the softmax turned s into weights p
+// ([nq][kRows]): the value scales and zeros (fp16, kRows * kGroups each) to
+// fp32 (vsf, vzf), each vector's rounded weights (wq: kRows * 4 bytes a
+// vector; half_omega: kGroups floats), its zero-point sums (zacc + n * zlen),
+// and accr += the tile's value sums (register order, [nq][kDim]).
+inline void BlockValues(const uint8_t* value_codes, const uint16_t* vs, const uint16_t* vz, int nq, const float* p,
+                        float* vsf, float* vzf, uint8_t* wq, float* half_omega, float* zacc, int zlen, float* accr,
+                        cpu_tiles::PrefetchStream* pf) {
+  using namespace cpu_simd;  // NOLINT
+  for (int f = 0; f < kRows * kGroups; f += 8) {
+    Store(vsf + f, LoadHalf8(vs + f));
+    Store(vzf + f, LoadHalf8(vz + f));
+  }
+  constexpr int kWq = kRows * 4;
+  for (int n = 0; n < nq; ++n) {
+    ValueWeights(p + n * kRows, vsf, vzf, wq + n * kWq, half_omega + n * kGroups, zacc + n * zlen);
+  }
+  for (int n0 = 0; n0 < nq; n0 += 4) {
+    const uint8_t* w = wq + n0 * kWq;
+    const float* ho = half_omega + n0 * kGroups;
+    float* acc = accr + n0 * kDim;
+    switch (std::min(4, nq - n0)) {
+      case 1: AccumulateTile<1>(value_codes, w, ho, acc, kDim); break;
+      case 2: AccumulateTile<2>(value_codes, w, ho, acc, kDim); break;
+      case 3: AccumulateTile<3>(value_codes, w, ho, acc, kDim); break;
+      default: AccumulateTile<4>(value_codes, w, ho, acc, kDim); break;
+    }
+    pf->Step();
+  }
+}
 #else
 inline constexpr bool kAvailable = false;
+inline void BlockScores(const uint8_t*, const uint16_t*, const uint16_t*, int, const float*, int8_t*, float*, float*,
+                        int32_t*, float*, cpu_tiles::PrefetchStream*) {}
+inline void BlockValues(const uint8_t*, const uint16_t*, const uint16_t*, int, const float*, float*, float*, uint8_t*,
+                        float*, float*, int, float*, cpu_tiles::PrefetchStream*) {}
 #endif
 
 }  // namespace kivi_int8
