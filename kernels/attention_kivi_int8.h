@@ -3,8 +3,11 @@
 // everything here is inline, AVX2 only (kAvailable is false without it, and
 // the caller then takes the exact path).
 //
-// Scope: 2-bit codes, head_dim 128, KIVI group 32 (the paper's and the
-// benchmark's shape; others take the exact path). Per encoded block:
+// Scope: 2-bit codes, head_dim 128, KIVI group 32, keys per channel and
+// values per token (the paper's and the benchmark's shape; the kivi policy
+// refuses "int8" on any other, naming `attention`, and a direct caller of the
+// kernel that sets the flag on another shape gets the exact path). Per
+// encoded block:
 //   scores: the folded query q * s_k (key scales per channel) is rounded to
 //     int8 against its largest magnitude (sigma = max|q * s_k| / 127), and
 //     code . q8 is one vpmaddubsw per 32 channels: score = sigma * (code . q8)
