@@ -121,6 +121,17 @@ void Dense(const std::vector<std::vector<float>>& k, const std::vector<std::vect
   return ::testing::AssertionSuccess();
 }
 
+// One layer of hkv KV heads of d channels, blocks of 16 slots.
+CacheShape LayerShape(int hkv, int d, DType dtype) {
+  CacheShape sh;
+  sh.num_layers = 1;
+  sh.num_kv_heads = hkv;
+  sh.head_dim = d;
+  sh.block_size = 16;
+  sh.dtype = dtype;
+  return sh;
+}
+
 AttentionParams MakeParams(int num_seqs, int hq, int hkv, int d, const int32_t* qo, const float* q) {
   AttentionParams p;
   p.num_seqs = num_seqs;
@@ -138,12 +149,7 @@ class EncodedAttentionTest : public ::testing::TestWithParam<Case> {};
 TEST_P(EncodedAttentionTest, CpuAndReferenceMatchDenseOnGatheredKV) {
   const Case cs = GetParam();
   const int d = cs.d;
-  CacheShape sh;
-  sh.num_layers = 1;
-  sh.num_kv_heads = cs.hkv;
-  sh.head_dim = d;
-  sh.block_size = 16;
-  sh.dtype = cs.dtype;
+  CacheShape sh = LayerShape(cs.hkv, d, cs.dtype);
   sh.encoded = cs.encoded;
   sh.enc.kind = cs.kind;
   sh.enc.bits = cs.bits;
@@ -300,12 +306,7 @@ class KiviInt8AttentionTest : public ::testing::TestWithParam<Int8Case> {};
 TEST_P(KiviInt8AttentionTest, ErrorIsSmallBesideKiviOwn) {
   const Int8Case cs = GetParam();
   const int d = 128;
-  CacheShape sh;
-  sh.num_layers = 1;
-  sh.num_kv_heads = cs.hkv;
-  sh.head_dim = d;
-  sh.block_size = 16;
-  sh.dtype = cs.dtype;
+  CacheShape sh = LayerShape(cs.hkv, d, cs.dtype);
   sh.encoded = true;
   sh.enc.kind = EncodingKind::kKivi;
   sh.enc.bits = 2;

@@ -192,13 +192,14 @@ struct SplitGroup {
 struct Scratch {
   std::vector<float> q, qe, qk, kconst, s, w, wsum, m, l, acc, zacc, raw, vsf, vzf, comb;
   std::vector<int64_t> limit;
-  // int8 path: queries in channel order, their int8 form and scale, value
-  // accumulators in register order, rounded weights and their sums.
+  // int8 path (grown only when a call takes it): queries in channel order,
+  // their int8 form and scale, value accumulators in register order, rounded
+  // value weights and their scales, the score tile's int32 partial sums.
   std::vector<float> qn, sigma, accr, half_omega;
   std::vector<int8_t> q8;
   std::vector<uint8_t> wv;
   std::vector<int32_t> iraw;
-  void Reserve(int max_vecs, int d, int ng, int zlen) {
+  void Reserve(int max_vecs, int d, int ng, int zlen, bool int8) {
     auto grow = [](std::vector<float>* v, size_t n) {
       if (v->size() < n) v->resize(n);
     };
@@ -219,6 +220,7 @@ struct Scratch {
     grow(&vzf, static_cast<size_t>(kTile) * ng);
     grow(&comb, static_cast<size_t>(d));
     if (limit.size() < nv) limit.resize(nv);
+    if (!int8) return;
     grow(&qn, nv * d);
     grow(&sigma, nv);
     grow(&accr, nv * d);
@@ -503,7 +505,7 @@ void RunJob(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p, c
   const int64_t visible = PrepareQueries<DT>(p, sh, job.t, n_enc + kv.StreamLength(stream), sc);
   float lane_scale[16];
   for (int i = 0; i < 16; ++i) lane_scale[i] = CodeRows<BITS, DT>::LaneScale(i);
-  if (job.u_begin < n_eb) {
+  if (job.u_begin < n_eb && !sh.int8) {  // the exact path's folded-query input
     for (size_t i = 0; i < static_cast<size_t>(nq) * d; ++i) sc->qe[i] = sc->q[i] * lane_scale[i % 16];
   }
   std::fill(sc->m.begin(), sc->m.begin() + nq, kNegInf);
@@ -615,8 +617,8 @@ void Run(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p) {
   sh.plain_row_bytes = static_cast<int64_t>(sh.d) * DTypeBytes(DT);
   sh.code_row_bytes = static_cast<int64_t>(sh.d) * BITS / 8;
   sh.code_bytes = enc.enc.CodeBytes();
-  sh.int8 = kivi_int8::kAvailable && enc.enc.int8_attention && BITS == 2 && sh.d == kivi_int8::kDim &&
-            sh.G == kivi_int8::kRows;
+  static_assert(kivi_int8::kDim == 128 && kivi_int8::kRows == 32, "KvEncoding::Int8AttentionShape names this shape");
+  sh.int8 = kivi_int8::kAvailable && enc.enc.int8_attention && enc.enc.Int8AttentionShape();
   const int threads = omp_get_max_threads();
 
   static thread_local Plan plan;
@@ -680,7 +682,7 @@ void Run(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p) {
 #pragma omp parallel num_threads(team)
   {
     Scratch& sc = ThreadScratch();
-    sc.Reserve(max_vecs, sh.d, sh.ng, sh.zlen);
+    sc.Reserve(max_vecs, sh.d, sh.ng, sh.zlen, sh.int8);
 #pragma omp for schedule(dynamic, 1) nowait
     for (size_t j = 0; j < jobs.size(); ++j) {
       const Job& job = jobs[j];

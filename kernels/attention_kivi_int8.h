@@ -178,9 +178,9 @@ inline void ValueWeights(const float* p, const float* vsf, const float* vzf, uin
 // (= omega (sum_t w8 code - 1.5 sum_t w8): centred codes, exact in int16)
 // over the tile's 32 rows of value codes, for NV query vectors; wq and ho as
 // ValueWeights leaves them, per vector n at wq + n * kRows * 4 and ho + n *
-// kGroups.
+// kGroups, and acc_n at acc + n * kDim.
 template <int NV>
-inline void AccumulateTile(const uint8_t* codes, const uint8_t* wq, const float* ho, float* acc, int acc_stride) {
+inline void AccumulateTile(const uint8_t* codes, const uint8_t* wq, const float* ho, float* acc) {
   // 2 c - 3 for the code c in bits 0-1 (lut_a) or 2-3 (lut_b) of a nibble.
   const __m256i m15 = _mm256_set1_epi8(15);
   const __m256i lut_a = _mm256_setr_epi8(-3, -1, 1, 3, -3, -1, 1, 3, -3, -1, 1, 3, -3, -1, 1, 3, -3, -1, 1, 3, -3, -1,
@@ -224,7 +224,7 @@ inline void AccumulateTile(const uint8_t* codes, const uint8_t* wq, const float*
       for (int n = 0; n < NV; ++n) {
         for (int e = 0; e < 2; ++e) {
           const int reg = half * 4 + 2 * kp + e;  // code register (half, k)
-          float* dst = acc + n * acc_stride + reg * 16;
+          float* dst = acc + n * kDim + reg * 16;
           const __m256i lo = _mm256_cvtepi16_epi32(_mm256_castsi256_si128(a[n][e]));
           const __m256i hi = _mm256_cvtepi16_epi32(_mm256_extracti128_si256(a[n][e], 1));
           const int ga = RegGroup(2 * reg), gb = RegGroup(2 * reg + 1);
@@ -299,10 +299,10 @@ inline void BlockValues(const uint8_t* value_codes, const uint16_t* vs, const ui
     const float* ho = half_omega + n0 * kGroups;
     float* acc = accr + n0 * kDim;
     switch (std::min(4, nq - n0)) {
-      case 1: AccumulateTile<1>(value_codes, w, ho, acc, kDim); break;
-      case 2: AccumulateTile<2>(value_codes, w, ho, acc, kDim); break;
-      case 3: AccumulateTile<3>(value_codes, w, ho, acc, kDim); break;
-      default: AccumulateTile<4>(value_codes, w, ho, acc, kDim); break;
+      case 1: AccumulateTile<1>(value_codes, w, ho, acc); break;
+      case 2: AccumulateTile<2>(value_codes, w, ho, acc); break;
+      case 3: AccumulateTile<3>(value_codes, w, ho, acc); break;
+      default: AccumulateTile<4>(value_codes, w, ho, acc); break;
     }
     pf->Step();
   }

@@ -177,6 +177,11 @@ std::string KvEncoding::Validate() const {
   return "";
 }
 
+bool KvEncoding::Int8AttentionShape() const {
+  return kind == EncodingKind::kKivi && bits == 2 && group == 32 && tokens_per_block == group && head_dim == 128 &&
+         key_axis == QuantAxis::kChannel && value_axis == QuantAxis::kToken;
+}
+
 std::string KvEncoding::Describe() const {
   if (kind == EncodingKind::kKivi) {
     return "kivi" + std::to_string(bits) + "-g" + std::to_string(group) + "-k" +

@@ -66,6 +66,11 @@ struct KvEncoding {
   // Empty when the format is valid; else the message, naming the parameter.
   std::string Validate() const;
   std::string Describe() const;
+  // kKivi: the shape the CPU int8 attention kernel (kernels/attention_kivi_int8.h)
+  // is written for: 2 bits, group 32, keys per channel, values per token,
+  // head_dim 128. The kivi policy refuses int8_attention on any other shape;
+  // the kernel runs the exact path there.
+  bool Int8AttentionShape() const;
 };
 
 // Encodes tokens_per_block tokens: k and v are fp32 [tokens_per_block][head_dim].

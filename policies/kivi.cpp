@@ -28,8 +28,7 @@ class KiviPolicy : public KVPolicy {
     SealedEncoding(head_dim, block_size, &e, &residual);
     const std::string err = e.Validate();
     if (!err.empty()) return Status::InvalidArgument(err);
-    if (e.int8_attention && (e.bits != 2 || e.group != 32 || head_dim != 128 || e.key_axis != QuantAxis::kChannel ||
-                             e.value_axis != QuantAxis::kToken)) {
+    if (e.int8_attention && !e.Int8AttentionShape()) {
       return Status::InvalidArgument(
           "kivi: 'attention' = \"int8\" needs bits = 2, group = 32, key_axis = channel, value_axis = token and "
           "head_dim 128 (the shape its kernel is written for); got bits " + std::to_string(e.bits) + ", group " +
