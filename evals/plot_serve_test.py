@@ -18,7 +18,7 @@ SERVE_BENCH = os.path.join(HERE, "..", "core", "serve_bench.cpp")
 sys.path.insert(0, HERE)
 import plot_serve  # noqa: E402
 
-# As core/serve_bench.cpp writes it (checked against the source below when it is there).
+# As core/serve/serve_bench.cpp writes it (checked against the source below when it is there).
 HEADER = ("time,running,waiting,batched_tokens,prefill_tokens,preempted,bytes_in_use,pool_bytes,occupancy,"
           "token_bytes,largest_request,largest_request_tokens,largest_request_bytes,largest_request_share,wall_ms,"
           "cached_bytes,shared_bytes,prefix_hit_tokens,device_bytes,host_bytes,disk_bytes")
@@ -27,7 +27,7 @@ POOL = 15_000_000_000
 
 def check_header_matches_source():
     if not os.path.exists(SERVE_BENCH):
-        print("plot_serve_test: core/serve_bench.cpp not found; header not checked against it")
+        print("plot_serve_test: core/serve/serve_bench.cpp not found; header not checked against it")
         return
     src = open(SERVE_BENCH, encoding="utf-8").read()
     m = re.search(r'csv << ((?:"[^"]*"\s*)+);', src)

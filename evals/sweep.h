@@ -1,3 +1,6 @@
+// Room evals/: the top room: the sweep harness and the CLI (evals/cli/).
+// Nothing includes it but evals itself; it may include every room below.
+//
 // Policy sweeps: `kvlab run CONFIG.toml` and `kvlab merge`. A sweep config
 // names models, policy stacks with parameter grids, tasks, context lengths,
 // batch sizes, seeds and repetitions; it expands to points (the uncompressed
@@ -42,8 +45,8 @@
 #include <string>
 #include <vector>
 
-#include "core/dtype.h"
-#include "core/status.h"
+#include "core/base/dtype.h"
+#include "core/base/status.h"
 #include "policies/kv_policy.h"
 
 namespace kvlab {

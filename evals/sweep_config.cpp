@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
 
-#include "core/model_config.h"
-#include "core/run_config.h"
+#include "core/model/model_config.h"
+#include "core/engine/run_config.h"
 #include "evals/sweep.h"
 
 namespace kvlab {

@@ -17,10 +17,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/engine.h"
-#include "core/model_config.h"
-#include "core/tasks.h"
-#include "core/tokenizer.h"
+#include "core/engine/engine.h"
+#include "core/model/model_config.h"
+#include "datasets/tasks/tasks.h"
+#include "core/model/tokenizer.h"
 #include "evals/sweep.h"
 #include "evals/sweep_internal.h"
 
@@ -336,7 +336,7 @@ Status SweepRunner::RunPoint(const SweepPoint& p, json* metrics) {
   } else {
     TaskKind kind;
     KVLAB_RETURN_IF_ERROR(ParseTaskKind(p.task, &kind));
-    // The retrieval tasks are text built for byte-level models (core/tasks.h).
+    // The retrieval tasks are text built for byte-level models (datasets/tasks/tasks.h).
     ModelConfig mc;
     if (!PresetConfig(p.model, &mc).ok()) KVLAB_RETURN_IF_ERROR(LoadModelConfig(p.model + "/config.json", &mc));
     if (mc.vocab_size != ByteTokenizer::kVocabSize) {

@@ -9,8 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/engine.h"
-#include "core/model_config.h"
+#include "core/engine/engine.h"
+#include "core/model/model_config.h"
 #include "evals/sweep.h"
 #include "evals/sweep_test_util.h"
 

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "core/status.h"
+#include "core/base/status.h"
 #include "kernels/paged_kv.h"
 
 namespace kvlab {

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "core/dtype.h"
+#include "core/base/dtype.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>

@@ -23,7 +23,7 @@
 //     the zero-point sums: the rounded weights are used consistently, and
 //     only their rounding is an error.
 // The error against the exact kernel is what those two roundings make:
-// tested in core/attention_encoded_test.cpp against a stated bound and against
+// tested in core/cache/attention_encoded_test.cpp against a stated bound and against
 // KIVI-2's own error; the bytes read are the same as the exact path's.
 //
 // Register order: the value accumulators of a query vector are kept in the

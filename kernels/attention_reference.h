@@ -3,7 +3,7 @@
 // every other backend is tested against it. Callable from any thread.
 #pragma once
 
-#include "core/status.h"
+#include "core/base/status.h"
 #include "kernels/paged_kv.h"
 
 namespace kvlab {

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "core/dtype.h"
+#include "core/base/dtype.h"
 
 namespace kvlab {
 

@@ -320,7 +320,7 @@ void DecodeKivi2(benchmark::State& state, bool int8) {
   // Once: the fast path against the reference on this cache, skipping the
   // case on a mismatch. Exact path: the tests' tolerance. int8 path: within
   // 5% of the output scale and not equal to the exact result (its tested
-  // bound, in core/attention_encoded_test.cpp, is the tighter one).
+  // bound, in core/cache/attention_encoded_test.cpp, is the tighter one).
   {
     std::vector<float> ref(setup.o.size());
     AttentionParams pr = p;

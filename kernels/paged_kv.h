@@ -1,3 +1,6 @@
+// Room kernels/: attention and cache kernels (reference, CPU, CUDA) on plain structs.
+// Called by core/cache, core/model and core/engine; includes only core/base.
+//
 // The paged KV cache as kernels see it: a plain, non-owning view passed by
 // value (FlashInfer's paged_kv_t). Core builds one per step for all layers;
 // each layer's kernels get the slice for that layer. No libtorch here.
@@ -5,7 +8,7 @@
 
 #include <cstdint>
 
-#include "core/dtype.h"
+#include "core/base/dtype.h"
 
 namespace kvlab {
 

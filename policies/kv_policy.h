@@ -1,3 +1,6 @@
+// Room policies/: the KVPolicy interface, the registry, one file per policy.
+// Called by core (cache, model, engine) and the harness; includes kernels and core/base.
+//
 // KVPolicy: the one interface every KV-cache compression policy implements
 // (LevelDB FilterPolicy style). A policy observes and decides; core applies
 // its decisions, so a policy never touches KV memory itself.
@@ -16,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "core/dtype.h"
-#include "core/status.h"
+#include "core/base/dtype.h"
+#include "core/base/status.h"
 #include "kernels/kv_encoding.h"
 
 namespace kvlab {

@@ -112,7 +112,7 @@ def main(argv):
           f"(King James Bible + Brown Corpus, datasets/README.md), for the testbed's accuracy measurements.\n")
     else:
         w("A byte-level Llama-family retrieval model trained by kvlab on the synthetic long-context tasks only "
-          "(copy, passkey, multi-needle, associative recall; core/tasks.h), no corpus text: the model the "
+          "(copy, passkey, multi-needle, associative recall; datasets/tasks/tasks.h), no corpus text: the model the "
           "testbed's retrieval measurements run on. It is not a language model.\n")
     w("| | |\n|---|---|")
     w(f"| shape | {cfg['num_hidden_layers']} layers x {cfg['hidden_size']}, {cfg['num_attention_heads']} query heads, "

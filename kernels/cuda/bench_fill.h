@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "core/dtype.h"
+#include "core/base/dtype.h"
 #include "kernels/kv_encoding.h"
 
 namespace kvlab {

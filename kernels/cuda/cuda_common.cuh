@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-#include "core/dtype.h"
+#include "core/base/dtype.h"
 #include "kernels/paged_kv.h"
 
 namespace kvlab {

@@ -76,7 +76,7 @@ function(kvlab_add_test name)
                        PROPERTIES LABELS "${T_LABELS}" ENVIRONMENT "KVLAB_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
 endfunction()
 
-# kvlab_kernels as kernels/CMakeLists.txt defines it (keep the two lists in
+# kvlab_kernels (on core/base's kvlab_base) as kernels/CMakeLists.txt defines it (keep the two lists in
 # sync), without -march=native: this build may run on another machine.
 add_library(kvlab_kernels STATIC
   ${PROJECT_SOURCE_DIR}/kernels/attention_reference.cpp
@@ -85,10 +85,10 @@ add_library(kvlab_kernels STATIC
   ${PROJECT_SOURCE_DIR}/kernels/kv_encoding.cpp
   ${PROJECT_SOURCE_DIR}/kernels/attention_encoded.cpp
   ${PROJECT_SOURCE_DIR}/kernels/attention_kivi_cpu.cpp
-  ${PROJECT_SOURCE_DIR}/core/dtype.cpp
 )
 target_include_directories(kvlab_kernels PUBLIC ${PROJECT_SOURCE_DIR})
-target_link_libraries(kvlab_kernels PUBLIC OpenMP::OpenMP_CXX)
+add_subdirectory(${PROJECT_SOURCE_DIR}/core/base ${PROJECT_BINARY_DIR}/core/base)
+target_link_libraries(kvlab_kernels PUBLIC kvlab_base OpenMP::OpenMP_CXX)
 target_compile_options(kvlab_kernels PRIVATE ${KVLAB_WARNINGS} -O3)
 
 add_subdirectory(${PROJECT_SOURCE_DIR}/kernels/cuda ${PROJECT_BINARY_DIR}/kernels/cuda)

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """How far integer (int16) arithmetic in KIVI decode attention would move the
-output, measured against the tolerance that core/attention_encoded_test.cpp
+output, measured against the tolerance that core/cache/attention_encoded_test.cpp
 holds every CPU path to (|o - o_dense| <= 1e-5 + 1e-4 |o_dense|).
 
 Two candidate shortcuts for the CPU kernel (kernels/attention_kivi_cpu.cpp),

@@ -16,7 +16,7 @@
 #include <cstring>
 #include <functional>
 
-#include "core/dtype.h"
+#include "core/base/dtype.h"
 
 #define KVLAB_CUDA_EMULATION 1
 

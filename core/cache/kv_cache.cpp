@@ -1,0 +1,743 @@
+#include "core/cache/kv_cache.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <numeric>
+#include <string>
+
+namespace kvlab {
+
+Status CacheShape::Validate() const {
+  if (num_layers <= 0 || num_kv_heads <= 0 || head_dim <= 0) {
+    return Status::InvalidArgument("cache shape: num_layers, num_kv_heads and head_dim must be positive");
+  }
+  if (block_size <= 0 || block_size > 4096) {
+    return Status::InvalidArgument("cache shape: block_size must be in [1, 4096], got " + std::to_string(block_size));
+  }
+  if (encoded) {
+    const std::string err = enc.Validate();
+    if (!err.empty()) return Status::InvalidArgument(err);
+    if (enc.head_dim != head_dim) return Status::InvalidArgument("cache shape: encoding head_dim differs from the cache's");
+    if (enc.tokens_per_block % block_size != 0) {
+      return Status::InvalidArgument("cache shape: encoded blocks hold " + std::to_string(enc.tokens_per_block) +
+                                     " tokens, not a multiple of block_size " + std::to_string(block_size));
+    }
+    if (residual < 0) return Status::InvalidArgument("cache shape: residual must be >= 0");
+  }
+  return Status::OK();
+}
+
+PagedKV PageTable::Layer(int layer) const {
+  PagedKV kv = base_;
+  const size_t off = static_cast<size_t>(layer) * num_seqs_ * num_kv_heads_;
+  kv.num_streams = num_seqs_ * num_kv_heads_;
+  kv.indptr = indptr_.data() + off;
+  kv.indices = indices_.data();
+  kv.last_block_len = last_block_len_.data() + off;
+  return kv;
+}
+
+const EncodedKV* PageTable::Encoded(int layer) const {
+  return enc_layers_.empty() ? nullptr : &enc_layers_[static_cast<size_t>(layer)];
+}
+
+int64_t PageTable::StreamLength(int layer, int seq, int head) const {
+  const int s = seq * num_kv_heads_ + head;
+  const EncodedKV* e = Encoded(layer);
+  return Layer(layer).StreamLength(s) + (e ? e->StreamTokens(s) : 0);
+}
+
+Status KVCache::Create(const CacheShape& shape, int64_t num_blocks, bool with_storage, std::unique_ptr<KVCache>* out,
+                       int64_t num_encoded_blocks, const DeviceArenaAllocator* device) {
+  KVLAB_RETURN_IF_ERROR(shape.Validate());
+  std::unique_ptr<BlockPool> pool, enc_pool;
+  auto make = [&](std::string name, int64_t block_bytes, int64_t n, std::unique_ptr<BlockPool>* p) {
+    return device != nullptr ? BlockPool::CreateOnDevice(std::move(name), block_bytes, n, *device, p)
+                             : BlockPool::Create(std::move(name), block_bytes, n, with_storage, p);
+  };
+  KVLAB_RETURN_IF_ERROR(make(std::string("kv-") + DTypeName(shape.dtype), shape.BlockBytes(), num_blocks, &pool));
+  if (shape.encoded) {
+    KVLAB_RETURN_IF_ERROR(make("kv-" + shape.enc.Describe(), shape.enc.BlockBytes(), num_encoded_blocks, &enc_pool));
+  }
+  out->reset(new KVCache(shape, std::move(pool), std::move(enc_pool)));
+  return Status::OK();
+}
+
+KVCache::KVCache(const CacheShape& shape, std::unique_ptr<BlockPool> pool, std::unique_ptr<BlockPool> enc_pool)
+    : shape_(shape), pool_(std::move(pool)), enc_pool_(std::move(enc_pool)) {}
+
+int64_t KVCache::DeviceBytesInUse() const {
+  return pool_->bytes_in_use() + (enc_pool_ ? enc_pool_->bytes_in_use() : 0);
+}
+int64_t KVCache::BytesInUse() const { return DeviceBytesInUse() + HostBytesInUse() + DiskBytesInUse(); }
+int64_t KVCache::BytesReserved() const {
+  return pool_->bytes_reserved() + (enc_pool_ ? enc_pool_->bytes_reserved() : 0);
+}
+int64_t KVCache::BlocksInUse() const { return pool_->num_used() + (enc_pool_ ? enc_pool_->num_used() : 0); }
+void KVCache::UpdatePeak() {
+  peak_bytes_ = std::max(peak_bytes_, BytesInUse());
+  peak_device_bytes_ = std::max(peak_device_bytes_, DeviceBytesInUse());
+}
+
+void KVCache::FreeRef(int32_t ref, bool encoded) {
+  if (IsOffloaded(ref)) {
+    store_->Free(OffloadHandle(ref));
+  } else {
+    (encoded ? enc_pool_ : pool_)->DecRef(ref);
+  }
+}
+
+const uint8_t* KVCache::BlockData(int32_t ref, bool encoded, std::vector<uint8_t>* scratch) const {
+  const BlockPool& pool = encoded ? *enc_pool_ : *pool_;
+  if (!IsOffloaded(ref)) return pool.BlockData(ref);
+  scratch->resize(static_cast<size_t>(pool.block_bytes()));
+  store_->Get(OffloadHandle(ref), scratch->data());
+  return scratch->data();
+}
+
+void KVCache::ReadPlainSlot(const Stream& s, int64_t i, float* k, float* v, std::vector<uint8_t>* scratch) const {
+  const int bs = shape_.block_size;
+  const int64_t row = static_cast<int64_t>(shape_.head_dim) * DTypeBytes(shape_.dtype);
+  const uint8_t* b = BlockData(s.blocks[static_cast<size_t>(i / bs)], false, scratch);
+  ConvertToF32(shape_.dtype, b + (i % bs) * row, k, shape_.head_dim);
+  ConvertToF32(shape_.dtype, b + (bs + i % bs) * row, v, shape_.head_dim);
+}
+
+Status KVCache::AddSequence(SeqId id) {
+  if (seqs_.count(id)) return Status::InvalidArgument("sequence " + std::to_string(id) + " already in the cache");
+  seqs_[id].resize(static_cast<size_t>(shape_.StreamsPerSequence()));
+  return Status::OK();
+}
+
+Status KVCache::RemoveSequence(SeqId id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return Status::NotFound("sequence " + std::to_string(id) + " not in the cache");
+  for (Stream& s : it->second) {
+    for (int encoded = 0; encoded < 2; ++encoded) {
+      const std::vector<int32_t>& refs = encoded ? s.enc_blocks : s.blocks;
+      const bool cached_here = prefix_ && prefix_->encoded() == (encoded != 0);
+      for (int32_t b : refs) {
+        if (cached_here && !IsOffloaded(b)) {
+          // A cached block has the cache's reference and its holders'.
+          const int32_t rc = (encoded ? *enc_pool_ : *pool_).RefCount(b);
+          if (rc >= 3) --extra_block_holds_;
+          if (rc == 2) ++cache_only_blocks_;
+        }
+        FreeRef(b, encoded != 0);
+      }
+    }
+  }
+  seqs_.erase(it);
+  auto u = seq_units_.find(id);
+  if (u != seq_units_.end()) {
+    // Last unit first, as vLLM frees: a prefix's tail is evicted before its
+    // head, which more sequences are likely to share.
+    for (auto h = u->second.held.rbegin(); h != u->second.held.rend(); ++h) prefix_->Release(h->hash);
+    seq_units_.erase(u);
+  }
+  return Status::OK();
+}
+
+Status KVCache::EnablePrefixCaching() {
+  if (!seqs_.empty()) return Status::InvalidArgument("prefix caching: enable it before adding sequences");
+  if (store_) return Status::InvalidArgument("prefix caching: not supported with offloading (placement policies)");
+  prefix_ = std::make_unique<PrefixCache>(shape_.encoded ? shape_.enc.tokens_per_block : shape_.block_size,
+                                          shape_.encoded);
+  return Status::OK();
+}
+
+int KVCache::prefix_unit_tokens() const { return shape_.encoded ? shape_.enc.tokens_per_block : shape_.block_size; }
+
+KVCache::PrefixMatch KVCache::MatchPrefix(const std::vector<BlockHash>& hashes, int64_t max_units) const {
+  PrefixMatch m;
+  if (!prefix_) return m;
+  const int64_t n = std::min<int64_t>(max_units, static_cast<int64_t>(hashes.size()));
+  for (; m.units < n; ++m.units) {
+    const PrefixCache::Unit* u = prefix_->Find(hashes[static_cast<size_t>(m.units)]);
+    if (u == nullptr) break;
+    m.evictable_units += u->users == 0 ? 1 : 0;
+  }
+  return m;
+}
+
+Status KVCache::AddSequenceWithPrefix(SeqId id, const std::vector<BlockHash>& prefix) {
+  if (!prefix_) return Status::InvalidArgument("AddSequenceWithPrefix: prefix caching is not enabled");
+  if (seqs_.count(id)) return Status::InvalidArgument("sequence " + std::to_string(id) + " already in the cache");
+  if (MatchPrefix(prefix, static_cast<int64_t>(prefix.size())).units != static_cast<int64_t>(prefix.size())) {
+    return Status::NotFound("AddSequenceWithPrefix: sequence " + std::to_string(id) + ": a unit of its prefix is not cached");
+  }
+  std::vector<Stream>& streams = seqs_[id];
+  streams.resize(static_cast<size_t>(shape_.StreamsPerSequence()));
+  BlockPool& pool = prefix_->encoded() ? *enc_pool_ : *pool_;
+  SeqUnits& su = seq_units_[id];
+  for (BlockHash h : prefix) {
+    const PrefixCache::Unit* u = prefix_->Find(h);
+    for (size_t i = 0; i < streams.size(); ++i) {
+      const int32_t b = u->blocks[i];
+      if (pool.RefCount(b) == 1) --cache_only_blocks_;
+      if (pool.RefCount(b) >= 2) ++extra_block_holds_;
+      pool.IncRef(b);
+      (prefix_->encoded() ? streams[i].enc_blocks : streams[i].blocks).push_back(b);
+    }
+    prefix_->Acquire(h);
+    su.held.push_back({h, static_cast<int64_t>(su.held.size()), static_cast<int64_t>(streams.size())});
+    if (!prefix_->encoded()) su.shared_plain_holds += static_cast<int64_t>(streams.size());
+  }
+  su.num_seen = static_cast<int64_t>(prefix.size());
+  const int64_t n = su.num_seen * prefix_unit_tokens();
+  for (Stream& s : streams) {
+    s.num_tokens = n;
+    s.num_encoded = prefix_->encoded() ? n : 0;
+    s.positions.resize(static_cast<size_t>(n));
+    std::iota(s.positions.begin(), s.positions.end(), 0);
+    s.score.assign(static_cast<size_t>(n), 0.0f);
+  }
+  return Status::OK();
+}
+
+void KVCache::CacheFullUnits(SeqId id, const std::vector<BlockHash>& hashes) {
+  auto it = seqs_.find(id);
+  if (!prefix_ || it == seqs_.end()) return;
+  const std::vector<Stream>& streams = it->second;
+  SeqUnits& su = seq_units_[id];
+  // Units every stream holds in full: the streams of a sequence grow together.
+  int64_t full = INT64_MAX;
+  for (const Stream& s : streams) {
+    const int64_t n = prefix_->encoded() ? s.num_encoded : s.num_tokens;
+    full = std::min(full, n / prefix_unit_tokens());
+  }
+  int64_t last = std::min<int64_t>(full, static_cast<int64_t>(hashes.size()));
+  // After an eviction, new K/V depend on what was evicted: not the prefix's.
+  if (su.evict_horizon != INT64_MAX) last = std::min<int64_t>(last, su.evict_horizon / prefix_unit_tokens());
+  std::vector<int32_t> blocks;
+  for (; su.num_seen < last; ++su.num_seen) {
+    const BlockHash h = hashes[static_cast<size_t>(su.num_seen)];
+    // The unit's slots must be its tokens, in place, in every stream
+    // (positions increase, so the last one being its own says so).
+    const int64_t end = (su.num_seen + 1) * prefix_unit_tokens();
+    bool intact = true;
+    for (const Stream& s : streams) intact = intact && s.positions[static_cast<size_t>(end - 1)] == end - 1;
+    if (!intact) break;
+    if (prefix_->Find(h) != nullptr) continue;  // cached by another sequence first: this copy stays private
+    blocks.clear();
+    BlockPool& pool = prefix_->encoded() ? *enc_pool_ : *pool_;
+    for (const Stream& s : streams) {
+      const int32_t b = (prefix_->encoded() ? s.enc_blocks : s.blocks)[static_cast<size_t>(su.num_seen)];
+      pool.IncRef(b);  // the cache's own reference
+      blocks.push_back(b);
+    }
+    prefix_->Insert(h, blocks);
+    su.held.push_back({h, su.num_seen, static_cast<int64_t>(streams.size())});
+    if (!prefix_->encoded()) su.shared_plain_holds += static_cast<int64_t>(streams.size());
+  }
+}
+
+bool KVCache::MakeFree(bool encoded, int64_t n) {
+  BlockPool& pool = encoded ? *enc_pool_ : *pool_;
+  if (prefix_ && prefix_->encoded() == encoded) {
+    BlockHash h;
+    std::vector<int32_t> blocks;
+    while (pool.num_free() < n && prefix_->EvictLru(&h, &blocks)) {
+      for (int32_t b : blocks) pool.DecRef(b);  // only the cache held it: back to the free list
+      cache_only_blocks_ -= static_cast<int64_t>(blocks.size());
+    }
+  }
+  return pool.num_free() >= n;
+}
+
+int64_t KVCache::AvailableBlocks() const {
+  const bool cached_here = prefix_ && !prefix_->encoded();
+  return pool_->num_free() + (cached_here ? prefix_->num_evictable() * shape_.StreamsPerSequence() : 0);
+}
+
+int64_t KVCache::AvailableEncodedBlocks() const {
+  if (!enc_pool_) return 0;
+  const bool cached_here = prefix_ && prefix_->encoded();
+  return enc_pool_->num_free() + (cached_here ? prefix_->num_evictable() * shape_.StreamsPerSequence() : 0);
+}
+
+int64_t KVCache::UnitBlockBytes() const {
+  if (!prefix_) return 0;
+  return prefix_->encoded() ? enc_pool_->block_bytes() : pool_->block_bytes();
+}
+
+int64_t KVCache::CachedOnlyBytes() const { return prefix_ ? cache_only_blocks_ * UnitBlockBytes() : 0; }
+
+int64_t KVCache::SharedExtraBytes() const { return prefix_ ? extra_block_holds_ * UnitBlockBytes() : 0; }
+
+int64_t KVCache::CopyOnWriteBlocks(SeqId id) const {
+  auto it = seq_units_.find(id);
+  return it == seq_units_.end() ? 0 : it->second.shared_plain_holds;
+}
+
+void KVCache::DropStreamRef(SeqId id, size_t stream, bool encoded, size_t index, int32_t ref) {
+  if (prefix_ && prefix_->encoded() == encoded && !IsOffloaded(ref)) {
+    const int32_t rc = (encoded ? *enc_pool_ : *pool_).RefCount(ref);
+    if (rc >= 2) {  // private blocks have one holder: this is a cached unit's block
+      if (rc >= 3) --extra_block_holds_;
+      if (rc == 2) ++cache_only_blocks_;
+      auto su = seq_units_.find(id);
+      if (su != seq_units_.end()) {
+        std::vector<HeldUnit>& held = su->second.held;
+        auto h = std::lower_bound(held.begin(), held.end(), static_cast<int64_t>(index),
+                                  [](const HeldUnit& u, int64_t unit) { return u.unit < unit; });
+        if (h != held.end() && h->unit == static_cast<int64_t>(index) &&
+            prefix_->Find(h->hash)->blocks[stream] == ref) {
+          if (!encoded) --su->second.shared_plain_holds;
+          if (--h->streams == 0) {
+            prefix_->Release(h->hash);
+            held.erase(h);
+          }
+        }
+      }
+    }
+  }
+  FreeRef(ref, encoded);
+}
+
+int64_t KVCache::BlocksNeeded(SeqId id, int64_t n) const {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return 0;
+  int64_t need = 0;
+  for (const Stream& s : it->second) {
+    const int64_t want = s.num_plain() + n;
+    const int64_t have = s.Capacity(shape_.block_size);
+    if (want > have) need += (want - have + shape_.block_size - 1) / shape_.block_size;
+  }
+  return need;
+}
+
+Status KVCache::Reserve(SeqId id, int64_t n, const int32_t* positions) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return Status::NotFound("sequence " + std::to_string(id) + " not in the cache");
+  const int64_t need = BlocksNeeded(id, n);
+  if (need > AvailableBlocks()) {
+    return Status::ResourceExhausted("KV pool '" + pool_->name() + "' has " + std::to_string(AvailableBlocks()) +
+                                     " free blocks, sequence " + std::to_string(id) + " needs " +
+                                     std::to_string(need));
+  }
+  MakeFree(/*encoded=*/false, need);
+  for (Stream& s : it->second) {
+    while (s.Capacity(shape_.block_size) < s.num_plain() + n) s.blocks.push_back(pool_->Allocate());
+    s.positions.insert(s.positions.end(), positions, positions + n);
+    s.score.resize(static_cast<size_t>(s.num_tokens + n), 0.0f);
+    s.num_tokens += n;
+  }
+  UpdatePeak();
+  return Status::OK();
+}
+
+
+void KVCache::SealStream(Stream* s) {
+  if (!shape_.encoded) return;
+  const int bs = shape_.block_size;
+  const int tpb = shape_.enc.tokens_per_block;
+  const int d = shape_.head_dim;
+  const bool has_data = pool_->data() != nullptr;
+  std::vector<float> k, v;
+  std::vector<uint8_t> scratch;
+  while (s->num_plain() >= shape_.residual + tpb && MakeFree(/*encoded=*/true, 1)) {
+    const int32_t eb = enc_pool_->Allocate();
+    if (has_data) {
+      k.resize(static_cast<size_t>(tpb) * d);
+      v.resize(k.size());
+      for (int t = 0; t < tpb; ++t) {
+        ReadPlainSlot(*s, t, &k[static_cast<size_t>(t) * d], &v[static_cast<size_t>(t) * d], &scratch);
+      }
+      EncodeKvBlock(shape_.enc, k.data(), v.data(), enc_pool_->BlockData(eb));
+    }
+    s->enc_blocks.push_back(eb);
+    s->num_encoded += tpb;
+    const int nb = tpb / bs;  // whole plain blocks: the plain segment starts on a block boundary
+    for (int i = 0; i < nb; ++i) FreeRef(s->blocks[static_cast<size_t>(i)], false);
+    s->blocks.erase(s->blocks.begin(), s->blocks.begin() + nb);
+  }
+}
+
+void KVCache::Seal(SeqId id) {
+  if (!shape_.encoded) return;
+  for (Stream& s : seqs_.at(id)) SealStream(&s);
+  UpdatePeak();
+}
+
+Status KVCache::Compact(SeqId id, int layer, int head, const std::vector<int64_t>& keep) {
+  if (store_) KVLAB_RETURN_IF_ERROR(PromoteStream(id, layer, head));
+  Stream& s = mutable_stream(id, layer, head);
+  const size_t si = static_cast<size_t>(layer * shape_.num_kv_heads + head);
+  int64_t prev = -1;
+  for (int64_t k : keep) {
+    if (k <= prev || k >= s.num_tokens) {
+      return Status::InvalidArgument("Compact: keep list must be strictly increasing slot indices below " +
+                                     std::to_string(s.num_tokens));
+    }
+    prev = k;
+  }
+  const int bs = shape_.block_size;
+  const int d = shape_.head_dim;
+  const int64_t row_bytes = static_cast<int64_t>(d) * DTypeBytes(shape_.dtype);
+  const bool has_data = pool_->data() != nullptr;
+  // Leading kept slots that are already in place need no work.
+  size_t first_moved = 0;
+  while (first_moved < keep.size() && keep[first_moved] == static_cast<int64_t>(first_moved)) ++first_moved;
+  const bool decodes = s.num_encoded > 0 && static_cast<int64_t>(first_moved) < s.num_encoded;
+  const int64_t kept_before = s.num_tokens;
+
+  // Check first, then act: the plain blocks this compaction takes (copies
+  // of shared blocks it writes, or blocks for decoded tokens) must be there.
+  std::vector<size_t> copies;  // plain list entries to copy before writing
+  int64_t need = 0;
+  if (decodes) {
+    const int64_t base = static_cast<int64_t>(first_moved) / shape_.enc.tokens_per_block * shape_.enc.tokens_per_block;
+    const int64_t n_plain = static_cast<int64_t>(keep.end() - std::lower_bound(keep.begin(), keep.end(), base));
+    for (size_t j = 0; j < s.blocks.size() && static_cast<int64_t>(j) * bs < n_plain; ++j) {
+      if (pool_->RefCount(s.blocks[j]) > 1) copies.push_back(j);
+    }
+    need = std::max<int64_t>(0, (n_plain + bs - 1) / bs - static_cast<int64_t>(s.blocks.size()));
+  } else if (first_moved < keep.size()) {
+    const size_t b0 = static_cast<size_t>((static_cast<int64_t>(first_moved) - s.num_encoded) / bs);
+    const size_t b1 = static_cast<size_t>((static_cast<int64_t>(keep.size()) - 1 - s.num_encoded) / bs);
+    for (size_t j = b0; j <= b1; ++j) {
+      if (pool_->RefCount(s.blocks[j]) > 1) copies.push_back(j);
+    }
+  }
+  need += static_cast<int64_t>(copies.size());
+  if (!copies.empty() && pool_->on_device()) {
+    return Status::InvalidArgument("Compact: sequence " + std::to_string(id) +
+                                   ": copying a shared block on a device pool is not implemented");
+  }
+  if (need > 0 && !MakeFree(/*encoded=*/false, need)) {
+    return Status::ResourceExhausted("Compact: sequence " + std::to_string(id) + " needs " + std::to_string(need) +
+                                     " free blocks (copies of shared blocks, room for decoded tokens), the pool has " +
+                                     std::to_string(pool_->num_free()));
+  }
+  if (prefix_ && static_cast<int64_t>(keep.size()) < kept_before) {
+    SeqUnits& su = seq_units_[id];
+    su.evict_horizon = std::min<int64_t>(su.evict_horizon, s.positions.back() + 1);
+  }
+  // Copy on write: the stream gets its own copy of each shared block it writes.
+  for (size_t j : copies) {
+    const int32_t shared = s.blocks[j];
+    const int32_t own = pool_->Allocate();
+    if (has_data) std::memcpy(pool_->BlockData(own), pool_->BlockData(shared), static_cast<size_t>(pool_->block_bytes()));
+    s.blocks[j] = own;
+    DropStreamRef(id, si, /*encoded=*/false, j, shared);
+    ++num_copied_blocks_;
+  }
+
+  if (decodes) {
+    // Encoded blocks from the one holding the first moved slot onward are
+    // decoded; their kept tokens and the kept plain tokens are rewritten as
+    // plain slots, then re-sealed.
+    const int tpb = shape_.enc.tokens_per_block;
+    const size_t first_block = first_moved / static_cast<size_t>(tpb);
+    const int64_t base = static_cast<int64_t>(first_block) * tpb;  // first rewritten slot
+    std::vector<float> dk(static_cast<size_t>(s.num_encoded - base) * d), dv(dk.size());
+    if (has_data) {
+      for (size_t b = first_block; b < s.enc_blocks.size(); ++b) {
+        const size_t off = (b - first_block) * static_cast<size_t>(tpb) * d;
+        DecodeKvBlock(shape_.enc, enc_pool_->BlockData(s.enc_blocks[b]), &dk[off], &dv[off]);
+      }
+    }
+    std::vector<float> kept_k, kept_v;
+    std::vector<int32_t> kept_pos;
+    std::vector<float> kept_score;
+    std::vector<float> pk(static_cast<size_t>(d)), pv(static_cast<size_t>(d));
+    for (int64_t slot : keep) {
+      if (slot < base) continue;
+      if (has_data) {
+        if (slot < s.num_encoded) {
+          const size_t off = static_cast<size_t>(slot - base) * d;
+          kept_k.insert(kept_k.end(), dk.begin() + off, dk.begin() + off + d);
+          kept_v.insert(kept_v.end(), dv.begin() + off, dv.begin() + off + d);
+        } else {
+          std::vector<uint8_t> scratch;
+          ReadPlainSlot(s, slot - s.num_encoded, pk.data(), pv.data(), &scratch);
+          kept_k.insert(kept_k.end(), pk.begin(), pk.end());
+          kept_v.insert(kept_v.end(), pv.begin(), pv.end());
+        }
+      }
+      kept_pos.push_back(s.positions[static_cast<size_t>(slot)]);
+      kept_score.push_back(s.score[static_cast<size_t>(slot)]);
+    }
+    // Shared encoded blocks are only dropped (the re-sealed ones are new).
+    for (size_t b = s.enc_blocks.size(); b-- > first_block;) DropStreamRef(id, si, /*encoded=*/true, b, s.enc_blocks[b]);
+    s.enc_blocks.resize(first_block);
+    s.num_encoded = base;
+    const int64_t n_plain = static_cast<int64_t>(kept_pos.size());
+    // Reuse the stream's plain blocks, allocating (checked above) only if the decoded tokens need more.
+    const size_t blocks_needed = static_cast<size_t>((n_plain + bs - 1) / bs);
+    while (s.blocks.size() < blocks_needed) s.blocks.push_back(pool_->Allocate());
+    while (s.blocks.size() > blocks_needed) {
+      DropStreamRef(id, si, /*encoded=*/false, s.blocks.size() - 1, s.blocks.back());
+      s.blocks.pop_back();
+    }
+    if (has_data) {
+      for (int64_t i = 0; i < n_plain; ++i) {
+        uint8_t* blk = pool_->BlockData(s.blocks[static_cast<size_t>(i / bs)]);
+        ConvertFromF32(shape_.dtype, &kept_k[static_cast<size_t>(i) * d], blk + (i % bs) * row_bytes, d);
+        ConvertFromF32(shape_.dtype, &kept_v[static_cast<size_t>(i) * d], blk + (bs + i % bs) * row_bytes, d);
+      }
+    }
+    s.positions.resize(static_cast<size_t>(base));
+    s.score.resize(static_cast<size_t>(base));
+    s.positions.insert(s.positions.end(), kept_pos.begin(), kept_pos.end());
+    s.score.insert(s.score.end(), kept_score.begin(), kept_score.end());
+    s.num_tokens = base + n_plain;
+    SealStream(&s);
+    UpdatePeak();
+    return Status::OK();
+  }
+
+  // Only plain slots move: copy each kept slot down within the plain blocks.
+  for (size_t i = first_moved; i < keep.size(); ++i) {
+    const int64_t src = keep[i] - s.num_encoded, dst = static_cast<int64_t>(i) - s.num_encoded;
+    if (has_data) {
+      uint8_t* sb = pool_->BlockData(s.blocks[static_cast<size_t>(src / bs)]);
+      uint8_t* db = pool_->BlockData(s.blocks[static_cast<size_t>(dst / bs)]);
+      std::memmove(db + (dst % bs) * row_bytes, sb + (src % bs) * row_bytes, static_cast<size_t>(row_bytes));
+      std::memmove(db + (bs + dst % bs) * row_bytes, sb + (bs + src % bs) * row_bytes, static_cast<size_t>(row_bytes));
+    }
+    s.positions[i] = s.positions[static_cast<size_t>(keep[i])];
+    s.score[i] = s.score[static_cast<size_t>(keep[i])];
+  }
+  s.num_tokens = static_cast<int64_t>(keep.size());
+  s.positions.resize(keep.size());
+  s.score.resize(keep.size());
+  const size_t blocks_needed = static_cast<size_t>((s.num_plain() + bs - 1) / bs);
+  while (s.blocks.size() > blocks_needed) {
+    DropStreamRef(id, si, /*encoded=*/false, s.blocks.size() - 1, s.blocks.back());
+    s.blocks.pop_back();
+  }
+  UpdatePeak();
+  return Status::OK();
+}
+
+void KVCache::ReadSlot(SeqId id, int layer, int head, int64_t slot, float* k, float* v) const {
+  const Stream& s = stream(id, layer, head);
+  std::vector<uint8_t> scratch;
+  if (slot >= s.num_encoded) {
+    ReadPlainSlot(s, slot - s.num_encoded, k, v, &scratch);
+    return;
+  }
+  const int tpb = shape_.enc.tokens_per_block;
+  const int d = shape_.head_dim;
+  std::vector<float> dk(static_cast<size_t>(tpb) * d), dv(dk.size());
+  DecodeKvBlock(shape_.enc, BlockData(s.enc_blocks[static_cast<size_t>(slot / tpb)], true, &scratch), dk.data(),
+                dv.data());
+  std::memcpy(k, &dk[static_cast<size_t>(slot % tpb) * d], sizeof(float) * static_cast<size_t>(d));
+  std::memcpy(v, &dv[static_cast<size_t>(slot % tpb) * d], sizeof(float) * static_cast<size_t>(d));
+}
+
+const Stream& KVCache::stream(SeqId id, int layer, int head) const {
+  return seqs_.at(id)[static_cast<size_t>(layer * shape_.num_kv_heads + head)];
+}
+
+Stream& KVCache::mutable_stream(SeqId id, int layer, int head) {
+  return seqs_.at(id)[static_cast<size_t>(layer * shape_.num_kv_heads + head)];
+}
+
+void KVCache::BuildPageTable(const std::vector<SeqId>& seqs, PageTable* out) const {
+  const int L = shape_.num_layers, H = shape_.num_kv_heads, B = static_cast<int>(seqs.size());
+  const int bs = shape_.block_size;
+  const size_t n_streams = static_cast<size_t>(L) * B * H;
+  out->num_seqs_ = B;
+  out->num_layers_ = L;
+  out->num_kv_heads_ = H;
+  out->indptr_.assign(1, 0);
+  out->indptr_.reserve(n_streams + 1);
+  out->indices_.clear();
+  out->last_block_len_.clear();
+  out->last_block_len_.reserve(n_streams);
+  out->enc_indptr_.assign(1, 0);
+  out->enc_indices_.clear();
+  std::vector<const std::vector<Stream>*> seq_streams;
+  seq_streams.reserve(seqs.size());
+  for (SeqId id : seqs) seq_streams.push_back(&seqs_.at(id));
+  for (int l = 0; l < L; ++l) {
+    for (int b = 0; b < B; ++b) {
+      for (int h = 0; h < H; ++h) {
+        const Stream& s = (*seq_streams[static_cast<size_t>(b)])[static_cast<size_t>(l * H + h)];
+        const int64_t nb = (s.num_plain() + bs - 1) / bs;
+        out->indices_.insert(out->indices_.end(), s.blocks.begin(), s.blocks.begin() + nb);
+        out->indptr_.push_back(static_cast<int32_t>(out->indices_.size()));
+        out->last_block_len_.push_back(nb == 0 ? 0 : static_cast<int32_t>(s.num_plain() - (nb - 1) * bs));
+        if (shape_.encoded) {
+          out->enc_indices_.insert(out->enc_indices_.end(), s.enc_blocks.begin(), s.enc_blocks.end());
+          out->enc_indptr_.push_back(static_cast<int32_t>(out->enc_indices_.size()));
+        }
+      }
+    }
+  }
+  out->base_.base = pool_->data();
+  out->base_.block_bytes = pool_->block_bytes();
+  out->base_.dtype = shape_.dtype;
+  out->base_.block_size = bs;
+  out->base_.head_dim = shape_.head_dim;
+  out->enc_layers_.clear();
+  if (shape_.encoded) {
+    for (int l = 0; l < L; ++l) {
+      EncodedKV e;
+      e.base = enc_pool_->data();
+      e.block_bytes = enc_pool_->block_bytes();
+      e.enc = shape_.enc;
+      e.num_streams = B * H;
+      e.indptr = out->enc_indptr_.data() + static_cast<size_t>(l) * B * H;
+      e.indices = out->enc_indices_.data();
+      out->enc_layers_.push_back(e);
+    }
+  }
+}
+
+Status KVCache::EnableOffload(const PlacementOptions& options) {
+  if (prefix_) return Status::InvalidArgument("offloading: not supported with prefix caching");
+  std::vector<int64_t> bytes = {pool_->block_bytes()};
+  if (enc_pool_) bytes.push_back(enc_pool_->block_bytes());
+  return OffloadStore::Create(bytes, options.host_budget_bytes, options.disk_path, &store_);
+}
+
+Status KVCache::Demote(SeqId id, int layer, int head, bool encoded, size_t index) {
+  Stream& s = mutable_stream(id, layer, head);
+  std::vector<int32_t>& refs = encoded ? s.enc_blocks : s.blocks;
+  const int32_t ref = refs[index];
+  if (IsOffloaded(ref)) return Status::OK();
+  BlockPool& pool = encoded ? *enc_pool_ : *pool_;
+  int64_t handle = 0;
+  KVLAB_RETURN_IF_ERROR(store_->Put(encoded ? 1 : 0, pool.data() ? pool.BlockData(ref) : nullptr, &handle));
+  pool.DecRef(ref);
+  refs[index] = static_cast<int32_t>(-1 - handle);
+  return Status::OK();
+}
+
+Status KVCache::PromoteStream(SeqId id, int layer, int head) {
+  Stream& s = mutable_stream(id, layer, head);
+  for (int encoded = 0; encoded < 2; ++encoded) {
+    std::vector<int32_t>& refs = encoded ? s.enc_blocks : s.blocks;
+    BlockPool* pool = encoded ? enc_pool_.get() : pool_.get();
+    for (int32_t& ref : refs) {
+      if (!IsOffloaded(ref)) continue;
+      const int32_t b = pool->Allocate();
+      if (b < 0) return Status::ResourceExhausted("KV pool '" + pool->name() + "' full while bringing blocks back");
+      if (pool->data() != nullptr) KVLAB_RETURN_IF_ERROR(store_->Get(OffloadHandle(ref), pool->BlockData(b)));
+      store_->Free(OffloadHandle(ref));
+      ref = b;
+    }
+  }
+  UpdatePeak();
+  return Status::OK();
+}
+
+Status KVCache::PlanStep(const std::vector<SeqId>& seqs, PageTable* out, StagingPlan* plan) {
+  BuildPageTable(seqs, out);
+  plan->per_layer.assign(static_cast<size_t>(shape_.num_layers), {});
+  plan->plain_blocks.clear();
+  plan->enc_blocks.clear();
+  if (!store_) return Status::OK();
+  const size_t per_layer_streams = seqs.size() * static_cast<size_t>(shape_.num_kv_heads);
+  // Count offloaded references per layer and format; two staging sets of the
+  // largest count let layer l+1 load while layer l computes.
+  size_t max_plain = 0, max_enc = 0;
+  for (int l = 0; l < shape_.num_layers; ++l) {
+    size_t np = 0, ne = 0;
+    const size_t s0 = static_cast<size_t>(l) * per_layer_streams;
+    for (int32_t i = out->indptr_[s0]; i < out->indptr_[s0 + per_layer_streams]; ++i) np += IsOffloaded(out->indices_[static_cast<size_t>(i)]);
+    if (shape_.encoded) {
+      for (int32_t i = out->enc_indptr_[s0]; i < out->enc_indptr_[s0 + per_layer_streams]; ++i) {
+        ne += IsOffloaded(out->enc_indices_[static_cast<size_t>(i)]);
+      }
+    }
+    max_plain = std::max(max_plain, np);
+    max_enc = std::max(max_enc, ne);
+  }
+  const size_t sets = shape_.num_layers > 1 ? 2 : 1;
+  if (!pool_->CanAllocate(static_cast<int64_t>(sets * max_plain)) ||
+      (max_enc > 0 && !enc_pool_->CanAllocate(static_cast<int64_t>(sets * max_enc)))) {
+    return Status::ResourceExhausted("no room on the device for the staging blocks of offloaded KV");
+  }
+  for (size_t i = 0; i < sets * max_plain; ++i) plan->plain_blocks.push_back(pool_->Allocate());
+  for (size_t i = 0; i < sets * max_enc; ++i) plan->enc_blocks.push_back(enc_pool_->Allocate());
+  for (int l = 0; l < shape_.num_layers; ++l) {
+    const size_t set = static_cast<size_t>(l) % sets;
+    size_t np = 0, ne = 0;
+    const size_t s0 = static_cast<size_t>(l) * per_layer_streams;
+    for (int32_t i = out->indptr_[s0]; i < out->indptr_[s0 + per_layer_streams]; ++i) {
+      int32_t& ref = out->indices_[static_cast<size_t>(i)];
+      if (!IsOffloaded(ref)) continue;
+      const int32_t staged = plan->plain_blocks[set * max_plain + np++];
+      plan->per_layer[static_cast<size_t>(l)].push_back({OffloadHandle(ref), staged, false});
+      ref = staged;
+    }
+    if (!shape_.encoded) continue;
+    for (int32_t i = out->enc_indptr_[s0]; i < out->enc_indptr_[s0 + per_layer_streams]; ++i) {
+      int32_t& ref = out->enc_indices_[static_cast<size_t>(i)];
+      if (!IsOffloaded(ref)) continue;
+      const int32_t staged = plan->enc_blocks[set * max_enc + ne++];
+      plan->per_layer[static_cast<size_t>(l)].push_back({OffloadHandle(ref), staged, true});
+      ref = staged;
+    }
+  }
+  UpdatePeak();
+  return Status::OK();
+}
+
+Status KVCache::LoadStaged(const StagingPlan& plan, int layer) const {
+  for (const StagingPlan::Load& ld : plan.per_layer[static_cast<size_t>(layer)]) {
+    BlockPool& pool = ld.encoded ? *enc_pool_ : *pool_;
+    if (pool.data() != nullptr) KVLAB_RETURN_IF_ERROR(store_->Get(ld.handle, pool.BlockData(ld.block)));
+  }
+  return Status::OK();
+}
+
+void KVCache::ReleaseStaging(StagingPlan* plan) {
+  for (int32_t b : plan->plain_blocks) pool_->DecRef(b);
+  for (int32_t b : plan->enc_blocks) enc_pool_->DecRef(b);
+  plan->plain_blocks.clear();
+  plan->enc_blocks.clear();
+  plan->per_layer.clear();
+}
+
+void KVCache::StagingBlocksNeeded(const std::vector<SeqId>& seqs, int64_t* plain, int64_t* enc) const {
+  *plain = *enc = 0;
+  if (!store_) return;
+  // As PlanStep counts: per layer, the offloaded blocks of the batch's streams.
+  std::vector<const std::vector<Stream>*> seq_streams;
+  for (SeqId id : seqs) {
+    auto it = seqs_.find(id);
+    if (it != seqs_.end()) seq_streams.push_back(&it->second);
+  }
+  int64_t max_plain = 0, max_enc = 0;
+  for (int l = 0; l < shape_.num_layers; ++l) {
+    int64_t np = 0, ne = 0;
+    for (const std::vector<Stream>* streams : seq_streams) {
+      for (int h = 0; h < shape_.num_kv_heads; ++h) {
+        const Stream& s = (*streams)[static_cast<size_t>(l * shape_.num_kv_heads + h)];
+        np += std::count_if(s.blocks.begin(), s.blocks.end(), IsOffloaded);
+        ne += std::count_if(s.enc_blocks.begin(), s.enc_blocks.end(), IsOffloaded);
+      }
+    }
+    max_plain = std::max(max_plain, np);
+    max_enc = std::max(max_enc, ne);
+  }
+  const int64_t sets = shape_.num_layers > 1 ? 2 : 1;
+  *plain = sets * max_plain;
+  *enc = sets * max_enc;
+}
+
+int64_t KVCache::OffloadedBlocks(SeqId id, bool encoded) const {
+  auto it = seqs_.find(id);
+  if (!store_ || it == seqs_.end()) return 0;
+  int64_t n = 0;
+  for (const Stream& s : it->second) {
+    const std::vector<int32_t>& refs = encoded ? s.enc_blocks : s.blocks;
+    n += std::count_if(refs.begin(), refs.end(), IsOffloaded);
+  }
+  return n;
+}
+
+int64_t KVCache::SlotsInUse(SeqId id) const {
+  int64_t n = 0;
+  for (const Stream& s : seqs_.at(id)) n += s.num_tokens;
+  return n;
+}
+
+}  // namespace kvlab

@@ -1,0 +1,315 @@
+// Room core/cache/: block pools, the KV cache's streams, prefix cache, offload tiers.
+// Called by core/model, core/engine and core/serve; includes policies, kernels, core/base.
+//
+// KVCache: the paged KV cache. One stream per (sequence, layer, stored KV
+// head); each stream is a list of blocks from the cache's BlockPool plus
+// per-slot metadata. Core (engine, scheduler) is the only caller that mutates
+// it: policies propose, core applies (Reserve, Compact, RemoveSequence).
+// Not thread-safe.
+#pragma once
+
+#include <climits>
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "core/cache/block_pool.h"
+#include "core/cache/offload_store.h"
+#include "core/base/dtype.h"
+#include "core/cache/prefix_cache.h"
+#include "core/base/status.h"
+#include "kernels/kv_encoding.h"
+#include "kernels/paged_kv.h"
+#include "policies/kv_policy.h"
+
+namespace kvlab {
+
+struct CacheShape {
+  int num_layers = 0;
+  int num_kv_heads = 0;  // stored KV heads per layer (after any head sharing)
+  int head_dim = 0;
+  int block_size = 16;
+  DType dtype = DType::kBF16;
+  // Representation: when `encoded`, the oldest plain tokens beyond the most
+  // recent `residual` are sealed into encoded blocks of enc.tokens_per_block
+  // tokens (REQUIRES: a multiple of block_size), kept in a second pool.
+  bool encoded = false;
+  KvEncoding enc;
+  int64_t residual = 0;
+
+  int64_t BlockBytes() const { return 2LL * block_size * head_dim * DTypeBytes(dtype); }
+  int StreamsPerSequence() const { return num_layers * num_kv_heads; }
+  Status Validate() const;
+};
+
+// A block reference in a stream: >= 0 is a block id in a device pool; < 0 is
+// a block moved off the device, -1 - (its OffloadStore handle).
+inline bool IsOffloaded(int32_t ref) { return ref < 0; }
+inline int64_t OffloadHandle(int32_t ref) { return -1 - static_cast<int64_t>(ref); }
+
+// Offloaded blocks a step reads, brought back into device staging blocks
+// layer by layer (two staging sets, so layer l+1 loads while l computes).
+struct StagingPlan {
+  struct Load {
+    int64_t handle;
+    int32_t block;  // staging block id in the plain or encoded device pool
+    bool encoded;
+  };
+  std::vector<std::vector<Load>> per_layer;
+  std::vector<int32_t> plain_blocks, enc_blocks;  // allocated staging blocks
+  bool empty() const { return plain_blocks.empty() && enc_blocks.empty(); }
+};
+
+// One stream: the K/V of one (sequence, layer, stored KV head). Slots are
+// numbered encoded-first: [0, num_encoded) in enc_blocks, the rest in blocks.
+struct Stream {
+  std::vector<int32_t> blocks;     // plain block ids in slot order
+  std::vector<int32_t> enc_blocks; // encoded block ids (each full), oldest first
+  int64_t num_encoded = 0;         // slots in encoded blocks
+  int64_t num_tokens = 0;          // slots in use, encoded + plain
+  std::vector<int32_t> positions;  // original token position of each slot
+  std::vector<float> score;        // policy state per slot (e.g. accumulated attention)
+
+  int64_t num_plain() const { return num_tokens - num_encoded; }
+  // Plain slots the plain blocks can hold.
+  int64_t Capacity(int block_size) const { return static_cast<int64_t>(blocks.size()) * block_size; }
+};
+
+// What a policy sees of one stream (core builds it; policies only read it).
+inline StreamState StateOf(const Stream& s, int layer, int head, int64_t seq_length, int block_size) {
+  StreamState ss;
+  ss.layer = layer;
+  ss.kv_head = head;
+  ss.num_tokens = s.num_tokens;
+  ss.positions = s.positions.data();
+  ss.score = s.score.data();
+  ss.seq_length = seq_length;
+  ss.block_size = block_size;
+  return ss;
+}
+
+// The step's page tables for a batch of sequences, all layers, in one CSR
+// (built once per step, shared by all layers). Streams are ordered
+// [layer][seq][kv_head]; indptr values index the shared `indices`.
+class PageTable {
+ public:
+  // The kernel view of layer `layer`: its plain segments.
+  PagedKV Layer(int layer) const;
+  // Its encoded segments; nullptr when the cache has no encoding.
+  const EncodedKV* Encoded(int layer) const;
+  int num_seqs() const { return num_seqs_; }
+  // Slots of a stream, encoded plus plain.
+  int64_t StreamLength(int layer, int seq, int head) const;
+
+ private:
+  friend class KVCache;
+  std::vector<int32_t> indptr_, indices_, last_block_len_;
+  std::vector<int32_t> enc_indptr_, enc_indices_;
+  std::vector<EncodedKV> enc_layers_;
+  int num_seqs_ = 0, num_layers_ = 0, num_kv_heads_ = 0;
+  PagedKV base_;
+};
+
+class KVCache {
+ public:
+  using SeqId = int64_t;
+
+  // A cache whose plain pool holds num_blocks blocks of shape.BlockBytes()
+  // and, with an encoding, an encoded pool of num_encoded_blocks blocks.
+  // With `device`, both pools' arenas are device memory from it
+  // (BlockPool::CreateOnDevice; with_storage is then ignored): the cache keeps
+  // the books and the page tables, and never touches the bytes (sealing,
+  // compaction and offload copies are left to the device's owner).
+  static Status Create(const CacheShape& shape, int64_t num_blocks, bool with_storage,
+                       std::unique_ptr<KVCache>* out, int64_t num_encoded_blocks = 0,
+                       const DeviceArenaAllocator* device = nullptr);
+
+  const CacheShape& shape() const { return shape_; }
+  BlockPool& pool() { return *pool_; }
+  const BlockPool& pool() const { return *pool_; }
+  // The encoded pool, or nullptr.
+  const BlockPool* encoded_pool() const { return enc_pool_.get(); }
+
+  // Bytes over all pools and tiers (device, host, disk), read from them.
+  int64_t BytesInUse() const;
+  // Bytes resident in the device pools (staging included while a step runs).
+  int64_t DeviceBytesInUse() const;
+  int64_t PeakDeviceBytesInUse() const { return peak_device_bytes_; }
+  int64_t HostBytesInUse() const { return store_ ? store_->host_bytes() : 0; }
+  int64_t DiskBytesInUse() const { return store_ ? store_->disk_bytes() : 0; }
+  int64_t BytesReserved() const;
+  int64_t BlocksInUse() const;
+  // Peak of BytesInUse() since creation (or ResetPeak).
+  int64_t PeakBytesInUse() const { return peak_bytes_; }
+  void ResetPeak() {
+    peak_bytes_ = BytesInUse();
+    peak_device_bytes_ = DeviceBytesInUse();
+  }
+
+  // --- placement (offloading) ---
+  Status EnableOffload(const PlacementOptions& options);
+  bool offload_enabled() const { return store_ != nullptr; }
+  // Moves block `index` of a stream's plain (or encoded) list off the device.
+  Status Demote(SeqId id, int layer, int head, bool encoded, size_t index);
+  // Brings every offloaded block of a stream back to the device.
+  Status PromoteStream(SeqId id, int layer, int head);
+  // BuildPageTable plus staging: offloaded blocks get staging block ids in
+  // the page table, to be filled by LoadStaged before each layer reads.
+  Status PlanStep(const std::vector<SeqId>& seqs, PageTable* out, StagingPlan* plan);
+  // Copies layer `layer`'s offloaded blocks into their staging blocks. Safe
+  // to run on another thread while a different layer computes.
+  Status LoadStaged(const StagingPlan& plan, int layer) const;
+  void ReleaseStaging(StagingPlan* plan);
+  // Staging blocks PlanStep takes from the plain and encoded pools for a
+  // step over `seqs` (Reserve adds device blocks only, so this holds before
+  // or after it). For one sequence it bounds that sequence's share of any
+  // batch's staging (the sum over a batch is at least the batch's need).
+  void StagingBlocksNeeded(const std::vector<SeqId>& seqs, int64_t* plain, int64_t* enc) const;
+  // Blocks of `id`'s plain (or encoded) lists that live off the device:
+  // what Compact brings back before it moves slots.
+  int64_t OffloadedBlocks(SeqId id, bool encoded) const;
+
+  Status AddSequence(SeqId id);
+  bool HasSequence(SeqId id) const { return seqs_.count(id) != 0; }
+  // Frees every block of every stream of the sequence (blocks the prefix
+  // cache holds stay cached).
+  Status RemoveSequence(SeqId id);
+  size_t num_sequences() const { return seqs_.size(); }
+
+  // --- prefix caching ---
+  // Full units (one full block per stream for block_size tokens; with an
+  // encoding, one sealed encoded block per stream for tokens_per_block
+  // tokens) are cached under the chained hash of the tokens up to their end
+  // and shared by reference count: a sequence added with a cached prefix
+  // holds the same block ids, and new tokens only ever go to blocks after
+  // them. Units no sequence holds stay cached until an allocation needs
+  // their blocks (least recently released first).
+  // Copy on write: a shared block (reference count > 1: other sequences or
+  // the cache hold it) is never written. Compact gives the stream a private
+  // copy of each shared block it would write and drops the stream's
+  // reference to the shared one (a sequence stops being a user of a unit
+  // when none of its streams holds the unit's blocks any more), so cached
+  // units stay valid for other requests. A unit is cached only while its
+  // slots are its tokens in place in every stream and were computed before
+  // the sequence's first eviction (later K/V depend on what was evicted).
+  // REQUIRES: no sequences yet; no offloading.
+  Status EnablePrefixCaching();
+  bool prefix_caching() const { return prefix_ != nullptr; }
+  // Tokens per unit (block_size, or the encoding's tokens_per_block).
+  int prefix_unit_tokens() const;
+  // nullptr without prefix caching.
+  const PrefixCache* prefix_cache() const { return prefix_.get(); }
+  struct PrefixMatch {
+    int64_t units = 0;            // leading units cached
+    int64_t evictable_units = 0;  // of which no sequence holds (adding the sequence takes them off the LRU)
+  };
+  // The leading units of `hashes`, at most max_units, that are cached.
+  PrefixMatch MatchPrefix(const std::vector<BlockHash>& hashes, int64_t max_units) const;
+  // Adds a sequence that holds the cached units `prefix` (its leading
+  // units' hashes): its streams start with their blocks and
+  // prefix.size() * prefix_unit_tokens() slots at positions 0, 1, ...
+  // NotFound, adding nothing, if one is not cached.
+  Status AddSequenceWithPrefix(SeqId id, const std::vector<BlockHash>& prefix);
+  // Caches the sequence's full units that are not cached yet: hashes[u]
+  // identifies unit u of its tokens (units past those its streams hold in
+  // full are ignored). A unit whose hash another sequence cached first stays
+  // private to this one (no deduplication, as in vLLM).
+  void CacheFullUnits(SeqId id, const std::vector<BlockHash>& hashes);
+  // Blocks an allocation can get from the plain (encoded) pool: the free
+  // ones and those only the prefix cache holds, which it evicts on demand.
+  int64_t AvailableBlocks() const;
+  int64_t AvailableEncodedBlocks() const;
+  // Bytes of the blocks only the prefix cache holds (in use in the pools;
+  // those of units no sequence uses are free for allocation, see
+  // AvailableBlocks).
+  int64_t CachedOnlyBytes() const;
+  // Bytes counted more than once when the streams' block lists of all
+  // sequences are summed (blocks held by several sequences).
+  int64_t SharedExtraBytes() const;
+  // Plain blocks of `id`'s streams that are shared (the prefix cache or
+  // other sequences hold them too): the most blocks Compact can copy before
+  // writing, over all of its streams. 0 for a sequence not in the cache.
+  int64_t CopyOnWriteBlocks(SeqId id) const;
+  // Shared blocks Compact has copied so far.
+  int64_t num_copied_blocks() const { return num_copied_blocks_; }
+
+  // Check-then-act pair: blocks needed to append n slots to every stream of
+  // `id`, and the append itself (slots get original positions positions[0..n)).
+  // Reserve fails with ResourceExhausted, changing nothing, when the pool
+  // cannot supply the blocks (evicting unreferenced cached units if needed).
+  int64_t BlocksNeeded(SeqId id, int64_t n) const;
+  Status Reserve(SeqId id, int64_t n, const int32_t* positions);
+
+  // Keeps only the slots `keep` (strictly increasing slot indices) of one
+  // stream, moving their K/V, positions and scores down, and frees the blocks
+  // no longer needed. Encoded blocks from the first one that loses a slot
+  // are decoded, and their kept tokens re-sealed by Seal. Shared blocks it
+  // would write are copied first (see prefix caching); ResourceExhausted,
+  // keeping every slot, when the pools cannot supply the copies or the plain
+  // blocks decoded tokens need (InvalidArgument for a copy on a device pool,
+  // whose bytes the cache cannot move). With offloading, the stream's
+  // blocks are brought back to the device first.
+  Status Compact(SeqId id, int layer, int head, const std::vector<int64_t>& keep);
+
+  // Seals, in every stream of `id`, whole groups of the oldest plain tokens
+  // that lie outside the residual into encoded blocks, freeing their plain
+  // blocks. A no-op without an encoding, or while the encoded pool is full.
+  void Seal(SeqId id);
+
+  // Reads slot `slot` of a stream as fp32 K and V [head_dim] (decoding if
+  // needed). For tests and tools, not hot paths. REQUIRES: storage present.
+  void ReadSlot(SeqId id, int layer, int head, int64_t slot, float* k, float* v) const;
+
+  const Stream& stream(SeqId id, int layer, int head) const;
+  Stream& mutable_stream(SeqId id, int layer, int head);
+
+  // Builds the page tables of `seqs` (in batch order) for all layers.
+  void BuildPageTable(const std::vector<SeqId>& seqs, PageTable* out) const;
+
+  // Tokens held by a sequence, summed over its streams (slots, not blocks).
+  int64_t SlotsInUse(SeqId id) const;
+
+ private:
+  KVCache(const CacheShape& shape, std::unique_ptr<BlockPool> pool, std::unique_ptr<BlockPool> enc_pool);
+  void UpdatePeak();
+  void SealStream(Stream* s);
+  // Device data of a block reference, reading an offloaded block into *scratch.
+  const uint8_t* BlockData(int32_t ref, bool encoded, std::vector<uint8_t>* scratch) const;
+  void ReadPlainSlot(const Stream& s, int64_t i, float* k, float* v, std::vector<uint8_t>* scratch) const;
+  void FreeRef(int32_t ref, bool encoded);
+  // Evicts unreferenced cached units until the pool has n free blocks; false
+  // if it cannot.
+  bool MakeFree(bool encoded, int64_t n);
+  int64_t UnitBlockBytes() const;
+  CacheShape shape_;
+  std::unique_ptr<BlockPool> pool_;
+  std::unique_ptr<BlockPool> enc_pool_;
+  int64_t peak_bytes_ = 0;
+  int64_t peak_device_bytes_ = 0;
+  std::unique_ptr<OffloadStore> store_;
+  std::unordered_map<SeqId, std::vector<Stream>> seqs_;
+  struct HeldUnit {
+    BlockHash hash;
+    int64_t unit;     // its index among the sequence's units (the block's index in each stream's list)
+    int64_t streams;  // streams of the sequence that still hold its block (not copied away)
+  };
+  struct SeqUnits {
+    int64_t num_seen = 0;            // leading units attached, cached or found cached by another
+    std::vector<HeldUnit> held;      // units this sequence is a user of, in unit order
+    int64_t shared_plain_holds = 0;  // sum of held[].streams for plain units
+    int64_t evict_horizon = INT64_MAX;  // tokens computed before the first Compact that dropped a slot
+  };
+  // Drops stream `stream` of `id`'s reference to `ref`, entry `index` of its
+  // plain (or encoded) list, keeping the prefix cache's books.
+  void DropStreamRef(SeqId id, size_t stream, bool encoded, size_t index, int32_t ref);
+  std::unique_ptr<PrefixCache> prefix_;
+  std::unordered_map<SeqId, SeqUnits> seq_units_;
+  // Cached blocks held by more than one stream, counted once per extra
+  // holder; and cached blocks no stream holds (reference count 1).
+  int64_t extra_block_holds_ = 0;
+  int64_t cache_only_blocks_ = 0;
+  int64_t num_copied_blocks_ = 0;
+};
+
+}  // namespace kvlab

@@ -1,0 +1,143 @@
+// Room core/engine/: the engine (steps over cache and model), run configs, sampling, backends.
+// Called by core/serve, datasets and evals; includes core/model and below.
+//
+// Engine: the paged decode engine. Owns the model, the paged KV cache and
+// the policy stack; runs forward steps over ragged batches (prefill chunks
+// and decode tokens of many sequences in one step) and applies the policies'
+// decisions between steps. Torch-free header (pimpl) so the CLI and future
+// schedulers compile without libtorch. Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/cache/kv_cache.h"
+#include "core/model/model_config.h"
+#include "core/engine/sampling.h"
+#include "core/base/status.h"
+#include "policies/kv_policy.h"
+
+namespace kvlab {
+
+struct EngineOptions {
+  std::string model = "small";   // a Hugging Face model directory, or a preset name (random weights)
+  uint64_t weight_seed = 0;      // seed of the random weights of a preset
+  int num_layers = 0;            // > 0: keep only this many layers of a preset (latency work at real shapes)
+  int block_size = 16;
+  DType kv_dtype = DType::kBF16; // cache storage dtype; compute is fp32
+  // Pool capacity. num_blocks > 0 wins; else room for max_seqs sequences of
+  // max_context tokens in every stream.
+  int64_t num_blocks = 0;
+  int64_t max_seqs = 1;
+  int64_t max_context = 4096;
+  int64_t prefill_chunk = 512;   // prompt tokens per prefill step (chunked prefill)
+  std::string attention = "cpu"; // "cpu" (optimised) or "reference"; device "cpu" only
+  // Where the model and the KV pools live: "cpu", or "cuda" (weights as
+  // libtorch CUDA tensors, pools in device memory, attention through
+  // kernels/cuda; core/engine/cuda_backend.h). "cuda" fails at Create when kvlab was
+  // built without nvcc, when no GPU or no CUDA libtorch is present, and for
+  // policies the CUDA path does not implement yet, naming them.
+  std::string device = "cpu";
+  int num_threads = 0;           // 0: all cores
+  // Share full blocks across sequences with the same prefix (KVCache's
+  // prefix caching). InvalidArgument at Create for a stack that cannot
+  // (PolicyStack::SharesPrefixBlocks).
+  bool prefix_caching = false;
+};
+
+struct SeqChunk {
+  int64_t seq = 0;
+  std::vector<int32_t> tokens;
+};
+
+struct MemoryStats {
+  int64_t bytes_in_use = 0;      // blocks held by sequences, from the pool
+  int64_t bytes_reserved = 0;    // the pool's capacity
+  int64_t peak_bytes_in_use = 0;
+  int64_t blocks_in_use = 0;
+  int64_t block_bytes = 0;
+  int64_t slots_in_use = 0;      // token slots held, summed over streams
+  int64_t tokens_seen = 0;       // tokens processed, summed over sequences
+  int64_t device_bytes = 0;      // resident in the device pools (offload moves the rest down)
+  int64_t peak_device_bytes = 0;
+  int64_t host_bytes = 0;        // offloaded to host memory
+  int64_t disk_bytes = 0;        // offloaded to disk
+};
+
+struct GenerateOptions {
+  int64_t max_new_tokens = 32;
+  SamplingParams sampling;
+  bool stop_at_eos = true;
+};
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;   // generated tokens (prompt excluded)
+};
+
+struct GenerateStats {
+  double prefill_ms = 0;               // all prompts, all chunks
+  std::vector<double> decode_step_ms;  // one entry per batched decode step
+  MemoryStats memory_at_end;           // before sequences are released
+};
+
+class Engine {
+ public:
+  // Loads (or builds) the model and creates the cache for the policy stack.
+  static Status Create(const EngineOptions& options, const std::vector<PolicySpec>& policies,
+                       std::unique_ptr<Engine>* out);
+  ~Engine();
+
+  const ModelConfig& model_config() const;
+  const PolicyStack& policies() const;
+  const KVCache& cache() const;
+  const EngineOptions& options() const;
+
+  Status AddSequence(int64_t seq);
+  Status RemoveSequence(int64_t seq);
+  // Prefix caching (options().prefix_caching): adds a sequence holding the
+  // cached units `prefix` (the chained hashes of its leading units, see
+  // core/cache/prefix_cache.h), which it reads as its first tokens without
+  // computing them; its next Forward starts at position
+  // prefix.size() * cache().prefix_unit_tokens().
+  Status AddSequenceWithPrefix(int64_t seq, const std::vector<BlockHash>& prefix);
+  // Offers the sequence's full units to the prefix cache (hashes[u]: unit u).
+  void CacheFullUnits(int64_t seq, const std::vector<BlockHash>& hashes);
+  // Tokens the sequence has processed (its next position).
+  int64_t SequenceLength(int64_t seq) const;
+
+  // Check-then-act: can one Forward over `chunks` get its blocks?
+  bool CanForward(const std::vector<SeqChunk>& chunks) const;
+  // One step over chunks of distinct sequences: reserves their slots, runs
+  // the model over the paged cache, then applies the policy stack's
+  // selection. logits[i] holds the chunk's last-token logits [vocab], or with
+  // all_logits every token's [n * vocab]. ResourceExhausted (nothing changed)
+  // when the pool is too small.
+  Status Forward(const std::vector<SeqChunk>& chunks, bool all_logits, std::vector<std::vector<float>>* logits);
+
+  // Batched generation: each prompt is prefilled in chunks, then all
+  // sequences decode together, one token each per step, until
+  // max_new_tokens or EOS. Sequences are released at the end.
+  Status Generate(const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& options,
+                  std::vector<GenerateResult>* results, GenerateStats* stats);
+
+  MemoryStats Memory() const;
+
+ private:
+  struct Impl;
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The dense reference path on one sequence: a contiguous per-sequence cache
+// and plain libtorch attention, fed one token per step (nocache: the whole
+// list at once, no cache). Writes next-token logits [tokens, vocab].
+Status DenseLogits(const EngineOptions& options, const std::vector<int32_t>& tokens, bool nocache,
+                   std::vector<float>* out);
+
+// Writes a random-weight checkpoint of a preset (or of a config.json's shape)
+// in Hugging Face layout to `dir` (created if missing).
+Status WriteRandomCheckpoint(const ModelConfig& config, uint64_t seed, double init_std, const std::string& dir);
+
+}  // namespace kvlab

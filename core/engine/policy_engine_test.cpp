@@ -1,0 +1,274 @@
+// Policies running in the engine: what they keep and what the pools then
+// hold, measured against the `full` baseline on the same model.
+#include <unistd.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "core/engine/engine.h"
+#include "core/model/model.h"
+#include "policies/registry.h"
+
+namespace kvlab {
+namespace {
+
+std::string TinyModelDir() {
+  static const std::string dir = [] {
+    ModelConfig c;
+    c.name = "tiny-policy-test";
+    c.vocab_size = 300;
+    c.hidden_size = 64;
+    c.intermediate_size = 128;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = 8;
+    c.num_key_value_heads = 2;
+    c.head_dim = 32;
+    c.max_position_embeddings = 4096;
+    std::string d = ::testing::TempDir() + std::to_string(getpid()) + "_kvlab_policy_engine_model";
+    std::filesystem::remove_all(d);
+    EXPECT_TRUE(WriteRandomCheckpoint(c, 21, 0.08, d).ok());
+    return d;
+  }();
+  return dir;
+}
+
+std::unique_ptr<Engine> MakeEngine(const std::vector<PolicySpec>& policies, DType dtype = DType::kF32) {
+  EngineOptions o;
+  o.model = TinyModelDir();
+  o.kv_dtype = dtype;
+  o.max_context = 512;
+  std::unique_ptr<Engine> e;
+  Status s = Engine::Create(o, policies, &e);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return e;
+}
+
+std::vector<int32_t> Tokens(int n) {
+  std::vector<int32_t> t;
+  for (int i = 0; i < n; ++i) t.push_back((i * 37 + 11) % 300);
+  return t;
+}
+
+// Teacher-forced: a prefill chunk, then one token per step; returns every
+// step's logits concatenated.
+std::vector<float> TeacherForce(Engine* e, const std::vector<int32_t>& tokens, int prefill) {
+  EXPECT_TRUE(e->AddSequence(0).ok());
+  std::vector<std::vector<float>> logits;
+  std::vector<float> all;
+  EXPECT_TRUE(e->Forward({SeqChunk{0, std::vector<int32_t>(tokens.begin(), tokens.begin() + prefill)}}, false, &logits).ok());
+  all = logits[0];
+  for (size_t i = static_cast<size_t>(prefill); i < tokens.size(); ++i) {
+    Status s = e->Forward({SeqChunk{0, {tokens[i]}}}, false, &logits);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    all.insert(all.end(), logits[0].begin(), logits[0].end());
+  }
+  return all;
+}
+
+// Offloading is lossless: with a device budget of one block, host memory for
+// two blocks and the rest on disk, the logits are bit-identical to full's.
+TEST(PolicyEngineTest, OffloadIsBitIdenticalToFull) {
+  auto full = MakeEngine({PolicySpec{"full", {}, "t"}}, DType::kBF16);
+  const int64_t block = full->cache().pool().block_bytes();
+  auto off = MakeEngine({PolicySpec{"offload",
+                                    {{"device_budget", std::to_string(block)},
+                                     {"host_budget", std::to_string(2 * block)},
+                                     {"keep_sinks", "0"},
+                                     {"keep_recent", "0"}},
+                                    "t"}},
+                        DType::kBF16);
+  const auto tokens = Tokens(120);
+  const auto a = TeacherForce(full.get(), tokens, 30);
+  const auto b = TeacherForce(off.get(), tokens, 30);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  const MemoryStats mf = full->Memory(), mo = off->Memory();
+  // Same bytes in all, but only each stream's open tail block stays resident.
+  EXPECT_EQ(mo.bytes_in_use, mf.bytes_in_use);
+  const int64_t streams = 2 * 2;
+  EXPECT_EQ(mo.device_bytes, streams * block);
+  EXPECT_EQ(mo.host_bytes, 2 * block);
+  EXPECT_EQ(mo.disk_bytes, mf.bytes_in_use - mo.device_bytes - mo.host_bytes);
+  EXPECT_GT(mo.disk_bytes, 0);
+}
+
+// Per-head eviction frees memory: H2O keeps a different set in each head, and
+// the pools hold exactly the blocks those sets need.
+TEST(PolicyEngineTest, H2OPerHeadEvictionFreesBlocks) {
+  auto full = MakeEngine({PolicySpec{"full", {}, "t"}});
+  auto h2o = MakeEngine({PolicySpec{"h2o", {{"budget", "40"}}, "t"}});
+  const auto tokens = Tokens(150);
+  TeacherForce(full.get(), tokens, 20);
+  TeacherForce(h2o.get(), tokens, 20);
+  const KVCache& c = h2o->cache();
+  int64_t blocks = 0;
+  bool heads_differ = false;
+  for (int l = 0; l < 2; ++l) {
+    const Stream& s0 = c.stream(0, l, 0);
+    const Stream& s1 = c.stream(0, l, 1);
+    heads_differ = heads_differ || s0.positions != s1.positions;
+    for (int h = 0; h < 2; ++h) {
+      const Stream& s = c.stream(0, l, h);
+      EXPECT_LE(s.num_tokens, 40);
+      blocks += (s.num_tokens + 15) / 16;
+    }
+  }
+  EXPECT_TRUE(heads_differ) << "H2O should keep different tokens in different heads";
+  EXPECT_EQ(c.pool().num_used(), blocks);
+  EXPECT_LT(h2o->Memory().bytes_in_use, full->Memory().bytes_in_use / 3);
+}
+
+// gqa-reuse with merge = mean stores, in layer 0, the mean of the two K heads
+// that full stores (layer 0's inputs do not depend on the cache).
+TEST(PolicyEngineTest, GqaReusePoolsHeadsByMean) {
+  auto full = MakeEngine({PolicySpec{"full", {}, "t"}});
+  auto mean = MakeEngine({PolicySpec{"gqa-reuse", {{"group", "2"}, {"merge", "mean"}}, "t"}});
+  auto first = MakeEngine({PolicySpec{"gqa-reuse", {{"group", "2"}, {"merge", "first"}}, "t"}});
+  const auto tokens = Tokens(20);
+  TeacherForce(full.get(), tokens, 20);
+  TeacherForce(mean.get(), tokens, 20);
+  TeacherForce(first.get(), tokens, 20);
+  EXPECT_EQ(mean->cache().shape().num_kv_heads, 1);
+  EXPECT_EQ(mean->Memory().bytes_in_use * 2, full->Memory().bytes_in_use);
+  std::vector<float> k0(32), v0(32), k1(32), v1(32), km(32), vm(32), kf(32), vf(32);
+  for (int64_t t = 0; t < 20; ++t) {
+    full->cache().ReadSlot(0, 0, 0, t, k0.data(), v0.data());
+    full->cache().ReadSlot(0, 0, 1, t, k1.data(), v1.data());
+    mean->cache().ReadSlot(0, 0, 0, t, km.data(), vm.data());
+    first->cache().ReadSlot(0, 0, 0, t, kf.data(), vf.data());
+    for (int d = 0; d < 32; ++d) {
+      EXPECT_NEAR(km[d], 0.5f * (k0[d] + k1[d]), 1e-5);
+      EXPECT_NEAR(vm[d], 0.5f * (v0[d] + v1[d]), 1e-5);
+      EXPECT_EQ(kf[d], k0[d]);
+    }
+  }
+}
+
+// sink keeps n_sink + window slots whatever the length; memory stops growing.
+TEST(PolicyEngineTest, SinkBoundsMemoryWhileStreaming) {
+  auto e = MakeEngine({PolicySpec{"sink", {{"n_sink", "4"}, {"window", "28"}, {"positions", "original"}}, "t"}});
+  const auto tokens = Tokens(200);
+  TeacherForce(e.get(), tokens, 10);
+  const Stream& s = e->cache().stream(0, 1, 1);
+  ASSERT_EQ(s.num_tokens, 32);
+  EXPECT_EQ(s.positions[3], 3);
+  EXPECT_EQ(s.positions[4], 200 - 28);
+  EXPECT_EQ(s.positions[31], 199);
+  EXPECT_EQ(e->Memory().blocks_in_use, 4 * 2);
+  EXPECT_EQ(e->SequenceLength(0), 200);
+}
+
+// The design card's compositions run, and each saves at least what its
+// parts save alone.
+TEST(PolicyEngineTest, StacksCompose) {
+  const auto tokens = Tokens(150);
+  const std::vector<std::vector<PolicySpec>> stacks = {
+      {{"sink", {{"window", "60"}}, "t"}, {"kivi", {{"residual", "32"}}, "t"}},
+      {{"h2o", {{"budget", "64"}}, "t"}, {"kivi", {{"residual", "32"}}, "t"}},
+      {{"gqa-reuse", {}, "t"}, {"kivi", {{"residual", "32"}}, "t"}, {"offload", {{"device_budget", "8192"}, {"keep_recent", "16"}}, "t"}},
+      {{"h2o", {{"budget", "64"}}, "t"}, {"offload", {{"device_budget", "8192"}, {"keep_recent", "16"}}, "t"}},
+  };
+  auto full = MakeEngine({PolicySpec{"full", {}, "t"}}, DType::kBF16);
+  TeacherForce(full.get(), tokens, 40);
+  for (const auto& stack : stacks) {
+    auto e = MakeEngine(stack, DType::kBF16);
+    ASSERT_TRUE(e);
+    SCOPED_TRACE(e->policies().Describe());
+    const auto logits = TeacherForce(e.get(), tokens, 40);
+    bool finite = true;
+    for (float x : logits) finite = finite && std::isfinite(x);
+    EXPECT_TRUE(finite);
+    EXPECT_LT(e->Memory().device_bytes, full->Memory().device_bytes / 2);
+  }
+  // Two policies of one concern: an error naming both.
+  EngineOptions o;
+  o.model = TinyModelDir();
+  std::unique_ptr<Engine> e;
+  Status st = Engine::Create(o, {{"sink", {}, "x.toml:3:1"}, {"h2o", {}, "x.toml:6:1"}}, &e);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("'sink' and 'h2o'"), std::string::npos) << st.message();
+  st = Engine::Create(o, {{"kivi", {}, "t"}, {"quant", {}, "t"}}, &e);
+  EXPECT_NE(st.message().find("'kivi' and 'quant'"), std::string::npos) << st.message();
+}
+
+// Shape-dependent bad parameters are errors naming the parameter.
+TEST(PolicyEngineTest, ShapeErrorsNameTheParameter) {
+  EngineOptions o;
+  o.model = TinyModelDir();  // 2 KV heads, head_dim 32
+  std::unique_ptr<Engine> e;
+  Status st = Engine::Create(o, {{"gqa-reuse", {{"group", "3"}}, "t"}}, &e);
+  EXPECT_NE(st.message().find("'group'"), std::string::npos) << st.message();
+  st = Engine::Create(o, {{"kivi", {{"group", "48"}}, "t"}}, &e);  // per-token values need group | head_dim
+  EXPECT_NE(st.message().find("'group'"), std::string::npos) << st.message();
+  st = Engine::Create(o, {{"kivi", {{"group", "8"}}, "t"}}, &e);  // not a multiple of block_size 16
+  EXPECT_NE(st.message().find("'group'"), std::string::npos) << st.message();
+  st = Engine::Create(o, {{"kivi", {{"bits", "3"}}, "t"}}, &e);
+  EXPECT_NE(st.message().find("'bits'"), std::string::npos) << st.message();
+  st = Engine::Create(o, {{"kivi", {{"attention", "int4"}}, "t"}}, &e);  // exact | int8
+  EXPECT_NE(st.message().find("'attention'"), std::string::npos) << st.message();
+  st = Engine::Create(o, {{"sink", {{"window", "0"}}, "t"}}, &e);
+  EXPECT_NE(st.message().find("window"), std::string::npos) << st.message();
+  st = Engine::Create(o, {{"offload", {{"device_budget", "-1"}}, "t"}}, &e);
+  EXPECT_NE(st.message().find("'device_budget'"), std::string::npos) << st.message();
+}
+
+// Blocks the streams of sequence 0 reference on the device, over all pools.
+int64_t DeviceBlocksReferenced(const KVCache& c) {
+  int64_t n = 0;
+  for (int l = 0; l < c.shape().num_layers; ++l) {
+    for (int h = 0; h < c.shape().num_kv_heads; ++h) {
+      const Stream& s = c.stream(0, l, h);
+      for (int32_t b : s.blocks) n += !IsOffloaded(b);
+      for (int32_t b : s.enc_blocks) n += !IsOffloaded(b);
+    }
+  }
+  return n;
+}
+
+// Conformance over every registered policy, in the engine, so a new policy is
+// checked the day it is registered: with its test_params on a 200-token
+// teacher-forced run it is deterministic, it is not a silent no-op (the
+// device holds fewer bytes than under full), the pools hold exactly the
+// blocks its streams reference (the savings are real), no stream exceeds
+// its length, and a placement policy changes no output bit.
+TEST(PolicyEngineConformanceTest, EveryRegisteredPolicy) {
+  const auto tokens = Tokens(200);
+  auto full = MakeEngine({PolicySpec{"full", {}, "t"}}, DType::kBF16);
+  const std::vector<float> base = TeacherForce(full.get(), tokens, 40);
+  const MemoryStats full_mem = full->Memory();
+  for (const PolicyInfo& info : PolicyRegistry::Global().infos()) {
+    if (info.name == "full") continue;
+    SCOPED_TRACE(info.name);
+    const PolicySpec spec{info.name, info.test_params, "conformance"};
+    auto a = MakeEngine({spec}, DType::kBF16);
+    auto b = MakeEngine({spec}, DType::kBF16);
+    ASSERT_TRUE(a && b);
+    const std::vector<float> la = TeacherForce(a.get(), tokens, 40);
+    const std::vector<float> lb = TeacherForce(b.get(), tokens, 40);
+    ASSERT_EQ(la.size(), base.size());
+    EXPECT_EQ(std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)), 0) << "not deterministic";
+    const MemoryStats m = a->Memory();
+    EXPECT_EQ(m.bytes_in_use, b->Memory().bytes_in_use);
+    EXPECT_LT(m.device_bytes, full_mem.device_bytes) << "a silent no-op: the device holds as much as under full";
+    const KVCache& c = a->cache();
+    const int64_t pool_blocks = c.pool().num_used() + (c.encoded_pool() ? c.encoded_pool()->num_used() : 0);
+    EXPECT_EQ(pool_blocks, DeviceBlocksReferenced(c)) << "pools hold blocks no stream references";
+    for (int l = 0; l < c.shape().num_layers; ++l) {
+      for (int h = 0; h < c.shape().num_kv_heads; ++h) EXPECT_LE(c.stream(0, l, h).num_tokens, 200);
+    }
+    bool finite = true;
+    for (float x : la) finite = finite && std::isfinite(x);
+    EXPECT_TRUE(finite);
+    if (info.concerns == kConcernPlacement) {
+      EXPECT_EQ(std::memcmp(la.data(), base.data(), la.size() * sizeof(float)), 0) << "placement changed the output";
+      EXPECT_EQ(m.bytes_in_use, full_mem.bytes_in_use);
+    } else {
+      EXPECT_LT(m.bytes_in_use, full_mem.bytes_in_use);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvlab

@@ -1,0 +1,62 @@
+// Run configs in TOML (TOML++): what `kvlab generate --config` reads, and the
+// policy-stack tables that sweep configs reuse. Every unknown key, type error
+// and parse error is reported with file:line:column. Torch-free.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <toml++/toml.h>
+
+#include "core/engine/engine.h"
+#include "core/base/status.h"
+#include "policies/kv_policy.h"
+
+namespace kvlab {
+
+// A `kvlab generate` run:
+//   model = "small"            # preset or HF directory (relative to the config's directory)
+//   prompt = "text"            # or: tokens = [1, 2, 3], or: prompt_file = "p.txt" / "p.ids"
+//                              #   (text, or token ids when it ends in .ids; relative to the config)
+//   max_new_tokens = 32
+//   kv_dtype = "bf16"          # f32 | f16 | bf16
+//   block_size = 16
+//   prefill_chunk = 512
+//   attention = "cpu"          # cpu | reference
+//   device = "cpu"             # cpu | cuda
+//   temperature = 0.0
+//   top_p = 1.0
+//   seed = 0
+//   [[policy]]                 # the stack, in order; default [{name = "full"}]
+//   name = "full"
+//   # further keys are the policy's parameters
+struct RunConfig {
+  EngineOptions engine;
+  std::string prompt;
+  std::string prompt_file;      // text, or token ids when it ends in .ids (core/model/tokenizer.h)
+  std::vector<int32_t> tokens;  // non-empty when given as token ids
+  GenerateOptions generate;
+  std::vector<PolicySpec> policies;
+};
+
+Status LoadRunConfig(const std::string& path, RunConfig* out);
+// Parses TOML from a string (`path` is used in messages only).
+Status ParseRunConfig(const std::string& text, const std::string& path, RunConfig* out);
+
+// Canonical text of a scalar TOML value (the shortest text that reads back
+// as the same double, so `ratio = 0.2` is "0.2" as from the command line);
+// false when the node is not a scalar.
+bool TomlScalarText(const toml::node& n, std::string* out);
+// "FILE:LINE:COL" of a node.
+std::string TomlWhere(const std::string& path, const toml::source_region& src);
+// Applies one `--set KEY=VALUE` to a parsed config: KEY a dotted path of
+// tables (created when missing), VALUE parsed as TOML, a bare word taken
+// as a string.
+Status ApplyTomlOverride(const std::string& item, toml::table* root);
+// A [[policy]] array (or a single inline table) into specs; each table's
+// `name` is the policy, every other key a parameter (ints, floats, bools,
+// strings; their text is validated by the registry).
+Status PolicySpecsFromToml(const toml::node& node, const std::string& path, std::vector<PolicySpec>* out);
+
+}  // namespace kvlab

@@ -1,0 +1,101 @@
+#include "core/engine/run_config.h"
+
+#include <gtest/gtest.h>
+
+namespace kvlab {
+namespace {
+
+TEST(RunConfigTest, ParsesAllKeysAndPolicyStack) {
+  RunConfig rc;
+  Status s = ParseRunConfig(R"(
+model = "small"
+prompt = "hello"
+max_new_tokens = 8
+kv_dtype = "f16"
+block_size = 1
+temperature = 0.7
+top_p = 0.9
+seed = 3
+device = "cuda"
+[[policy]]
+name = "full"
+)", "run.toml", &rc);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(rc.engine.model, "small");
+  EXPECT_EQ(rc.prompt, "hello");
+  EXPECT_EQ(rc.generate.max_new_tokens, 8);
+  EXPECT_EQ(rc.engine.kv_dtype, DType::kF16);
+  EXPECT_EQ(rc.engine.block_size, 1);
+  EXPECT_EQ(rc.engine.device, "cuda");
+  EXPECT_DOUBLE_EQ(rc.generate.sampling.temperature, 0.7);
+  ASSERT_EQ(rc.policies.size(), 1u);
+  EXPECT_EQ(rc.policies[0].name, "full");
+  EXPECT_EQ(rc.policies[0].source, "run.toml:11:1");
+}
+
+TEST(RunConfigTest, DefaultsToFullPolicy) {
+  RunConfig rc;
+  ASSERT_TRUE(ParseRunConfig("tokens = [1, 2, 3]\n", "a.toml", &rc).ok());
+  ASSERT_EQ(rc.policies.size(), 1u);
+  EXPECT_EQ(rc.policies[0].name, "full");
+  EXPECT_EQ(rc.tokens, (std::vector<int32_t>{1, 2, 3}));
+}
+
+TEST(RunConfigTest, PromptFileIsRelativeToTheConfigAndExcludesPrompt) {
+  RunConfig rc;
+  ASSERT_TRUE(ParseRunConfig("prompt_file = \"p.ids\"\n", "cfg/run.toml", &rc).ok());
+  EXPECT_EQ(rc.prompt_file, "cfg/p.ids");
+  ASSERT_TRUE(ParseRunConfig("prompt_file = \"/abs/p.txt\"\n", "cfg/run.toml", &rc).ok());
+  EXPECT_EQ(rc.prompt_file, "/abs/p.txt");
+  Status s = ParseRunConfig("prompt = \"hi\"\nprompt_file = \"p.txt\"\n", "cfg/run.toml", &rc);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("cfg/run.toml"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("prompt_file"), std::string::npos) << s.message();
+}
+
+TEST(RunConfigTest, UnknownKeyNamesFileLineColumn) {
+  RunConfig rc;
+  Status s = ParseRunConfig("model = \"small\"\nmax_new_tokns = 4\n", "cfg/run.toml", &rc);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("cfg/run.toml:2:"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("max_new_tokns"), std::string::npos);
+}
+
+TEST(RunConfigTest, MalformedTomlNamesFileLineColumn) {
+  RunConfig rc;
+  Status s = ParseRunConfig("model = \"small\"\nblock_size = = 3\n", "bad.toml", &rc);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("bad.toml:2:"), std::string::npos) << s.message();
+}
+
+TEST(RunConfigTest, TypeErrorsNameTheKey) {
+  RunConfig rc;
+  Status s = ParseRunConfig("block_size = \"16\"\n", "t.toml", &rc);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("t.toml:1:"), std::string::npos);
+  EXPECT_NE(s.message().find("'block_size' must be an integer"), std::string::npos);
+  s = ParseRunConfig("kv_dtype = \"int3\"\n", "t.toml", &rc);
+  EXPECT_NE(s.message().find("kv_dtype"), std::string::npos);
+  s = ParseRunConfig("[[policy]]\nbudget = 3\n", "t.toml", &rc);
+  EXPECT_NE(s.message().find("'name'"), std::string::npos);
+}
+
+TEST(RunConfigTest, PolicyParametersAreValidatedByTheRegistry) {
+  RunConfig rc;
+  ASSERT_TRUE(ParseRunConfig("[[policy]]\nname = \"full\"\nwindow = 3\n", "p.toml", &rc).ok());
+  PolicyStack stack;
+  Status s = PolicyStack::Create(rc.policies, &stack);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("p.toml:1:1"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("'window'"), std::string::npos);
+}
+
+TEST(RunConfigTest, MissingFileIsAnError) {
+  RunConfig rc;
+  Status s = LoadRunConfig("/nonexistent/run.toml", &rc);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("run.toml"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvlab

@@ -1,0 +1,42 @@
+// The seed article's KV-cache calculator: bytes per token and per sequence,
+// 2 * L * H_kv * d_h * S * b, for any model config, storage width and policy
+// stack whose effect is fixed by its parameters (head sharing, storage dtype).
+// Formula only: the engine's pools report what is really held.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/model/model_config.h"
+#include "core/base/status.h"
+#include "policies/kv_policy.h"
+
+namespace kvlab {
+
+struct MemoryEstimate {
+  int64_t num_layers = 0, kv_heads = 0, stored_kv_heads = 0, head_dim = 0, q_heads = 0, hidden = 0;
+  int bits = 16;
+  int64_t tokens = 0;
+  int64_t bytes_per_token = 0;        // 2 * L * H_kv(stored) * d_h * bits / 8
+  int64_t bytes_per_sequence = 0;     // bytes_per_token * tokens, less what an encoding saves
+  int64_t mha_shortcut_bytes = 0;     // 2 * L * d_model * S * b: what the MHA formula claims
+  std::string policy;                 // stack description
+  std::string encoding;               // sealed-block encoding, if the stack has one
+  int64_t encoded_tokens = 0;         // tokens in sealed encoded blocks
+};
+
+// `bits` is the storage width per number (16, 8, 4, 2; or 32).
+Status EstimateKVMemory(const ModelConfig& config, int64_t tokens, int bits, const PolicyStack& stack,
+                        MemoryEstimate* out);
+
+// "131,072"
+std::string WithCommas(int64_t v);
+// "128 KiB", "1 GiB", "9.16 GiB": binary units, exact when a whole number.
+std::string BinaryUnits(int64_t bytes);
+// "9.83 GB": decimal units, 3 significant digits.
+std::string DecimalUnits(int64_t bytes);
+// The report `kvlab memory` prints. pool_bytes > 0 adds the share of a pool.
+std::string FormatMemoryReport(const MemoryEstimate& e, int64_t pool_bytes);
+
+}  // namespace kvlab

@@ -1,0 +1,118 @@
+// LlamaModel: a Llama-family decoder on libtorch (RMSNorm, RoPE with Llama 3
+// scaling, GQA with any H_q/H_kv ratio, SwiGLU, tied or untied embeddings).
+// Forward passes: over the paged KV cache (the engine), over a contiguous
+// per-sequence cache with plain libtorch attention (the dense reference), and
+// without a cache (recompute). Compute is fp32. Only model.cpp, engine.cpp
+// and tests include this header: it pulls in libtorch.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/cache/kv_cache.h"
+#include "core/model/model_config.h"
+#include "core/base/status.h"
+#include "policies/kv_policy.h"
+
+namespace kvlab {
+
+enum class AttentionBackend { kReference, kCpu };
+
+// Inputs of one paged forward pass over a ragged batch. The cache has
+// already reserved the slots of the new tokens (KVCache::Reserve), and
+// page_table was built after that.
+struct PagedForward {
+  const std::vector<int32_t>* tokens = nullptr;     // [T] new tokens, sequences concatenated
+  const std::vector<int32_t>* positions = nullptr;  // [T] their positions (RoPE)
+  const std::vector<int32_t>* qo_indptr = nullptr;  // [B+1]
+  const PageTable* page_table = nullptr;
+  AttentionBackend backend = AttentionBackend::kCpu;
+  bool all_logits = false;  // logits of every token, else of each sequence's last token
+  // Optional per-slot attention (see AttentionParams::slot_attn); offsets are
+  // per (layer, stream) in the page table's [layer][seq][head] order.
+  float* slot_attn = nullptr;
+  const int64_t* slot_attn_offsets = nullptr;
+  // Called before each layer's attention reads the cache (offload staging).
+  std::function<void(int layer)> before_attention;
+  // When set, replaces the CPU kernels (AppendKV and paged attention) for
+  // every layer: the CUDA engine path (core/engine/cuda_backend.h). It gets q
+  // [T, H_q, d] and the stored heads' new k, v [T, H_stored, d] (fp32,
+  // contiguous, on the model's device), writes k and v into the cache and
+  // returns the attention output [T, H_q, d] on the same device. slot_attn
+  // and rope_inv_freq are then the hook's business.
+  std::function<at::Tensor(int layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v)> attention;
+};
+
+// A contiguous per-sequence cache: per layer, K and V as [S, H_kv, d] tensors
+// in the storage dtype, grown by concatenation (what most research code does).
+struct DenseKVCache {
+  std::vector<at::Tensor> k, v;
+  int64_t length() const { return k.empty() || !k[0].defined() ? 0 : k[0].size(0); }
+  int64_t bytes() const;
+};
+
+class LlamaModel {
+ public:
+  // Loads config.json plus model.safetensors (or a sharded index) from `dir`.
+  static Status Load(const std::string& dir, std::unique_ptr<LlamaModel>* out);
+  // Random weights (normal, std `init_std`; norms 1) for `config`, seeded.
+  static Status Random(const ModelConfig& config, uint64_t seed, std::unique_ptr<LlamaModel>* out,
+                       double init_std = 0.02);
+  // Writes config.json and model.safetensors (fp32) to `dir`.
+  Status Save(const std::string& dir) const;
+
+  const ModelConfig& config() const { return config_; }
+  // Stored KV heads (< num_key_value_heads when heads are merged for sharing).
+  int stored_kv_heads() const { return stored_kv_heads_; }
+  // Merges each group of num_key_value_heads / n adjacent K/V heads into one
+  // stored stream, by mean or by taking the group's first head (head
+  // sharing). Fails unless n divides num_key_value_heads.
+  Status SetStoredKvHeads(int n, HeadMerge merge = HeadMerge::kMean);
+  // Store keys before RoPE; the attention kernel rotates them (and the
+  // queries) by positions within the cache.
+  void SetKeysBeforeRope(bool on) { keys_before_rope_ = on; }
+  bool keys_before_rope() const { return keys_before_rope_; }
+  // Moves every weight to `device` (the CUDA engine path); inputs are then
+  // made there and the forward passes return logits there. Internal (naming
+  // the device) if the move fails, e.g. out of device memory.
+  Status To(const at::Device& device);
+  at::Device device() const { return embed_.device(); }
+
+  // Logits [T, V] (all_logits) or [B, V].
+  at::Tensor ForwardPaged(const PagedForward& in) const;
+  // One sequence over a dense cache (appends to it). Logits [T, V].
+  at::Tensor ForwardDense(const std::vector<int32_t>& tokens, int64_t start_pos, DenseKVCache* cache,
+                          DType kv_dtype) const;
+  // The whole sequence from scratch, no cache. Logits [T, V].
+  at::Tensor ForwardNoCache(const std::vector<int32_t>& tokens) const;
+
+ private:
+  struct Layer {
+    at::Tensor input_norm, q_proj, k_proj, v_proj, o_proj, post_norm, gate_proj, up_proj, down_proj;
+  };
+  LlamaModel() = default;
+  void InitRope();
+  at::Tensor Embed(const std::vector<int32_t>& tokens) const;
+  at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& w) const;
+  at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) const;
+  void RopeTables(const std::vector<int32_t>& positions, at::Tensor* cos, at::Tensor* sin) const;
+  at::Tensor MergeHeads(const at::Tensor& kv) const;
+  at::Tensor Mlp(const Layer& l, const at::Tensor& x) const;
+  at::Tensor Head(const at::Tensor& x) const;
+
+  ModelConfig config_;
+  int stored_kv_heads_ = 0;
+  HeadMerge merge_ = HeadMerge::kMean;
+  bool keys_before_rope_ = false;
+  std::vector<float> inv_freq_f32_;
+  at::Tensor embed_, final_norm_, lm_head_;  // lm_head_ aliases embed_ when tied
+  std::vector<Layer> layers_;
+  at::Tensor inv_freq_;  // [d/2], float64 then cast
+};
+
+}  // namespace kvlab

@@ -1,0 +1,83 @@
+// Helpers the subcommands share: policy arguments, model resolution, errors
+// and the engine's memory report.
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "core/engine/engine.h"
+#include "core/model/memory_calc.h"
+#include "evals/cli/cli.h"
+
+namespace kvlab {
+namespace {
+
+// "name" or "name:key=value,key=value".
+Status ParsePolicyArg(const std::string& arg, PolicySpec* out) {
+  out->source = "--policy " + arg;
+  const size_t colon = arg.find(':');
+  out->name = arg.substr(0, colon);
+  if (colon == std::string::npos) return Status::OK();
+  std::stringstream ss(arg.substr(colon + 1));
+  std::string kv;
+  while (std::getline(ss, kv, ',')) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return Status::InvalidArgument("--policy " + arg + ": expected NAME:key=value[,key=value], got '" + kv + "'");
+    }
+    out->params[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+int Fail(const Status& s) {
+  std::fprintf(stderr, "kvlab: error: %s\n", s.ToString().c_str());
+  return 1;
+}
+
+Status ParsePolicyArgs(const std::vector<std::string>& args, std::vector<PolicySpec>* out) {
+  out->clear();
+  for (const std::string& a : args) {
+    PolicySpec spec;
+    KVLAB_RETURN_IF_ERROR(ParsePolicyArg(a, &spec));
+    out->push_back(std::move(spec));
+  }
+  if (out->empty()) out->push_back(PolicySpec{"full", {}, "--policy"});
+  return Status::OK();
+}
+
+Status ResolveModelConfig(const std::string& model, ModelConfig* out) {
+  if (PresetConfig(model, out).ok()) return Status::OK();
+  const bool is_json = model.size() >= 5 && model.compare(model.size() - 5, 5, ".json") == 0;
+  const std::string path = is_json ? model : model + "/config.json";
+  std::ifstream probe(path);
+  if (!probe) {
+    std::string names;
+    for (const auto& n : PresetNames()) names += (names.empty() ? "" : ", ") + n;
+    return Status::NotFound("model '" + model + "' is neither a preset (" + names + ") nor a readable " + path);
+  }
+  return LoadModelConfig(path, out);
+}
+
+void PrintEngineMemory(const Engine& engine, const MemoryStats& m, int64_t tokens_per_seq_total) {
+  const CacheShape& s = engine.cache().shape();
+  std::printf("KV cache (%s, block_size %d, %s storage):\n", engine.policies().Describe().c_str(), s.block_size,
+              DTypeName(s.dtype));
+  std::printf("  in use    %s B in %lld blocks of %s B\n", WithCommas(m.bytes_in_use).c_str(),
+              static_cast<long long>(m.blocks_in_use), WithCommas(m.block_bytes).c_str());
+  std::printf("  peak      %s B\n", WithCommas(m.peak_bytes_in_use).c_str());
+  std::printf("  reserved  %s B (pool capacity)\n", WithCommas(m.bytes_reserved).c_str());
+  if (m.host_bytes + m.disk_bytes > 0) {
+    std::printf("  tiers     device %s B (peak %s B), host %s B, disk %s B\n", WithCommas(m.device_bytes).c_str(),
+                WithCommas(m.peak_device_bytes).c_str(), WithCommas(m.host_bytes).c_str(),
+                WithCommas(m.disk_bytes).c_str());
+  }
+  const int64_t formula = 2LL * s.num_layers * engine.model_config().num_key_value_heads * s.head_dim *
+                          DTypeBytes(s.dtype) * tokens_per_seq_total;
+  std::printf("  uncompressed 2 x L x H_kv x d_h x S x b = %s B for the S = %lld tokens seen; held/uncompressed = %.3f\n",
+              WithCommas(formula).c_str(), static_cast<long long>(tokens_per_seq_total),
+              formula > 0 ? static_cast<double>(m.bytes_in_use) / static_cast<double>(formula) : 0.0);
+}
+
+}  // namespace kvlab

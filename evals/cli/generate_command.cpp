@@ -1,0 +1,141 @@
+// `kvlab generate`: a prompt through the engine with a policy stack, the
+// generated tokens and text, step times and the KV memory report.
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+
+#include "core/engine/engine.h"
+#include "core/engine/run_config.h"
+#include "core/model/tokenizer.h"
+#include "evals/cli/cli.h"
+
+namespace kvlab {
+namespace {
+
+struct GenerateArgs {
+  std::string config, prompt, prompt_file, token_text;
+  std::vector<std::string> policy_args;
+  EngineOptions eo;
+  GenerateOptions go;
+  std::string kv_dtype = "bf16";
+  int batch = 1;
+};
+
+// The run config: from --config (a prompt on the command line replaces the
+// config's), or from the command line's options.
+Status MakeRunConfig(GenerateArgs& a, RunConfig* rc) {
+  if (!a.config.empty()) {
+    KVLAB_RETURN_IF_ERROR(LoadRunConfig(a.config, rc));
+    a.eo = rc->engine;
+    a.go = rc->generate;
+    if (!a.prompt.empty() || !a.prompt_file.empty() || !a.token_text.empty()) {
+      rc->prompt = a.prompt;
+      rc->prompt_file = a.prompt_file;
+      rc->tokens.clear();
+    }
+    return Status::OK();
+  }
+  KVLAB_RETURN_IF_ERROR(ParsePolicyArgs(a.policy_args, &rc->policies));
+  if (!ParseDType(a.kv_dtype, &a.eo.kv_dtype)) {
+    return Status::InvalidArgument("--kv-dtype: expected f32, f16 or bf16, got '" + a.kv_dtype + "'");
+  }
+  rc->prompt = a.prompt;
+  rc->prompt_file = a.prompt_file;
+  return Status::OK();
+}
+
+// The prompt's token ids. The model's tokenizer encodes text prompts and
+// decodes the output; a model without one (e.g. a preset with a large
+// vocabulary) takes token ids, and *tokenizer stays null.
+Status ReadPrompt(const GenerateArgs& a, const RunConfig& rc, const ModelConfig& mc,
+                  std::unique_ptr<Tokenizer>* tokenizer, std::vector<int32_t>* ids) {
+  Status tok_status = LoadTokenizer(a.eo.model, mc, tokenizer);
+  if (tok_status.code() == Status::Code::kInvalidArgument) {
+    tok_status = Status::InvalidArgument(tok_status.message() + "; here: --tokens 5,17,42 or --prompt-file FILE.ids");
+  }
+  *ids = rc.tokens;
+  if (!ids->empty()) return Status::OK();
+  if (!a.token_text.empty()) return ParseTokenIds(a.token_text, mc.vocab_size, "--tokens", ids);
+  if (!rc.prompt_file.empty()) {
+    if (!IsTokenIdFile(rc.prompt_file) && !tok_status.ok()) return tok_status;
+    return ReadPromptFile(rc.prompt_file, tokenizer->get(), mc.vocab_size, ids);
+  }
+  if (!tok_status.ok()) return tok_status;
+  return (*tokenizer)->Encode(rc.prompt.empty() ? std::string("The KV cache") : rc.prompt, /*add_bos=*/true, ids);
+}
+
+int RunGenerate(GenerateArgs& a) {
+  RunConfig rc;
+  Status s = MakeRunConfig(a, &rc);
+  if (!s.ok()) return Fail(s);
+  if (a.batch < 1) return Fail(Status::InvalidArgument("--batch must be >= 1"));
+  ModelConfig mc;
+  s = ResolveModelConfig(a.eo.model, &mc);
+  if (!s.ok()) return Fail(s);
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::vector<int32_t> ids;
+  s = ReadPrompt(a, rc, mc, &tokenizer, &ids);
+  if (!s.ok()) return Fail(s);
+  a.eo.max_seqs = a.batch;
+  a.eo.max_context = static_cast<int64_t>(ids.size()) + a.go.max_new_tokens;
+  std::unique_ptr<Engine> engine;
+  s = Engine::Create(a.eo, rc.policies, &engine);
+  if (!s.ok()) return Fail(s);
+  std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(a.batch), ids);
+  std::vector<GenerateResult> results;
+  GenerateStats stats;
+  s = engine->Generate(prompts, a.go, &results, &stats);
+  if (!s.ok()) return Fail(s);
+  std::printf("tokenizer: %s\n", tokenizer ? tokenizer->Name().c_str() : "none (token ids only)");
+  for (size_t i = 0; i < results.size(); ++i) {
+    std::string ids_text, text;
+    for (int32_t t : results[i].tokens) ids_text += (ids_text.empty() ? "" : ",") + std::to_string(t);
+    std::printf("[%zu] tokens: %s\n", i, ids_text.c_str());
+    if (tokenizer) {
+      s = tokenizer->Decode(results[i].tokens, &text);
+      if (!s.ok()) return Fail(s);
+      std::printf("[%zu] text: %s\n", i, text.c_str());
+    }
+  }
+  std::vector<double> d = stats.decode_step_ms;
+  std::sort(d.begin(), d.end());
+  std::printf("prefill: %zu tokens x %d in %.1f ms; decode: %zu steps, median %.2f ms/step (batch %d)\n", ids.size(),
+              a.batch, stats.prefill_ms, d.size(), d.empty() ? 0.0 : d[d.size() / 2], a.batch);
+  PrintEngineMemory(*engine, stats.memory_at_end, stats.memory_at_end.tokens_seen);
+  return 0;
+}
+
+}  // namespace
+
+Command AddGenerateCommand(CLI::App& app) {
+  auto a = std::make_shared<GenerateArgs>();
+  CLI::App* gen = app.add_subcommand("generate", "Generate from a prompt and report KV memory");
+  gen->add_option("--config", a->config,
+                  "TOML run config (then only --prompt, --prompt-file and --tokens are taken from the command line)");
+  gen->add_option("--model", a->eo.model, "Preset name (random weights) or Hugging Face model directory")
+      ->capture_default_str();
+  CLI::Option* prompt_opt = gen->add_option("--prompt", a->prompt, "Prompt text (the model's tokenizer, BOS first)");
+  CLI::Option* prompt_file_opt =
+      gen->add_option("--prompt-file", a->prompt_file, "Prompt from a file: text, or token ids when it ends in .ids");
+  CLI::Option* tokens_opt = gen->add_option("--tokens", a->token_text, "Prompt as token ids: 5,17,42");
+  prompt_opt->excludes(prompt_file_opt)->excludes(tokens_opt);
+  prompt_file_opt->excludes(tokens_opt);
+  gen->add_option("--policy", a->policy_args, "Policy NAME or NAME:key=value,...; repeat to stack (default full)");
+  gen->add_option("--max-new-tokens", a->go.max_new_tokens, "Tokens to generate")->capture_default_str();
+  gen->add_option("--kv-dtype", a->kv_dtype, "Cache storage dtype: f32, f16, bf16")->capture_default_str();
+  gen->add_option("--block-size", a->eo.block_size, "Tokens per KV block")->capture_default_str();
+  gen->add_option("--temperature", a->go.sampling.temperature, "0 = greedy")->capture_default_str();
+  gen->add_option("--top-p", a->go.sampling.top_p, "Nucleus sampling mass")->capture_default_str();
+  gen->add_option("--seed", a->go.sampling.seed, "Sampling seed")->capture_default_str();
+  gen->add_option("--batch", a->batch, "Decode this many copies of the prompt together")->capture_default_str();
+  gen->add_option("--layers", a->eo.num_layers, "Keep only this many layers of a preset");
+  gen->add_option("--prefill-chunk", a->eo.prefill_chunk, "Prompt tokens per prefill step")->capture_default_str();
+  gen->add_option("--weight-seed", a->eo.weight_seed, "Seed of a preset's random weights")->capture_default_str();
+  gen->add_option("--attention", a->eo.attention, "cpu or reference")->capture_default_str();
+  gen->add_option("--device", a->eo.device, "cpu, or cuda (model and KV pools on the GPU; docs/kernels.md)")
+      ->capture_default_str();
+  gen->add_option("--threads", a->eo.num_threads, "Threads (0 = all cores)")->capture_default_str();
+  return {gen, [a] { return RunGenerate(*a); }};
+}
+
+}  // namespace kvlab

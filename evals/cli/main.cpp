@@ -1,0 +1,38 @@
+// kvlab: the command-line front end. Each subcommand lives in one Add*Command
+// function (evals/cli/*_commands.cpp); this file only assembles and runs them.
+#include <cstdio>
+#include <exception>
+#include <vector>
+
+#include "evals/cli/cli.h"
+
+namespace kvlab {
+namespace {
+
+int Main(int argc, char** argv) {
+  CLI::App app{"kvlab: a testbed for KV-cache compression policies on a paged decode engine"};
+  app.require_subcommand(1);
+  const std::vector<Command> commands = {
+      AddGenerateCommand(app), AddLogitsCommand(app), AddMemoryCommand(app), AddInitCommand(app),
+      AddServeBenchCommand(app), AddTrainCommand(app), AddConvertCommand(app), AddRunCommand(app),
+      AddMergeCommand(app), AddModelsCommand(app), AddPoliciesCommand(app),
+  };
+  CLI11_PARSE(app, argc, argv);
+  for (const Command& c : commands) {
+    if (*c.app) return c.run();
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace kvlab
+
+int main(int argc, char** argv) {
+  try {
+    return kvlab::Main(argc, argv);
+  } catch (const std::exception& e) {
+    // Library code returns Status; this only catches what a dependency threw.
+    std::fprintf(stderr, "kvlab: error: %s\n", e.what());
+    return 1;
+  }
+}

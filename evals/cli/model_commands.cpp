@@ -1,0 +1,167 @@
+// Subcommands about models and their caches: logits, memory, init, models.
+#include <cstdio>
+#include <fstream>
+#include <memory>
+
+#include "core/engine/engine.h"
+#include "core/model/memory_calc.h"
+#include "core/model/tokenizer.h"
+#include "evals/cli/cli.h"
+
+namespace kvlab {
+namespace {
+
+struct LogitsArgs {
+  std::string model, tokens, tokens_file, out, mode = "prefill", dtype = "f32";
+  int block = 16;
+};
+
+// Teacher-forced logits through the engine: one prefill chunk, or one token a step.
+Status EngineLogits(const EngineOptions& o, const std::vector<int32_t>& ids, bool decode, std::vector<float>* out) {
+  std::unique_ptr<Engine> engine;
+  KVLAB_RETURN_IF_ERROR(Engine::Create(o, {PolicySpec{"full", {}, "logits"}}, &engine));
+  KVLAB_RETURN_IF_ERROR(engine->AddSequence(0));
+  std::vector<std::vector<float>> logits;
+  if (!decode) {
+    KVLAB_RETURN_IF_ERROR(engine->Forward({SeqChunk{0, ids}}, true, &logits));
+    *out = logits[0];
+    return Status::OK();
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    KVLAB_RETURN_IF_ERROR(engine->Forward({SeqChunk{0, {ids[i]}}}, false, &logits));
+    out->insert(out->end(), logits[0].begin(), logits[0].end());
+  }
+  return Status::OK();
+}
+
+int RunLogits(const LogitsArgs& a) {
+  EngineOptions o;
+  o.model = a.model;
+  o.block_size = a.block;
+  if (!ParseDType(a.dtype, &o.kv_dtype)) return Fail(Status::InvalidArgument("--kv-dtype: expected f32, f16 or bf16"));
+  ModelConfig mc;
+  Status s = ResolveModelConfig(a.model, &mc);
+  if (!s.ok()) return Fail(s);
+  std::vector<int32_t> ids;
+  if (!a.tokens_file.empty()) s = ReadTokenIdFile(a.tokens_file, mc.vocab_size, &ids);
+  else if (!a.tokens.empty()) s = ParseTokenIds(a.tokens, mc.vocab_size, "--tokens", &ids);
+  else s = Status::InvalidArgument("logits: give the tokens, --tokens 5,17,42 or --tokens-file FILE.ids");
+  if (!s.ok()) return Fail(s);
+  o.max_context = static_cast<int64_t>(ids.size());
+  std::vector<float> out;
+  if (a.mode == "prefill" || a.mode == "decode") {
+    s = EngineLogits(o, ids, a.mode == "decode", &out);
+  } else if (a.mode == "dense" || a.mode == "nocache") {
+    s = DenseLogits(o, ids, a.mode == "nocache", &out);
+  } else {
+    s = Status::InvalidArgument("--mode: expected prefill, decode, dense or nocache, got '" + a.mode + "'");
+  }
+  if (!s.ok()) return Fail(s);
+  std::ofstream f(a.out, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(out.data()), static_cast<std::streamsize>(out.size() * sizeof(float)));
+  if (!f) return Fail(Status::IOError(a.out + ": cannot write"));
+  std::printf("wrote %zu x %lld logits to %s\n", ids.size(), static_cast<long long>(mc.vocab_size), a.out.c_str());
+  return 0;
+}
+
+struct MemoryArgs {
+  std::string model = "llama-3.1-8b";
+  int64_t tokens = 8192;
+  int bits = 16;
+  double pool_gb = 0;
+  std::vector<std::string> policies;
+};
+
+int RunMemory(const MemoryArgs& a) {
+  ModelConfig mc;
+  Status s = ResolveModelConfig(a.model, &mc);
+  if (!s.ok()) return Fail(s);
+  std::vector<PolicySpec> specs;
+  s = ParsePolicyArgs(a.policies, &specs);
+  PolicyStack stack;
+  if (s.ok()) s = PolicyStack::Create(specs, &stack);
+  MemoryEstimate e;
+  if (s.ok()) s = EstimateKVMemory(mc, a.tokens, a.bits, stack, &e);
+  if (!s.ok()) return Fail(s);
+  std::printf("model          %s\n", a.model.c_str());
+  std::printf("%s", FormatMemoryReport(e, static_cast<int64_t>(a.pool_gb * 1e9)).c_str());
+  return 0;
+}
+
+struct InitArgs {
+  std::string model = "small", out;
+  uint64_t seed = 0;
+  double std = 0.02;
+};
+
+int RunInit(const InitArgs& a) {
+  ModelConfig mc;
+  Status s = ResolveModelConfig(a.model, &mc);
+  if (s.ok()) s = WriteRandomCheckpoint(mc, a.seed, a.std, a.out);
+  if (!s.ok()) return Fail(s);
+  std::printf("wrote %s (config.json, model.safetensors)\n", a.out.c_str());
+  return 0;
+}
+
+int RunModels() {
+  std::printf("%-16s %6s %7s %5s %5s %5s %8s %16s\n", "preset", "layers", "d_model", "H_q", "H_kv", "d_h", "vocab",
+              "KV B/token@16b");
+  for (const std::string& n : PresetNames()) {
+    ModelConfig c;
+    PresetConfig(n, &c);
+    std::printf("%-16s %6lld %7lld %5lld %5lld %5lld %8lld %16s\n", n.c_str(),
+                static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size),
+                static_cast<long long>(c.num_attention_heads), static_cast<long long>(c.num_key_value_heads),
+                static_cast<long long>(c.head_dim), static_cast<long long>(c.vocab_size),
+                WithCommas(c.KVBytesPerToken(2)).c_str());
+  }
+  std::printf("Any Hugging Face Llama-family directory (config.json + model.safetensors) also works as --model.\n");
+  return 0;
+}
+
+}  // namespace
+
+Command AddLogitsCommand(CLI::App& app) {
+  auto a = std::make_shared<LogitsArgs>();
+  CLI::App* lg =
+      app.add_subcommand("logits", "Write next-token logits of a token list (teacher forced) as raw float32");
+  lg->add_option("--model", a->model, "Preset or model directory")->required();
+  CLI::Option* tokens_opt = lg->add_option("--tokens", a->tokens, "Token ids: 5,17,42");
+  lg->add_option("--tokens-file", a->tokens_file,
+                 "Token ids from a token-id file (FILE.ids: ids separated by commas or whitespace)")
+      ->excludes(tokens_opt);
+  lg->add_option("--out", a->out, "Output file: [num_tokens, vocab] float32, little-endian")->required();
+  lg->add_option("--mode", a->mode, "prefill (one chunk), decode (one token per step), dense, nocache")
+      ->capture_default_str();
+  lg->add_option("--kv-dtype", a->dtype, "Cache storage dtype")->capture_default_str();
+  lg->add_option("--block-size", a->block, "Tokens per KV block")->capture_default_str();
+  return {lg, [a] { return RunLogits(*a); }};
+}
+
+Command AddMemoryCommand(CLI::App& app) {
+  auto a = std::make_shared<MemoryArgs>();
+  CLI::App* mem = app.add_subcommand("memory", "KV-cache size calculator (the seed article's formula)");
+  mem->add_option("--model", a->model, "Preset, config.json or model directory")->capture_default_str();
+  mem->add_option("--tokens", a->tokens, "Sequence length S")->capture_default_str();
+  mem->add_option("--bits", a->bits, "Bits per stored number (32, 16, 8, 4, 2)")->capture_default_str();
+  mem->add_option("--pool-gb", a->pool_gb, "Also report the share of a KV pool of this many GB (10^9 bytes)");
+  mem->add_option("--policy", a->policies, "Policy stack, as for generate");
+  return {mem, [a] { return RunMemory(*a); }};
+}
+
+Command AddInitCommand(CLI::App& app) {
+  auto a = std::make_shared<InitArgs>();
+  CLI::App* init =
+      app.add_subcommand("init", "Write a random-weight checkpoint (HF layout) of a preset or config.json");
+  init->add_option("--model", a->model, "Preset, config.json or model directory (its shape)")->capture_default_str();
+  init->add_option("--out", a->out, "Output directory")->required();
+  init->add_option("--seed", a->seed, "Weight seed")->capture_default_str();
+  init->add_option("--std", a->std, "Standard deviation of the weights")->capture_default_str();
+  return {init, [a] { return RunInit(*a); }};
+}
+
+Command AddModelsCommand(CLI::App& app) {
+  return {app.add_subcommand("models", "List model presets"), [] { return RunModels(); }};
+}
+
+}  // namespace kvlab
