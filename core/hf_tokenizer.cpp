@@ -400,7 +400,11 @@ Status NewHfTokenizer(const std::string& tokenizer_json, int64_t bos_id, int64_t
   auto t = std::make_unique<HfTokenizer>();
   t->bos = static_cast<int32_t>(bos_id);
   t->eos = static_cast<int32_t>(eos_id);
-  KVLAB_RETURN_IF_ERROR(LoadHfTokenizer(tokenizer_json, t.get()));
+  try {
+    KVLAB_RETURN_IF_ERROR(LoadHfTokenizer(tokenizer_json, t.get()));
+  } catch (const nlohmann::json::exception& e) {  // a value of a type the checks above did not foresee
+    return Status::InvalidArgument(tokenizer_json + ": " + e.what());
+  }
   *out = std::move(t);
   return Status::OK();
 }

@@ -90,7 +90,12 @@ void Regex::FindAll(const std::string& text, std::vector<Span>* out) const {
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   size_t start = 0;
   while (start <= text.size()) {
-    const int rc = pcre2_match(code, subject, text.size(), start, PCRE2_NO_UTF_CHECK, md, nullptr);
+    int rc = pcre2_match(code, subject, text.size(), start, PCRE2_NO_UTF_CHECK, md, nullptr);
+    // A JIT resource limit is retried on the interpreter; past that, the rest of
+    // the text is left unsplit (the patterns of real files never get there).
+    if (rc < 0 && rc != PCRE2_ERROR_NOMATCH) {
+      rc = pcre2_match(code, subject, text.size(), start, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md, nullptr);
+    }
     if (rc < 0) break;
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
     if (ov[1] == ov[0]) {  // empty matches split nothing

@@ -112,10 +112,11 @@ Status LoadTokenizerFromDir(const std::string& dir_or_file, std::unique_ptr<Toke
   ModelConfig preset;
   if (PresetConfig(dir_or_file, &preset).ok()) return LoadTokenizer(dir_or_file, preset, out);
   std::string dir = dir_or_file, file;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   if (EndsWith(dir_or_file, "tokenizer.json") || EndsWith(dir_or_file, "tokenizer.model") ||
       EndsWith(dir_or_file, "config.json")) {
     const size_t slash = dir_or_file.rfind('/');
-    dir = slash == std::string::npos ? "." : dir_or_file.substr(0, slash);
+    dir = slash == std::string::npos ? "." : slash == 0 ? "/" : dir_or_file.substr(0, slash);
     if (!EndsWith(dir_or_file, "config.json")) file = dir_or_file;
   }
   int64_t bos = -1, eos = -1, vocab = -1;
