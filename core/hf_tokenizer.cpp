@@ -226,7 +226,7 @@ Status LoadModel(const Json& j, const Where& w, Bpe* bpe) {
     auto it = bpe->vocab.find(name);
     bpe->byte_ids[b] = it == bpe->vocab.end() ? -1 : it->second;
   }
-  return LoadMerges(j.value("merges", Json()), w.At("merges"), bpe);
+  return LoadMerges(hf::Field(j, "merges"), w.At("merges"), bpe);
 }
 
 Status LoadAddedTokens(const Json& j, const Where& w, std::vector<AddedToken>* out) {
@@ -282,8 +282,8 @@ Status LoadPostProcessor(const Json& j, const Where& w, std::vector<int32_t>* pr
     return w.At("type").Error("\"" + type + "\" is not supported (kvlab reads TemplateProcessing, ByteLevel, Sequence, "
                               "BertProcessing, RobertaProcessing)");
   }
-  const Json& single = j.value("single", Json());
-  const Json& specials = j.value("special_tokens", Json::object());
+  const Json& single = hf::Field(j, "single");
+  const Json& specials = hf::Field(j, "special_tokens");
   if (!single.is_array()) return w.At("single").Error("is missing or not a list");
   bool seen_a = false;
   for (size_t i = 0; i < single.size(); ++i) {
@@ -316,7 +316,7 @@ Status ConfigTokenId(const Json& cfg, const char* key, const std::string& file, 
   *out = -1;
   if (!cfg.contains(key) || cfg[key].is_null()) return Status::OK();
   const Json& v = cfg[key];
-  const Json& content = v.is_object() ? v.value("content", Json()) : v;
+  const Json& content = v.is_object() ? hf::Field(v, "content") : v;
   if (!content.is_string()) return Status::InvalidArgument(file + ": " + key + " is " + v.dump() + ", not a token");
   const std::string s = content.get<std::string>();
   auto a = added_ids.find(s);
@@ -338,8 +338,8 @@ Status LoadTokenizerConfig(const std::string& file, HfTokenizer* t) {
   if (t->eos < 0) t->eos = eos;
   KVLAB_RETURN_IF_ERROR(GetFlag(cfg, "clean_up_tokenization_spaces", false, Where{file, ""}, &t->clean_up_spaces));
   // Decode skips these too (transformers' all_special_ids).
-  for (const Json& s : cfg.value("additional_special_tokens", Json::array())) {
-    const Json& c = s.is_object() ? s.value("content", Json()) : s;
+  for (const Json& s : hf::Field(cfg, "additional_special_tokens")) {
+    const Json& c = s.is_object() ? hf::Field(s, "content") : s;
     if (!c.is_string()) continue;
     auto a = added_ids.find(c.get<std::string>());
     if (a != added_ids.end() && a->second < t->vocab_size()) t->is_special[a->second] = 1;
@@ -354,17 +354,17 @@ Status LoadHfTokenizer(const std::string& path, HfTokenizer* t) {
   const Where root{path, ""};
   if (!j.contains("model")) return root.At("model").Error("is missing");
   KVLAB_RETURN_IF_ERROR(LoadModel(j["model"], root.At("model"), &t->bpe));
-  KVLAB_RETURN_IF_ERROR(LoadAddedTokens(j.value("added_tokens", Json()), root.At("added_tokens"), &t->added));
+  KVLAB_RETURN_IF_ERROR(LoadAddedTokens(hf::Field(j, "added_tokens"), root.At("added_tokens"), &t->added));
   if (j.contains("truncation") && !j["truncation"].is_null()) {
     return root.At("truncation").Error("is set; kvlab does not truncate (set it to null)");
   }
-  if (j.contains("padding") && j["padding"].is_object() && j["padding"].value("strategy", Json()).is_object()) {
+  if (j.contains("padding") && j["padding"].is_object() && hf::Field(j["padding"], "strategy").is_object()) {
     return root.At("padding.strategy").Error("is a fixed length; kvlab does not pad (set padding to null)");
   }
-  KVLAB_RETURN_IF_ERROR(hf::NewNormalizer(j.value("normalizer", Json()), root.At("normalizer"), &t->normalizer));
-  KVLAB_RETURN_IF_ERROR(hf::NewPreTokenizer(j.value("pre_tokenizer", Json()), root.At("pre_tokenizer"), &t->pre_tokenizer));
-  KVLAB_RETURN_IF_ERROR(hf::NewDecoder(j.value("decoder", Json()), root.At("decoder"), &t->decoder));
-  KVLAB_RETURN_IF_ERROR(LoadPostProcessor(j.value("post_processor", Json()), root.At("post_processor"),
+  KVLAB_RETURN_IF_ERROR(hf::NewNormalizer(hf::Field(j, "normalizer"), root.At("normalizer"), &t->normalizer));
+  KVLAB_RETURN_IF_ERROR(hf::NewPreTokenizer(hf::Field(j, "pre_tokenizer"), root.At("pre_tokenizer"), &t->pre_tokenizer));
+  KVLAB_RETURN_IF_ERROR(hf::NewDecoder(hf::Field(j, "decoder"), root.At("decoder"), &t->decoder));
+  KVLAB_RETURN_IF_ERROR(LoadPostProcessor(hf::Field(j, "post_processor"), root.At("post_processor"),
                                           &t->template_prefix, &t->template_suffix));
 
   int32_t size = 0;

@@ -21,6 +21,14 @@ namespace hf {
 using Json = nlohmann::json;
 using Span = std::pair<size_t, size_t>;  // [begin, end) in bytes
 
+// j[key], or null when j is not an object or has no such key (no copy, unlike json::value).
+inline const Json& Field(const Json& j, const char* key) {
+  static const Json kNull;
+  if (!j.is_object()) return kNull;
+  auto it = j.find(key);
+  return it == j.end() ? kNull : *it;
+}
+
 // Where a component sits, for errors: "DIR/tokenizer.json: pre_tokenizer.pretokenizers[1]".
 struct Where {
   std::string file, key;

@@ -413,7 +413,7 @@ Status NewNormalizer(const Json& j, const Where& w, std::unique_ptr<Normalizer>*
     *out = std::move(seq);
   } else if (type == "Replace") {
     auto r = std::make_unique<ReplaceNormalizer>();
-    KVLAB_RETURN_IF_ERROR(Pattern::Parse(j.value("pattern", Json()), w.At("pattern"), &r->pattern));
+    KVLAB_RETURN_IF_ERROR(Pattern::Parse(Field(j, "pattern"), w.At("pattern"), &r->pattern));
     KVLAB_RETURN_IF_ERROR(GetString(j, "content", "", w, &r->content));
     *out = std::move(r);
   } else if (type == "Prepend") {
@@ -450,8 +450,8 @@ Status NewPreTokenizer(const Json& j, const Where& w, std::unique_ptr<PreTokeniz
     *out = std::move(seq);
   } else if (type == "Split") {
     auto s = std::make_unique<SplitPreTokenizer>();
-    KVLAB_RETURN_IF_ERROR(Pattern::Parse(j.value("pattern", Json()), w.At("pattern"), &s->pattern));
-    KVLAB_RETURN_IF_ERROR(ParseSplitBehavior(j.value("behavior", Json()), w.At("behavior"), &s->behavior));
+    KVLAB_RETURN_IF_ERROR(Pattern::Parse(Field(j, "pattern"), w.At("pattern"), &s->pattern));
+    KVLAB_RETURN_IF_ERROR(ParseSplitBehavior(Field(j, "behavior"), w.At("behavior"), &s->behavior));
     KVLAB_RETURN_IF_ERROR(GetBool(j, "invert", false, w, &s->invert));
     *out = std::move(s);
   } else if (type == "ByteLevel") {
@@ -501,7 +501,7 @@ Status NewDecoder(const Json& j, const Where& w, std::unique_ptr<Decoder>* out) 
     *out = std::make_unique<ByteLevelDecoder>();
   } else if (type == "Replace") {
     auto r = std::make_unique<ReplaceDecoder>();
-    KVLAB_RETURN_IF_ERROR(Pattern::Parse(j.value("pattern", Json()), w.At("pattern"), &r->pattern));
+    KVLAB_RETURN_IF_ERROR(Pattern::Parse(Field(j, "pattern"), w.At("pattern"), &r->pattern));
     KVLAB_RETURN_IF_ERROR(GetString(j, "content", "", w, &r->content));
     *out = std::move(r);
   } else if (type == "ByteFallback") {
