@@ -141,6 +141,22 @@ TEST(HfParts, InvalidBytesBecomeReplacementCharacters) {
   EXPECT_EQ(FirstInvalidUtf8("ok"), std::string::npos);
 }
 
+TEST(HfParts, WordCharactersAreOnigurumasNotPcre2s) {
+  // PCRE2's UCP \w is L, N and _ (10.42: no marks); Oniguruma's takes the combining acute too.
+  std::shared_ptr<Regex> r;
+  ASSERT_TRUE(Regex::Compile("\\w+|\\W+", Where{"t.json", "k"}, &r).ok());
+  std::vector<Span> m;
+  const std::string text = "cafe\u0301_2\u00b2 x";
+  r->FindAll(text, &m);
+  ASSERT_EQ(m.size(), 3u);
+  EXPECT_EQ(text.substr(m[0].first, m[0].second - m[0].first), "cafe\u0301_2\u00b2");
+  // [\S] inside a class works as well.
+  ASSERT_TRUE(Regex::Compile("[\\S]+", Where{"t.json", "k"}, &r).ok());
+  r->FindAll("ab\u180e c", &m);
+  ASSERT_EQ(m.size(), 2u);
+  EXPECT_EQ(m[0], (Span{0, 5}));
+}
+
 TEST(HfParts, WhiteSpaceIsOnigurumasNotPcre2s) {
   // PCRE2's UCP \s also takes U+180E (MONGOLIAN VOWEL SEPARATOR); Oniguruma's does not.
   std::shared_ptr<Regex> r;

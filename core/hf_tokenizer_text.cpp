@@ -13,11 +13,14 @@ namespace hf {
 
 namespace {
 
-// Oniguruma's \s (Unicode White_Space); PCRE2's UCP \s also takes U+180E.
-constexpr const char* kWhiteSpaceClass =
-    "\\x{9}-\\x{d}\\x{20}\\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}";
+// Oniguruma's shorthands, which PCRE2's UCP ones differ from: \s is White_Space
+// (PCRE2 adds U+180E), \w is Alphabetic, M, Nd and Pc (PCRE2: L, N and _),
+// plus, outside classes, the Latin-1 superscripts and fractions, as
+// tokenizers.js translates them.
+constexpr const char* kWordChars = "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}";
+constexpr const char* kLatin1WordChars = "\\x{b2}\\x{b3}\\x{b9}\\x{bc}-\\x{be}";
 
-// Rewrites \s (and \S outside classes) to Oniguruma's set; the rest is copied.
+// Rewrites \s \S \w (and \W outside classes) to Oniguruma's meaning; the rest is copied.
 std::string RewriteForPcre2(const std::string& p) {
   std::string out;
   bool in_class = false;
@@ -25,11 +28,12 @@ std::string RewriteForPcre2(const std::string& p) {
     const char c = p[i];
     if (c == '\\' && i + 1 < p.size()) {
       const char e = p[i + 1];
-      if (e == 's') {
-        out += in_class ? std::string(kWhiteSpaceClass) : "[" + std::string(kWhiteSpaceClass) + "]";
-      } else if (e == 'S' && !in_class) {
-        out += "[^" + std::string(kWhiteSpaceClass) + "]";
-      } else {
+      if (e == 's') out += "\\p{White_Space}";
+      else if (e == 'S') out += "\\P{White_Space}";
+      else if (e == 'w' && in_class) out += kWordChars;
+      else if (e == 'w') out += "[" + std::string(kWordChars) + kLatin1WordChars + "]";
+      else if (e == 'W' && !in_class) out += "[^" + std::string(kWordChars) + kLatin1WordChars + "]";
+      else {
         out += c;
         out += e;
       }
