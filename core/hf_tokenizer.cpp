@@ -65,8 +65,10 @@ class HfTokenizer final : public Tokenizer {
           continue;
         }
         std::vector<std::string> words;
-        if (pre_tokenizer) pre_tokenizer->Split(q.text, p.offset == 0 && q.offset == 0, &words);
-        else words.push_back(q.text);
+        if (pre_tokenizer)
+          pre_tokenizer->Split(q.text, p.offset == 0 && q.offset == 0, &words);
+        else
+          words.push_back(q.text);
         for (const std::string& w : words) EncodeWordCached(w, ids);
       }
     }
@@ -95,7 +97,7 @@ class HfTokenizer final : public Tokenizer {
   // transformers' clean_up_tokenization, applied when tokenizer_config.json asks for it.
   static void CleanUpTokenization(std::string* t) {
     static const std::pair<const char*, const char*> kRules[] = {
-        {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"},
+        {" .", "."},     {" ?", "?"},   {" !", "!"},   {" ,", ","},     {" ' ", "'"},
         {" n't", "n't"}, {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
     for (const auto& [from, to] : kRules) {
       hf::Pattern p;
@@ -195,7 +197,8 @@ Status LoadModel(const Json& j, const Where& w, Bpe* bpe) {
     return w.At("type").Error((type.empty() ? std::string("is missing") : "\"" + type + "\" is not supported") +
                               " (kvlab reads BPE models)");
   }
-  if (j.contains("dropout") && !j["dropout"].is_null() && !(j["dropout"].is_number() && j["dropout"].get<double>() == 0)) {
+  if (j.contains("dropout") && !j["dropout"].is_null() &&
+      !(j["dropout"].is_number() && j["dropout"].get<double>() == 0)) {
     return w.At("dropout").Error("is " + j["dropout"].dump() + "; kvlab encodes deterministically (null or 0)");
   }
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
@@ -236,7 +239,8 @@ Status LoadAddedTokens(const Json& j, const Where& w, std::vector<AddedToken>* o
     const Json& a = j[i];
     const Where wi = w.Index(i);
     AddedToken t;
-    if (!a.is_object() || !a.contains("content") || !a["content"].is_string() || a["content"].get<std::string>().empty()) {
+    if (!a.is_object() || !a.contains("content") || !a["content"].is_string() ||
+        a["content"].get<std::string>().empty()) {
       return wi.At("content").Error("is missing or empty");
     }
     if (!a.contains("id") || !a["id"].is_number_integer() || a["id"].get<int64_t>() < 0 ||
@@ -258,10 +262,12 @@ Status LoadAddedTokens(const Json& j, const Where& w, std::vector<AddedToken>* o
 // A post-processor as the special tokens it puts before and after the text.
 Status LoadPostProcessor(const Json& j, const Where& w, std::vector<int32_t>* prefix, std::vector<int32_t>* suffix) {
   if (j.is_null()) return Status::OK();
-  const std::string type = j.is_object() && j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>() : "";
+  const std::string type =
+      j.is_object() && j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>() : "";
   if (type == "ByteLevel") return Status::OK();  // offsets only
   if (type == "Sequence") {
-    if (!j.contains("processors") || !j["processors"].is_array()) return w.At("processors").Error("is missing or not a list");
+    if (!j.contains("processors") || !j["processors"].is_array())
+      return w.At("processors").Error("is missing or not a list");
     for (size_t i = 0; i < j["processors"].size(); ++i) {  // each wraps what the ones before produced
       std::vector<int32_t> pre, post;
       KVLAB_RETURN_IF_ERROR(LoadPostProcessor(j["processors"][i], w.At("processors").Index(i), &pre, &post));
@@ -279,7 +285,8 @@ Status LoadPostProcessor(const Json& j, const Where& w, std::vector<int32_t>* pr
     return Status::OK();
   }
   if (type != "TemplateProcessing") {
-    return w.At("type").Error("\"" + type + "\" is not supported (kvlab reads TemplateProcessing, ByteLevel, Sequence, "
+    return w.At("type").Error("\"" + type +
+                              "\" is not supported (kvlab reads TemplateProcessing, ByteLevel, Sequence, "
                               "BertProcessing, RobertaProcessing)");
   }
   const Json& single = hf::Field(j, "single");
@@ -320,9 +327,12 @@ Status ConfigTokenId(const Json& cfg, const char* key, const std::string& file, 
   if (!content.is_string()) return Status::InvalidArgument(file + ": " + key + " is " + v.dump() + ", not a token");
   const std::string s = content.get<std::string>();
   auto a = added_ids.find(s);
-  if (a != added_ids.end()) *out = a->second;
-  else if (t.bpe.vocab.count(s)) *out = t.bpe.vocab.at(s);
-  else return Status::InvalidArgument(file + ": " + key + " \"" + s + "\" is not a token of " + t.path);
+  if (a != added_ids.end())
+    *out = a->second;
+  else if (t.bpe.vocab.count(s))
+    *out = t.bpe.vocab.at(s);
+  else
+    return Status::InvalidArgument(file + ": " + key + " \"" + s + "\" is not a token of " + t.path);
   return Status::OK();
 }
 
@@ -362,7 +372,8 @@ Status LoadHfTokenizer(const std::string& path, HfTokenizer* t) {
     return root.At("padding.strategy").Error("is a fixed length; kvlab does not pad (set padding to null)");
   }
   KVLAB_RETURN_IF_ERROR(hf::NewNormalizer(hf::Field(j, "normalizer"), root.At("normalizer"), &t->normalizer));
-  KVLAB_RETURN_IF_ERROR(hf::NewPreTokenizer(hf::Field(j, "pre_tokenizer"), root.At("pre_tokenizer"), &t->pre_tokenizer));
+  KVLAB_RETURN_IF_ERROR(
+      hf::NewPreTokenizer(hf::Field(j, "pre_tokenizer"), root.At("pre_tokenizer"), &t->pre_tokenizer));
   KVLAB_RETURN_IF_ERROR(hf::NewDecoder(hf::Field(j, "decoder"), root.At("decoder"), &t->decoder));
   KVLAB_RETURN_IF_ERROR(LoadPostProcessor(hf::Field(j, "post_processor"), root.At("post_processor"),
                                           &t->template_prefix, &t->template_suffix));
@@ -385,11 +396,17 @@ Status LoadHfTokenizer(const std::string& path, HfTokenizer* t) {
       if (!n.empty()) t->normalized_trie.Add(n, static_cast<int32_t>(i));
     }
   }
-  for (int32_t id : t->template_prefix) if (id < 0 || id >= size) return root.At("post_processor").Error("names id " + std::to_string(id) + ", outside the vocabulary");
-  for (int32_t id : t->template_suffix) if (id < 0 || id >= size) return root.At("post_processor").Error("names id " + std::to_string(id) + ", outside the vocabulary");
+  for (const auto* ids : {&t->template_prefix, &t->template_suffix}) {
+    for (int32_t id : *ids) {
+      if (id < 0 || id >= size) {
+        return root.At("post_processor").Error("names id " + std::to_string(id) + ", outside the vocabulary");
+      }
+    }
+  }
 
   const size_t slash = path.rfind('/');
-  const std::string config = (slash == std::string::npos ? std::string(".") : path.substr(0, slash)) + "/tokenizer_config.json";
+  const std::string dir = slash == std::string::npos ? std::string(".") : path.substr(0, slash);
+  const std::string config = dir + "/tokenizer_config.json";
   if (std::ifstream(config).good()) KVLAB_RETURN_IF_ERROR(LoadTokenizerConfig(config, t));
   return Status::OK();
 }

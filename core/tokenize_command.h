@@ -11,12 +11,12 @@
 namespace kvlab {
 
 struct TokenizeOptions {
-  std::string model;       // --model: a directory (config.json optional), a tokenizer file or a preset
-  std::string text;        // --text
-  bool has_text = false;   // --text was given (it may be empty)
-  std::string file;        // --file: text read as bytes
-  std::string decode;      // --decode: ids, "1,2,3" (commas and/or whitespace)
-  bool no_special = false; // --no-special: no BOS/EOS/template tokens added
+  std::string model;        // --model: a directory (config.json optional), a tokenizer file or a preset
+  std::string text;         // --text
+  bool has_text = false;    // --text was given (it may be empty)
+  std::string file;         // --file: text read as bytes
+  std::string decode;       // --decode: ids, "1,2,3" (commas and/or whitespace)
+  bool no_special = false;  // --no-special: no BOS/EOS/template tokens added
 };
 
 // Exactly one of --text, --file, --decode. *output: the ids comma-separated on
