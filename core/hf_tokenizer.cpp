@@ -192,7 +192,9 @@ Status LoadMerges(const Json& merges, const Where& w, Bpe* bpe) {
 
 Status LoadModel(const Json& j, const Where& w, Bpe* bpe) {
   if (!j.is_object()) return w.Error("is missing or not an object");
-  const std::string type = j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>() : "";
+  std::string type = j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>() : "";
+  // Files older than the "type" key: a vocabulary object with merges is BPE (as the Rust crate infers).
+  if (!j.contains("type") && hf::Field(j, "vocab").is_object() && hf::Field(j, "merges").is_array()) type = "BPE";
   if (type != "BPE") {
     return w.At("type").Error((type.empty() ? std::string("is missing") : "\"" + type + "\" is not supported") +
                               " (kvlab reads BPE models)");

@@ -220,6 +220,18 @@ TEST(HfTokenizer, TemplateAddsBosAndEosAroundTheText) {
   EXPECT_NE(bad.message().find("not valid UTF-8 (byte 2)"), std::string::npos) << bad.message();
 }
 
+TEST(HfTokenizer, AModelWithoutTypeButWithMergesIsBpe) {
+  TempDir dir;
+  json j = TinyByteLevel();
+  j["model"].erase("type");
+  std::unique_ptr<Tokenizer> t;
+  const Status s = NewHfTokenizer(dir.Write("tokenizer.json", j.dump()), -1, -1, &t);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  std::vector<int32_t> ids;
+  ASSERT_TRUE(t->Encode("hello", false, &ids).ok());
+  EXPECT_EQ(ids, (std::vector<int32_t>{8}));
+}
+
 TEST(HfTokenizer, ADirectoryWithBothFilesPrefersTokenizerJson) {
   TempDir dir;
   dir.Write("tokenizer.json", TinyByteLevel().dump());
@@ -256,6 +268,10 @@ TEST(HfTokenizer, BadFilesAreOneErrorNamingTheFileAndKey) {
   json j = TinyByteLevel();
   j["model"]["type"] = "Unigram";
   ExpectError(j.dump(), "model.type \"Unigram\" is not supported (kvlab reads BPE models)");
+  j = TinyByteLevel();
+  j["model"].erase("type");
+  j["model"].erase("merges");
+  ExpectError(j.dump(), "model.type is missing (kvlab reads BPE models)");
   j = TinyByteLevel();
   j["model"]["merges"][3] = "hell x";
   ExpectError(j.dump(), "model.merges[3] names \"x\", which is not in model.vocab");
