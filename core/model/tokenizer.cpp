@@ -6,6 +6,10 @@
 #include <fstream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
+#include "core/model/hf_tokenizer.h"
+
 namespace kvlab {
 
 std::vector<int32_t> ByteTokenizer::Encode(const std::string& text, bool add_bos) {
@@ -44,13 +48,16 @@ Status LoadTokenizer(const std::string& model, const ModelConfig& config, std::u
     else dir = model.find('/') == std::string::npos ? "." : model.substr(0, model.rfind('/'));
   }
   if (!dir.empty()) {
-    const std::string spm = dir + "/tokenizer.model";
-    if (std::ifstream(spm).good()) {
+    // Checkpoints that ship both files mean tokenizer.json (transformers prefers it too).
+    const std::string hf = dir + "/tokenizer.json", spm = dir + "/tokenizer.model";
+    const bool have_hf = std::ifstream(hf).good();
+    if (have_hf || std::ifstream(spm).good()) {
       std::unique_ptr<Tokenizer> t;
-      KVLAB_RETURN_IF_ERROR(NewSentencePieceTokenizer(spm, config.bos_token_id, config.eos_token_id, &t));
+      if (have_hf) KVLAB_RETURN_IF_ERROR(NewHfTokenizer(hf, config.bos_token_id, config.eos_token_id, &t));
+      else KVLAB_RETURN_IF_ERROR(NewSentencePieceTokenizer(spm, config.bos_token_id, config.eos_token_id, &t));
       if (t->vocab_size() > config.vocab_size) {
-        return Status::InvalidArgument(spm + ": " + std::to_string(t->vocab_size()) +
-                                       " pieces, more than the model's vocabulary (" +
+        return Status::InvalidArgument((have_hf ? hf : spm) + ": " + std::to_string(t->vocab_size()) +
+                                       " tokens, more than the model's vocabulary (" +
                                        std::to_string(config.vocab_size) + ")");
       }
       *out = std::move(t);
@@ -64,8 +71,68 @@ Status LoadTokenizer(const std::string& model, const ModelConfig& config, std::u
   return Status::InvalidArgument(
       "model '" + model + "' has no tokenizer: its vocabulary (" + std::to_string(config.vocab_size) +
       ") is not the byte tokenizer's (" + std::to_string(ByteTokenizer::kVocabSize) + ") and " +
-      (dir.empty() ? std::string("a preset has no tokenizer.model") : "there is no " + dir + "/tokenizer.model") +
+      (dir.empty() ? std::string("a preset has no tokenizer.json or tokenizer.model")
+                   : "there is no " + dir + "/tokenizer.json or " + dir + "/tokenizer.model") +
       "; give token ids instead of text (a token-id file, FILE.ids)");
+}
+
+namespace {
+
+bool EndsWith(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// bos_token_id / eos_token_id / vocab_size of DIR/config.json, read without
+// judging the model_type (tokenizing needs no model). -1: not stated.
+Status ReadTokenIdsOfConfig(const std::string& path, int64_t* bos, int64_t* eos, int64_t* vocab) {
+  *bos = *eos = *vocab = -1;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::OK();
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return Status::InvalidArgument(path + ": not a JSON object");
+  const auto id = [&](const char* key, int64_t* out) -> Status {
+    if (!j.contains(key) || j[key].is_null()) return Status::OK();
+    const nlohmann::json& v = j[key].is_array() && !j[key].empty() ? j[key][0] : j[key];
+    if (!v.is_number_integer() || v.get<int64_t>() < 0) {
+      return Status::InvalidArgument(path + ": " + key + " is " + j[key].dump() + ", not a token id");
+    }
+    *out = v.get<int64_t>();
+    return Status::OK();
+  };
+  KVLAB_RETURN_IF_ERROR(id("bos_token_id", bos));
+  KVLAB_RETURN_IF_ERROR(id("eos_token_id", eos));
+  return id("vocab_size", vocab);
+}
+
+}  // namespace
+
+Status LoadTokenizerFromDir(const std::string& dir_or_file, std::unique_ptr<Tokenizer>* out) {
+  ModelConfig preset;
+  if (PresetConfig(dir_or_file, &preset).ok()) return LoadTokenizer(dir_or_file, preset, out);
+  std::string dir = dir_or_file, file;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  if (EndsWith(dir_or_file, "tokenizer.json") || EndsWith(dir_or_file, "tokenizer.model") ||
+      EndsWith(dir_or_file, "config.json")) {
+    const size_t slash = dir_or_file.rfind('/');
+    dir = slash == std::string::npos ? "." : slash == 0 ? "/" : dir_or_file.substr(0, slash);
+    if (!EndsWith(dir_or_file, "config.json")) file = dir_or_file;
+  }
+  int64_t bos = -1, eos = -1, vocab = -1;
+  KVLAB_RETURN_IF_ERROR(ReadTokenIdsOfConfig(dir + "/config.json", &bos, &eos, &vocab));
+  const std::string hf = dir + "/tokenizer.json", spm = dir + "/tokenizer.model";
+  if (file.empty()) file = std::ifstream(hf).good() ? hf : std::ifstream(spm).good() ? spm : "";
+  if (!file.empty() && !std::ifstream(file).good()) return Status::NotFound(file + ": cannot open");
+  if (EndsWith(file, "tokenizer.json")) return NewHfTokenizer(file, bos, eos, out);
+  if (EndsWith(file, "tokenizer.model")) return NewSentencePieceTokenizer(file, bos, eos, out);
+  if (vocab == ByteTokenizer::kVocabSize) {
+    *out = std::make_unique<ByteTokenizer>();
+    return Status::OK();
+  }
+  return Status::NotFound("'" + dir + "' has no tokenizer: looked for " + hf + " and " + spm +
+                          " (and a config.json with the byte tokenizer's vocab_size " +
+                          std::to_string(ByteTokenizer::kVocabSize) + ")");
 }
 
 Status ParseTokenIds(const std::string& text, int64_t vocab, const std::string& what, std::vector<int32_t>* out) {

@@ -1,7 +1,8 @@
 // Tokenizers: text <-> token ids for the CLI and the sweeps. The byte-level
 // tokenizer of kvlab's small models (ids 0..255 are the bytes, then BOS 256,
-// EOS 257, PAD 258) and a SentencePiece one for checkpoints that ship
-// tokenizer.model, behind one interface; LoadTokenizer picks one for a model.
+// EOS 257, PAD 258), a SentencePiece one for checkpoints that ship
+// tokenizer.model and a Hugging Face one for tokenizer.json (core/model/hf_tokenizer.h),
+// behind one interface; LoadTokenizer picks one for a model.
 // Also token-id lists and token-id files (FILE.ids), accepted everywhere text
 // is. Torch-free.
 #pragma once
@@ -20,9 +21,10 @@ namespace kvlab {
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
-  // "byte", or "sentencepiece (DIR/tokenizer.model)": what the CLI prints.
+  // "byte", "sentencepiece (DIR/tokenizer.model)" or "tokenizer.json (DIR/tokenizer.json)": what the CLI prints.
   virtual std::string Name() const = 0;
-  // Token ids of `text`, preceded by BOS when add_bos and the tokenizer has one.
+  // Token ids of `text`, preceded by BOS when add_bos and the tokenizer has one
+  // (tokenizer.json: its post-processor's special tokens, whatever they are).
   virtual Status Encode(const std::string& text, bool add_bos, std::vector<int32_t>* ids) const = 0;
   // Text of `ids`; BOS, EOS, PAD and ids the tokenizer does not know are skipped.
   virtual Status Decode(const std::vector<int32_t>& ids, std::string* text) const = 0;
@@ -63,11 +65,23 @@ bool HaveSentencePiece();
 
 // The tokenizer of a model: `model_dir_or_preset` is what --model takes (a
 // preset, a model directory, or a config.json path), `config` its config.
-//   DIR/tokenizer.model exists      -> SentencePiece (BOS/EOS from the config)
+//   DIR/tokenizer.json exists       -> Hugging Face tokenizers (core/model/hf_tokenizer.h;
+//                                      BOS/EOS from the config)
+//   else DIR/tokenizer.model exists -> SentencePiece (BOS/EOS from the config)
 //   else vocab_size is 259          -> the byte tokenizer
 //   else                            -> InvalidArgument: pass token ids
+// A tokenizer with more ids than the config's vocab_size is an error.
 Status LoadTokenizer(const std::string& model_dir_or_preset, const ModelConfig& config,
                      std::unique_ptr<Tokenizer>* out);
+
+// The tokenizer of a directory that need not hold a model (`kvlab tokenize`):
+// DIR/tokenizer.json, else DIR/tokenizer.model, else (DIR/config.json with
+// vocab_size 259) the byte tokenizer; BOS/EOS from DIR/config.json where it
+// states them (any model_type), else from tokenizer_config.json. `dir` may also
+// be a tokenizer.json / tokenizer.model file, or a preset name (its byte
+// tokenizer, when it has a 259-id vocabulary). NotFound names the directory
+// and the files looked for.
+Status LoadTokenizerFromDir(const std::string& dir, std::unique_ptr<Tokenizer>* out);
 
 // Parses "5,17,42" (commas and/or whitespace). Every id must be in [0, vocab).
 // `what` names the source in the error ("--tokens", a file name).

