@@ -118,9 +118,9 @@ def _rope(cfg, src, m, layer_type):
         return np.where(medium, blended, scaled), 1.0, None
     # longrope: _compute_longrope_parameters. The factors divide the frequencies; cos and sin are multiplied
     # by attention_factor (so the rotary part of q.k by its square).
-    orig = rp.get("original_max_position_embeddings", cfg.get("original_max_position_embeddings"))
-    if orig is None:
-        _fail(src, "original_max_position_embeddings", None, "longrope needs it")
+    # Phi3Config's original_max_position_embeddings defaults to 4096; transformers 5 also reads it from
+    # the rope parameters.
+    orig = rp.get("original_max_position_embeddings", cfg.get("original_max_position_embeddings", 4096))
     factor = rp.get("factor")
     if factor is None:
         factor = cfg["max_position_embeddings"] / orig
@@ -167,8 +167,6 @@ def parse_config(cfg, src="config.json"):
     m.gelu = gemma
     if cfg.get("use_bidirectional_attention"):
         _fail(src, "use_bidirectional_attention", True, "bidirectional attention is not modelled")
-    if cfg.get("pretraining_tp", 1) not in (1, None):
-        pass  # a sliced matmul in old transformers; the same product in exact arithmetic
 
     # Biases. llama: attention_bias on q, k, v, o; mlp_bias on gate, up, down (LlamaAttention, LlamaMLP).
     # qwen2: q, k, v always, o never (Qwen2Attention: bias=True / bias=False). qwen3, gemma: attention_bias
@@ -183,9 +181,9 @@ def parse_config(cfg, src="config.json"):
     m.four_norms = gemma  # input, post_attention (on the attention output), pre_ and post_feedforward
 
     # Per-layer attention type.
-    if fam == "mistral" and cfg.get("layer_types") is not None:
-        _fail(src, "layer_types", cfg["layer_types"], "MistralModel ignores layer_types (transformers warns); "
-              "not modelled")
+    if fam in ("llama", "mistral", "phi3") and cfg.get("layer_types") is not None:
+        # Only the qwen and gemma configurations read layer_types; MistralConfig warns and ignores it.
+        _fail(src, "layer_types", cfg["layer_types"], f"transformers' {fam} ignores layer_types; not modelled")
     window = cfg.get("sliding_window", d.get("sliding_window"))
     if fam in ("qwen2", "qwen3"):
         # Qwen2Config/Qwen3Config.__post_init__: sliding_window only with use_sliding_window; then layer i
@@ -208,6 +206,10 @@ def parse_config(cfg, src="config.json"):
         _fail(src, "layer_types", types, f"needs {m.layers} entries of full_attention / sliding_attention")
     if window is not None and (not isinstance(window, int) or window <= 0):
         _fail(src, "sliding_window", window, "must be a positive integer or null")
+    if window is None and "sliding_attention" in types:
+        # masking_utils.create_sliding_window_causal_mask raises when the config has no sliding_window
+        # (qwen2/qwen3 drop it unless use_sliding_window is true).
+        _fail(src, "sliding_window", window, "layers of type sliding_attention need a window")
     m.layer_types = list(types)
     m.windows = [window if t == "sliding_attention" and window is not None else None for t in types]
 

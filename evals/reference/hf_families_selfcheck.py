@@ -268,9 +268,12 @@ def errors(c):
         "use_bidirectional_attention": (dict(wr.make_config("gemma3_text"), use_bidirectional_attention=True), "true"),
         "layer_types": (dict(wr.make_config("qwen2"), layer_types=["full_attention"]), "full_attention"),
         "num_key_value_heads": (dict(wr.make_config("llama"), num_key_value_heads=3), "3"),
+        "sliding_window": (dict(wr.make_config("gemma2"), sliding_window=None), "null"),
+        "layer_types ": (dict(wr.make_config("mistral"), layer_types=["sliding_attention"] * 3), "sliding_attention"),
     }
     for key, (cfg, value) in cfgs.items():
-        c.check(_raises(lambda: ref.parse_config(cfg, "DIR/config.json"), ValueError, "DIR/config.json", key, value),
+        c.check(_raises(lambda: ref.parse_config(cfg, "DIR/config.json"), ValueError, "DIR/config.json", key.strip(),
+                        value),
                 f"config error names the file, {key} and {value}")
     m = ref.parse_config(wr.make_config("qwen3"))
     w = wr.random_tensors(m, 1)
