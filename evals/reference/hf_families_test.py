@@ -7,9 +7,12 @@ with hf_families_writer.py, runs
   KVLAB logits ... --mode decode --block-size 4
   KVLAB logits ... --mode prefill --prefill-chunk 5 --block-size 4        (chunked prefill)
 and requires max |kvlab - reference| / max |reference| <= 1e-4 in each mode. OUT.bin holds
-little-endian float32 logits [num_tokens, vocab]. A checkpoint lacking a tensor of its own kind
-(qwen3 q_norm, phi3 qkv_proj, a qwen2 q_proj bias, a gemma2 pre_feedforward_layernorm), an unknown
-model_type and an unmodelled rope type must make kvlab fail with a message naming the tensor or key.
+little-endian float32 logits [num_tokens, vocab]. `--prefill-chunk N` (the prompt fed N tokens at a time
+through the paged cache, every chunk's logits written in order) is a flag kvlab logits must offer for this
+test. A checkpoint lacking a tensor of its own kind (qwen3 / gemma3 q_norm or k_norm, phi3 qkv_proj, a
+qwen2 q_proj bias, a llama o_proj bias under attention_bias, a gemma2 pre_feedforward_layernorm), an
+unknown model_type and an unmodelled rope type must make kvlab fail with a message naming the tensor
+or the file and key.
 
   /usr/bin/python3 evals/reference/hf_families_test.py --kvlab build/kvlab [--only qwen3]
   /usr/bin/python3 evals/reference/hf_families_test.py --self-check     # numpy side only
@@ -55,6 +58,12 @@ CASES = {
     "qwen3_bias_tied_bf16": ("qwen3", dict(dtype="bf16", tied=True, seed=8, head_dim=32, kv_heads=1,
                                            overrides=dict(attention_bias=True))),
     "phi3_longrope_partial_f32": ("phi3", dict(dtype="f32", tied=False, seed=9)),
+    # 48 tokens > original_max_position_embeddings 32: the long factors for every position, as transformers'
+    # forward over the whole text computes them (and as Phi3ForCausalLM's generate does by recomputing the
+    # cache once the text crosses the original length). kvlab has to pick the factors from the request's
+    # whole length, not per step.
+    "phi3_longrope_long_bf16": ("phi3", dict(dtype="bf16", tied=False, seed=15, overrides=dict(
+        original_max_position_embeddings=32, max_position_embeddings=128))),
     "phi3_default_rope_tied_bf16": ("phi3", dict(dtype="bf16", tied=True, seed=10, kv_heads=4,
                                                  overrides=dict(rope_scaling=None))),
     "gemma2_headdim_softcap_f32": ("gemma2", dict(dtype="f32", tied=True, seed=11, head_dim=24)),
@@ -128,15 +137,17 @@ def end_to_end(tmp, kvlab, c, only):
 
 def bad_input(tmp, kvlab, c, only):
     """A checkpoint without a tensor of its family's kind, an unknown model_type, an unmodelled rope type."""
-    missing = [("qwen3", "model.layers.1.self_attn.q_norm.weight"),
-               ("phi3", "model.layers.0.self_attn.qkv_proj.weight"),
-               ("qwen2", "model.layers.2.self_attn.q_proj.bias"),
-               ("gemma2", "model.layers.1.pre_feedforward_layernorm.weight")]
-    for family, tensor in missing:
+    missing = [("qwen3", {}, "model.layers.1.self_attn.q_norm.weight"),
+               ("gemma3_text", {}, "model.layers.2.self_attn.k_norm.weight"),
+               ("phi3", {}, "model.layers.0.self_attn.qkv_proj.weight"),
+               ("qwen2", {}, "model.layers.2.self_attn.q_proj.bias"),
+               ("llama", dict(attention_bias=True), "model.layers.1.self_attn.o_proj.bias"),
+               ("gemma2", {}, "model.layers.1.pre_feedforward_layernorm.weight")]
+    for family, overrides, tensor in missing:
         if only and family not in only:
             continue
         d = os.path.join(tmp, f"missing_{family}")
-        wr.write_checkpoint(family, d, seed=20, omit=(tensor,))
+        wr.write_checkpoint(family, d, seed=20, omit=(tensor,), overrides=overrides)
         r = run_kvlab(kvlab, d, [5, 17, 42], MODES["prefill"], os.path.join(tmp, "bad.bin"))
         text = r.stdout + r.stderr
         c.check(r.returncode != 0 and tensor in text and "Traceback" not in text,

@@ -168,9 +168,8 @@ def main():
     tmp = tempfile.mkdtemp(prefix="kvlab_hf_torch_")
     failures = 0
     try:
-        extra = {"phi3_long_context": ("phi3", dict(seed=30, overrides=dict(sliding_window=None)), 70)}
         todo = {n: (f, kw, cases.NUM_TOKENS) for n, (f, kw) in cases.CASES.items()}
-        todo.update(extra)
+        todo["phi3_long_context"] = ("phi3", dict(seed=30, overrides=dict(sliding_window=None)), 70)
         for name, (family, kw, n) in todo.items():
             d = os.path.join(tmp, name)
             wr.write_checkpoint(family, d, **kw)
