@@ -187,7 +187,9 @@ def parse_config(cfg, src="config.json"):
     window = cfg.get("sliding_window", d.get("sliding_window"))
     if fam in ("qwen2", "qwen3"):
         # Qwen2Config/Qwen3Config.__post_init__: sliding_window only with use_sliding_window; then layer i
-        # slides when i >= max_window_layers (the current rule; explicit layer_types win).
+        # slides when i >= max_window_layers; explicit layer_types win. The config's docstring says the
+        # opposite ("the bottom layers use SWA"; transformers issue #35896, closed); the per-layer rule,
+        # which an attention refactor once dropped and transformers PR #36162 restored, is what runs.
         if not cfg.get("use_sliding_window", d["use_sliding_window"]):
             window = None
         mwl = cfg.get("max_window_layers", d["max_window_layers"])
