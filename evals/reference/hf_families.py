@@ -96,12 +96,21 @@ def _rope(cfg, src, m, layer_type):
     allowed = ROPE_TYPES | ({"longrope"} if fam == "phi3" else set())
     if rtype not in allowed:
         _fail(src, key + ".rope_type", rtype, f"not modelled for {fam} (modelled: {', '.join(sorted(allowed))})")
-    base = float(rp["rope_theta"])
     prf = float(rp.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0)))
+    if prf != 1.0 and fam != "phi3":  # only phi3's apply_rotary_pos_emb rotates part of a head
+        _fail(src, "partial_rotary_factor", prf, f"{fam} rotates whole heads; not modelled")
     dim = int(m.head_dim * prf)
     if dim % 2 or dim <= 0:
         _fail(src, "partial_rotary_factor", prf, f"gives an odd or empty rotary dim {dim}")
     m.rotary_dim = dim
+    try:
+        return _inv_freq(cfg, m, rp, rtype, dim)
+    except KeyError as e:
+        _fail(src, f"{key}.{e.args[0]}", None, f"rope_type {rtype} needs it")
+
+
+def _inv_freq(cfg, m, rp, rtype, dim):
+    base = float(rp["rope_theta"])
     inv = 1.0 / base ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
     if rtype == "default":
         return inv, 1.0, None
@@ -123,14 +132,15 @@ def _rope(cfg, src, m, layer_type):
     orig = rp.get("original_max_position_embeddings", cfg.get("original_max_position_embeddings", 4096))
     factor = rp.get("factor")
     if factor is None:
-        factor = cfg["max_position_embeddings"] / orig
+        factor = cfg.get("max_position_embeddings", 4096) / orig  # Phi3Config's default, 4096
     att = rp.get("attention_factor")
     if att is None:
         att = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(orig))
     shape = np.arange(0, dim, 2, dtype=np.float64) / dim
     for name in ("short_factor", "long_factor"):
-        if len(rp.get(name, [])) != dim // 2:
-            _fail(src, key + "." + name, rp.get(name), f"needs rotary_dim / 2 = {dim // 2} numbers")
+        if len(rp.get(name) or []) != dim // 2:
+            raise ValueError(f"{m.source}: rope_scaling.{name} = {json.dumps(rp.get(name))}: needs rotary_dim / 2 "
+                             f"= {dim // 2} numbers")
     short = 1.0 / (np.asarray(rp["short_factor"], np.float64) * base ** shape)
     long_ = 1.0 / (np.asarray(rp["long_factor"], np.float64) * base ** shape)
     m.longrope_original = int(orig)
@@ -144,7 +154,7 @@ def parse_config(cfg, src="config.json"):
         _fail(src, "model_type", fam, f"not a family the reference models ({', '.join(FAMILIES)})")
     d = DEFAULTS[fam]
     m = Model()
-    m.family = fam
+    m.family, m.source = fam, src
     for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size"):
         if not isinstance(cfg.get(k), int) or cfg[k] <= 0:
             _fail(src, k, cfg.get(k), "must be a positive integer")

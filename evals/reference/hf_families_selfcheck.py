@@ -268,6 +268,10 @@ def errors(c):
         "use_bidirectional_attention": (dict(wr.make_config("gemma3_text"), use_bidirectional_attention=True), "true"),
         "layer_types": (dict(wr.make_config("qwen2"), layer_types=["full_attention"]), "full_attention"),
         "num_key_value_heads": (dict(wr.make_config("llama"), num_key_value_heads=3), "3"),
+        "partial_rotary_factor": (dict(wr.make_config("qwen3"), partial_rotary_factor=0.5), "0.5"),
+        "rope_scaling.factor": (dict(wr.make_config("llama"), rope_scaling={"rope_type": "linear"}), "linear"),
+        "rope_scaling.long_factor": (dict(wr.make_config("phi3"), rope_scaling={"type": "longrope",
+                                                                               "short_factor": [1.0] * 4}), "4"),
         "sliding_window": (dict(wr.make_config("gemma2"), sliding_window=None), "null"),
         "layer_types ": (dict(wr.make_config("mistral"), layer_types=["sliding_attention"] * 3), "sliding_attention"),
     }
