@@ -86,7 +86,7 @@ Status Engine::Create(const EngineOptions& options, const std::vector<PolicySpec
                                                    static_cast<int>(mc.head_dim), options.block_size));
   const int stored = impl->policies.StoredKvHeads(static_cast<int>(mc.num_key_value_heads));
   KVLAB_RETURN_IF_ERROR(impl->model->SetStoredKvHeads(stored, impl->policies.MergeMode()));
-  impl->model->SetKeysBeforeRope(impl->policies.KeysBeforeRope());
+  KVLAB_RETURN_IF_ERROR(impl->model->SetKeysBeforeRope(impl->policies.KeysBeforeRope()));
 
   CacheShape shape;
   shape.num_layers = static_cast<int>(mc.num_hidden_layers);
@@ -98,6 +98,7 @@ Status Engine::Create(const EngineOptions& options, const std::vector<PolicySpec
   shape.encoded = impl->policies.SealedEncoding(shape.head_dim, shape.block_size, &shape.enc, &residual);
   shape.residual = residual;
   KVLAB_RETURN_IF_ERROR(shape.Validate());
+  KVLAB_RETURN_IF_ERROR(impl->model->CheckPagedSupport(shape.encoded, on_cuda));
   if (options.max_seqs <= 0 || options.max_context <= 0) {
     return Status::InvalidArgument("engine: max_seqs and max_context must be positive");
   }

@@ -11,6 +11,7 @@
 
 #include "core/engine.h"
 #include "core/memory_calc.h"
+#include "core/model_families.h"
 #include "core/model_config.h"
 #include "core/run_config.h"
 #include "core/serve_bench.h"
@@ -343,7 +344,8 @@ int Main(int argc, char** argv) {
 
   if (*mem) {
     ModelConfig mc;
-    Status s = ResolveModelConfig(mem_model, &mc);
+    std::string unverified;
+    Status s = ResolveKvShape(mem_model, &mc, &unverified);
     if (!s.ok()) return Fail(s);
     std::vector<PolicySpec> specs;
     s = ParsePolicyArgs(mem_policies, &specs);
@@ -352,6 +354,7 @@ int Main(int argc, char** argv) {
     MemoryEstimate e;
     if (s.ok()) s = EstimateKVMemory(mc, mem_tokens, mem_bits, stack, &e);
     if (!s.ok()) return Fail(s);
+    e.unverified_model_type = unverified;
     std::printf("model          %s\n", mem_model.c_str());
     std::printf("%s", FormatMemoryReport(e, static_cast<int64_t>(pool_gb * 1e9)).c_str());
     return 0;
@@ -432,18 +435,21 @@ int Main(int argc, char** argv) {
   }
 
   if (*models) {
-    std::printf("%-16s %6s %7s %5s %5s %5s %8s %16s\n", "preset", "layers", "d_model", "H_q", "H_kv", "d_h", "vocab",
-                "KV B/token@16b");
+    std::printf("%-16s %-12s %6s %7s %5s %5s %5s %8s %16s\n", "preset", "model_type", "layers", "d_model", "H_q",
+                "H_kv", "d_h", "vocab", "KV B/token@16b");
     for (const std::string& n : PresetNames()) {
       ModelConfig c;
       PresetConfig(n, &c);
-      std::printf("%-16s %6lld %7lld %5lld %5lld %5lld %8lld %16s\n", n.c_str(),
+      std::printf("%-16s %-12s %6lld %7lld %5lld %5lld %5lld %8lld %16s\n", n.c_str(), c.spec.model_type.c_str(),
                   static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size),
                   static_cast<long long>(c.num_attention_heads), static_cast<long long>(c.num_key_value_heads),
                   static_cast<long long>(c.head_dim), static_cast<long long>(c.vocab_size),
                   WithCommas(c.KVBytesPerToken(2)).c_str());
     }
-    std::printf("Any Hugging Face Llama-family directory (config.json + model.safetensors) also works as --model.\n");
+    std::string families;
+    for (const std::string& f : FamilyNames()) families += (families.empty() ? "" : ", ") + f;
+    std::printf("Families (model_type): %s.\nAny Hugging Face directory of these (config.json + model.safetensors) "
+                "also works as --model.\n", families.c_str());
     return 0;
   }
 
