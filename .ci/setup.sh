@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 packages=(cmake g++ make libtorch-dev libopenblas0-openmp libtomlplusplus-dev nlohmann-json3-dev libcli11-dev
           googletest libgtest-dev libbenchmark-dev libssl-dev libxxhash-dev libsentencepiece-dev sentencepiece
-          python3-numpy python3-matplotlib)
+          python3-numpy python3-matplotlib python3-torch)
 bash .ci/install-missing.sh "${packages[@]}"
 bash datasets/build.sh
 
