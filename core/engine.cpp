@@ -87,6 +87,7 @@ Status Engine::Create(const EngineOptions& options, const std::vector<PolicySpec
   const int stored = impl->policies.StoredKvHeads(static_cast<int>(mc.num_key_value_heads));
   KVLAB_RETURN_IF_ERROR(impl->model->SetStoredKvHeads(stored, impl->policies.MergeMode()));
   KVLAB_RETURN_IF_ERROR(impl->model->SetKeysBeforeRope(impl->policies.KeysBeforeRope()));
+  impl->model->SetRopeContext(options.max_context);
 
   CacheShape shape;
   shape.num_layers = static_cast<int>(mc.num_hidden_layers);
@@ -439,6 +440,7 @@ Status DenseLogits(const EngineOptions& options, const std::vector<int32_t>& tok
                    std::vector<float>* out) {
   std::unique_ptr<LlamaModel> model;
   KVLAB_RETURN_IF_ERROR(MakeModel(options, &model));
+  model->SetRopeContext(static_cast<int64_t>(tokens.size()));
   const int64_t vocab = model->config().vocab_size;
   for (int32_t t : tokens) {
     if (t < 0 || t >= vocab) return Status::InvalidArgument("token id " + std::to_string(t) + " outside the vocabulary");

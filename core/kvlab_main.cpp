@@ -135,6 +135,7 @@ int Main(int argc, char** argv) {
   CLI::App* lg = app.add_subcommand("logits", "Write next-token logits of a token list (teacher forced) as raw float32");
   std::string lg_model, lg_tokens, lg_tokens_file, lg_out, lg_mode = "prefill", lg_dtype = "f32";
   int lg_block = 16;
+  int64_t lg_chunk = 0;
   lg->add_option("--model", lg_model, "Preset or model directory")->required();
   CLI::Option* lg_tokens_opt = lg->add_option("--tokens", lg_tokens, "Token ids: 5,17,42");
   lg->add_option("--tokens-file", lg_tokens_file,
@@ -144,6 +145,7 @@ int Main(int argc, char** argv) {
   lg->add_option("--mode", lg_mode, "prefill (one chunk), decode (one token per step), dense, nocache")->capture_default_str();
   lg->add_option("--kv-dtype", lg_dtype, "Cache storage dtype")->capture_default_str();
   lg->add_option("--block-size", lg_block, "Tokens per KV block")->capture_default_str();
+  lg->add_option("--prefill-chunk", lg_chunk, "prefill mode: feed the tokens this many at a time (chunked prefill)");
 
   // --- memory ---
   CLI::App* mem = app.add_subcommand("memory", "KV-cache size calculator (the seed article's formula)");
@@ -320,8 +322,13 @@ int Main(int argc, char** argv) {
       s = engine->AddSequence(0);
       std::vector<std::vector<float>> logits;
       if (lg_mode == "prefill") {
-        if (s.ok()) s = engine->Forward({SeqChunk{0, ids}}, true, &logits);
-        if (s.ok()) out = logits[0];
+        const size_t step = lg_chunk > 0 ? static_cast<size_t>(lg_chunk) : std::max<size_t>(ids.size(), 1);
+        for (size_t i = 0; i < ids.size() && s.ok(); i += step) {
+          const std::vector<int32_t> chunk(ids.begin() + static_cast<std::ptrdiff_t>(i),
+                                           ids.begin() + static_cast<std::ptrdiff_t>(std::min(ids.size(), i + step)));
+          s = engine->Forward({SeqChunk{0, chunk}}, true, &logits);
+          if (s.ok()) out.insert(out.end(), logits[0].begin(), logits[0].end());
+        }
       } else {
         for (size_t i = 0; i < ids.size() && s.ok(); ++i) {
           s = engine->Forward({SeqChunk{0, {ids[i]}}}, false, &logits);

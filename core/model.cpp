@@ -220,6 +220,7 @@ std::vector<at::Tensor*> LlamaModel::AllTensors() {
   }
   for (Rope& r : rope_) {
     if (r.inv_freq.defined()) all.push_back(&r.inv_freq);
+    if (r.long_inv_freq.defined()) all.push_back(&r.long_inv_freq);
   }
   return all;
 }
@@ -237,6 +238,11 @@ Status LlamaModel::To(const at::Device& device) {
 }
 
 Status LlamaModel::SetKeysBeforeRope(bool on) {
+  if (on && config_.rope_scaling.rope_type == "longrope") {
+    return Status::InvalidArgument("model '" + config_.name + "': keys stored before RoPE (a policy that moves "
+                                   "positions, e.g. sink) are not rotated with LongRoPE's factors by the kernels "
+                                   "(rope_scaling type longrope)");
+  }
   if (on && config_.RotaryDim() != config_.head_dim) {
     return Status::InvalidArgument("model '" + config_.name + "': keys stored before RoPE (a policy that moves "
                                    "positions, e.g. sink) need RoPE over the whole head; this " +
@@ -305,6 +311,16 @@ void LlamaModel::InitRope() {
       }
       inv[static_cast<size_t>(i)] = f;
     }
+    if (rs.rope_type == "longrope") {  // _compute_longrope_parameters: inv_freq / ext_factor
+      std::vector<double> lng(inv);
+      for (int64_t i = 0; i < r / 2; ++i) {
+        inv[static_cast<size_t>(i)] /= rs.short_factor[static_cast<size_t>(i)];
+        lng[static_cast<size_t>(i)] /= rs.long_factor[static_cast<size_t>(i)];
+      }
+      rope_[table].long_inv_freq = at::tensor(lng, at::kDouble).to(embed_.device());
+      rope_[table].long_after = rs.original_max_position_embeddings;
+      rope_[table].attention_factor = rs.attention_factor;
+    }
     rope_[table].inv_freq = at::tensor(inv, at::kDouble).to(embed_.device());
     rope_[table].inv_freq_f32.assign(inv.begin(), inv.end());
   }
@@ -317,12 +333,16 @@ int LlamaModel::RopeIndex(size_t layer) const {
 void LlamaModel::RopeTables(const std::vector<int32_t>& positions, RopeCache* rc) const {
   std::vector<double> pos(positions.begin(), positions.end());
   at::Tensor p = at::tensor(pos, at::kDouble).to(embed_.device());
+  int64_t context = rope_context_;
+  for (int32_t q : positions) context = std::max<int64_t>(context, static_cast<int64_t>(q) + 1);
   for (int t = 0; t < 2; ++t) {
-    if (!rope_[t].inv_freq.defined()) continue;
-    at::Tensor freqs = at::outer(p, rope_[t].inv_freq);  // [T, r/2]
-    at::Tensor emb = at::cat({freqs, freqs}, -1);        // [T, r]
-    rc->cos[t] = emb.cos().to(at::kFloat).unsqueeze(1);  // [T, 1, r]
-    rc->sin[t] = emb.sin().to(at::kFloat).unsqueeze(1);
+    const Rope& rope = rope_[t];
+    if (!rope.inv_freq.defined()) continue;
+    const bool use_long = rope.long_inv_freq.defined() && context > rope.long_after;
+    at::Tensor freqs = at::outer(p, use_long ? rope.long_inv_freq : rope.inv_freq);  // [T, r/2]
+    at::Tensor emb = at::cat({freqs, freqs}, -1);                                      // [T, r]
+    rc->cos[t] = (emb.cos() * rope.attention_factor).to(at::kFloat).unsqueeze(1);      // [T, 1, r]
+    rc->sin[t] = (emb.sin() * rope.attention_factor).to(at::kFloat).unsqueeze(1);
   }
 }
 

@@ -84,6 +84,12 @@ class LlamaModel {
   // or on CUDA: logit soft-capping (gemma2) is computed only by the model's
   // own libtorch attention over plain blocks. InvalidArgument naming why.
   Status CheckPagedSupport(bool encoded, bool cuda) const;
+  // LongRoPE (phi3) picks its short or long factors by the request's length:
+  // set here to the longest context a caller will run (the engine's
+  // max_context), so that every step of a request rotates alike. 0 (the
+  // default): by each forward call's last position + 1, as transformers'
+  // dynamic update does for one call.
+  void SetRopeContext(int64_t tokens) { rope_context_ = tokens; }
   bool keys_before_rope() const { return keys_before_rope_; }
   // Moves every weight to `device` (the CUDA engine path); inputs are then
   // made there and the forward passes return logits there. Internal (naming
@@ -111,6 +117,9 @@ class LlamaModel {
   struct Rope {
     at::Tensor inv_freq;  // [rotary_dim / 2], float64
     std::vector<float> inv_freq_f32;
+    at::Tensor long_inv_freq;  // longrope: used when the context exceeds long_after tokens
+    int64_t long_after = 0;
+    double attention_factor = 1.0;  // longrope: cos and sin scale
   };
   struct RopeCache {  // cos/sin of a forward's positions, per table
     at::Tensor cos[2], sin[2];
@@ -143,6 +152,7 @@ class LlamaModel {
   at::Tensor embed_, final_norm_, lm_head_;  // lm_head_ aliases embed_ when tied
   std::vector<Layer> layers_;
   Rope rope_[2];  // [0] global layers, [1] gemma3's sliding layers
+  int64_t rope_context_ = 0;
 };
 
 }  // namespace kvlab

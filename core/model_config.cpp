@@ -1,6 +1,7 @@
 #include "core/model_config.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -18,7 +19,45 @@ namespace {
 using json = nlohmann::json;
 using namespace config_json;
 
-Status ParseRopeScaling(const std::string& file, const json& j, RopeScaling* out) {
+// Phi3's LongRoPE, as transformers' _compute_longrope_parameters reads it:
+// factor defaults to max_position_embeddings / original, attention_factor to
+// sqrt(1 + ln(factor) / ln(original)) (1 when factor <= 1).
+Status ParseLongRope(const std::string& file, const json& j, const json& rs, RopeScaling* out) {
+  const std::string f = file + " (rope_scaling)";
+  out->rope_type = "longrope";
+  out->original_max_position_embeddings = 4096;  // Phi3Config's default
+  KVLAB_RETURN_IF_ERROR(GetInt(file, j, "original_max_position_embeddings", false,
+                               &out->original_max_position_embeddings));
+  KVLAB_RETURN_IF_ERROR(GetInt(f, rs, "original_max_position_embeddings", false, &out->original_max_position_embeddings));
+  int64_t max_pos = 4096;
+  KVLAB_RETURN_IF_ERROR(GetInt(file, j, "max_position_embeddings", false, &max_pos));
+  if (out->original_max_position_embeddings <= 0) {
+    return Status::InvalidArgument(file + ": key 'original_max_position_embeddings' must be positive");
+  }
+  out->factor = static_cast<double>(max_pos) / static_cast<double>(out->original_max_position_embeddings);
+  if (rs.contains("factor") && !rs["factor"].is_null()) KVLAB_RETURN_IF_ERROR(GetDouble(f, rs, "factor", true, &out->factor));
+  out->attention_factor = out->factor <= 1.0 ? 1.0
+                                             : std::sqrt(1.0 + std::log(out->factor) /
+                                                                   std::log(static_cast<double>(
+                                                                       out->original_max_position_embeddings)));
+  if (rs.contains("attention_factor") && !rs["attention_factor"].is_null()) {
+    KVLAB_RETURN_IF_ERROR(GetDouble(f, rs, "attention_factor", true, &out->attention_factor));
+  }
+  for (const char* key : {"short_factor", "long_factor"}) {
+    const auto it = rs.find(key);
+    std::vector<double>& dst = std::string(key) == "short_factor" ? out->short_factor : out->long_factor;
+    if (it == rs.end() || !it->is_array()) {
+      return Status::InvalidArgument(file + ": key 'rope_scaling." + key + "' must be a list of numbers for longrope");
+    }
+    for (const json& v : *it) {
+      if (!v.is_number()) return Status::InvalidArgument(file + ": key 'rope_scaling." + key + "' holds " + v.dump());
+      dst.push_back(v.get<double>());
+    }
+  }
+  return Status::OK();
+}
+
+Status ParseRopeScaling(const std::string& file, const json& j, const std::string& model_type, RopeScaling* out) {
   const auto it = j.find("rope_scaling");
   if (it == j.end() || it->is_null()) return Status::OK();
   if (!it->is_object()) {
@@ -30,8 +69,12 @@ Status ParseRopeScaling(const std::string& file, const json& j, RopeScaling* out
   if (t == it->end() || !t->is_string()) {
     return Status::InvalidArgument(file + ": key 'rope_scaling' needs a string 'rope_type'");
   }
-  const std::string type = t->get<std::string>();
+  std::string type = t->get<std::string>();
   if (type == "default") return Status::OK();
+  // Phi3Config maps the early names of LongRoPE ("su", "yarn") to longrope.
+  if (model_type == "phi3" && (type == "su" || type == "yarn" || type == "longrope")) {
+    return ParseLongRope(file, j, *it, out);
+  }
   const std::string f = file + " (rope_scaling)";
   if (type == "linear") {
     out->rope_type = type;
@@ -39,8 +82,8 @@ Status ParseRopeScaling(const std::string& file, const json& j, RopeScaling* out
   }
   if (type != "llama3") {
     return Status::InvalidArgument(file + ": key 'rope_scaling' (rope_scaling.rope_type / rope_scaling.type) is '" +
-                                   type + "', which kvlab does not implement (supported: default, linear, llama3, "
-                                   "or null)");
+                                   type + "', which kvlab does not implement for " + model_type +
+                                   " (supported: default, linear, llama3, longrope for phi3, or null)");
   }
   out->rope_type = type;
   KVLAB_RETURN_IF_ERROR(GetDouble(f, *it, "factor", true, &out->factor));
@@ -224,6 +267,14 @@ Status ModelConfig::Validate(const std::string& source) const {
     }
   } else if (rope_scaling.rope_type == "linear") {
     if (!(rope_scaling.factor > 0)) return Status::InvalidArgument(source + ": 'rope_scaling' needs factor > 0");
+  } else if (rope_scaling.rope_type == "longrope") {
+    const size_t n = static_cast<size_t>(RotaryDim() / 2);
+    if (rope_scaling.short_factor.size() != n || rope_scaling.long_factor.size() != n) {
+      return Status::InvalidArgument(source + ": 'rope_scaling' short_factor and long_factor need rotary_dim / 2 = " +
+                                     std::to_string(n) + " numbers each, got " +
+                                     std::to_string(rope_scaling.short_factor.size()) + " and " +
+                                     std::to_string(rope_scaling.long_factor.size()));
+    }
   } else if (!rope_scaling.rope_type.empty()) {
     return Status::InvalidArgument(source + ": 'rope_scaling' rope_type '" + rope_scaling.rope_type +
                                    "' is unsupported (supported: llama3, linear or none)");
@@ -306,7 +357,7 @@ Status ParseConfigJson(const std::string& path, json j, ModelConfig* out) {
   KVLAB_RETURN_IF_ERROR(GetTokenId(path, j, "bos_token_id", &c.bos_token_id));
   KVLAB_RETURN_IF_ERROR(GetTokenId(path, j, "eos_token_id", &c.eos_token_id));
   KVLAB_RETURN_IF_ERROR(GetTokenId(path, j, "pad_token_id", &c.pad_token_id));
-  KVLAB_RETURN_IF_ERROR(ParseRopeScaling(path, j, &c.rope_scaling));
+  KVLAB_RETURN_IF_ERROR(ParseRopeScaling(path, j, c.spec.model_type, &c.rope_scaling));
 
   c.num_key_value_heads = c.num_attention_heads;
   const bool kv_null = j.contains("num_key_value_heads") && j["num_key_value_heads"].is_null();
@@ -411,6 +462,13 @@ Status SaveModelConfig(const std::string& path, const ModelConfig& c) {
                          {"original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings}};
   } else if (c.rope_scaling.rope_type == "linear") {
     j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", c.rope_scaling.factor}};
+  } else if (c.rope_scaling.rope_type == "longrope") {
+    j["rope_scaling"] = {{"type", "longrope"},
+                         {"short_factor", c.rope_scaling.short_factor},
+                         {"long_factor", c.rope_scaling.long_factor},
+                         {"factor", c.rope_scaling.factor},
+                         {"attention_factor", c.rope_scaling.attention_factor}};
+    j["original_max_position_embeddings"] = c.rope_scaling.original_max_position_embeddings;
   } else {
     j["rope_scaling"] = nullptr;
   }

@@ -12,12 +12,15 @@
 
 namespace kvlab {
 
-// HF "rope_scaling": Llama 3's frequency-dependent scaling, or linear
-// (position interpolation: every frequency divided by `factor`).
+// HF "rope_scaling": Llama 3's frequency-dependent scaling, linear (position
+// interpolation: every frequency divided by `factor`), or phi3's LongRoPE
+// (per-frequency short/long factors, cos and sin times attention_factor).
 struct RopeScaling {
-  std::string rope_type;  // "" (none), "llama3" or "linear"
+  std::string rope_type;  // "" (none), "llama3", "linear" or "longrope"
   double factor = 1.0, low_freq_factor = 1.0, high_freq_factor = 4.0;
   int64_t original_max_position_embeddings = 8192;
+  std::vector<double> short_factor, long_factor;  // longrope: [rotary_dim / 2] each
+  double attention_factor = 1.0;                   // longrope
 };
 
 // What transformers' modelling files vary between the decoder families kvlab

@@ -134,7 +134,7 @@ TEST(ModelConfigTest, HuggingFaceDefaults) {
   ModelConfig c;
   const Status st = LoadText(j.dump(), &path, &c);
   ASSERT_TRUE(st.ok()) << st.ToString();
-  EXPECT_EQ(c.num_key_value_heads, 32);
+  EXPECT_EQ(c.num_key_value_heads, 8);  // MistralConfig's default
   EXPECT_EQ(c.head_dim, 128);
   EXPECT_EQ(c.rope_theta, 10000.0);
   EXPECT_EQ(c.rope_scaling.rope_type, "");

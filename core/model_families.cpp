@@ -52,7 +52,11 @@ Status CheckActivation(const std::string& file, const json& j, const std::string
   // Gemma's MLP reads hidden_activation (its configs carry hidden_act too, unused).
   const char* key = IsGemma(mt) ? "hidden_activation" : "hidden_act";
   const std::string expected = IsGemma(mt) ? "gelu_pytorch_tanh" : "silu";
-  const auto it = j.find(key);
+  auto it = j.find(key);
+  if (IsGemma(mt) && (it == j.end() || it->is_null())) {  // Gemma falls back to hidden_act
+    key = "hidden_act";
+    it = j.find(key);
+  }
   if (it != j.end() && !(it->is_null() && IsGemma(mt)) && *it != expected) {
     return Status::InvalidArgument(file + ": key '" + key + "' is " + it->dump() + "; kvlab's " + mt +
                                    " supports \"" + expected + "\"");
@@ -65,7 +69,18 @@ Status CheckActivation(const std::string& file, const json& j, const std::string
 Status QwenWindows(const std::string& file, const json& j, ModelConfig* c) {
   bool use = false;
   KVLAB_RETURN_IF_ERROR(GetBool(file, j, "use_sliding_window", &use));
-  if (!use) return Status::OK();  // HF sets sliding_window to None: every layer global
+  if (!use) {  // HF sets sliding_window to None: every layer global, and sliding layer_types an error
+    const auto types = j.find("layer_types");
+    if (types != j.end() && types->is_array()) {
+      for (const json& t : *types) {
+        if (t == "sliding_attention") {
+          return Status::InvalidArgument(file + ": key 'layer_types' names sliding_attention layers but "
+                                         "'use_sliding_window' is false, so transformers has no 'sliding_window'");
+        }
+      }
+    }
+    return Status::OK();
+  }
   if (j.contains("layer_types") && !j["layer_types"].is_null()) return ParseLayerTypes(file, j["layer_types"], c);
   int64_t first = 0;
   KVLAB_RETURN_IF_ERROR(GetInt(file, j, "max_window_layers", false, &first));
@@ -118,17 +133,18 @@ bool IsKnownFamily(const std::string& model_type) {
 void AddFamilyDefaults(const std::string& mt, json* j) {
   json d = json::object();
   if (mt == "mistral") {
-    d = {{"max_position_embeddings", 4096 * 32}, {"sliding_window", 4096}};
+    d = {{"max_position_embeddings", 4096 * 32}, {"sliding_window", 4096}, {"num_key_value_heads", 8},
+         {"rms_norm_eps", 1e-6}};
   } else if (mt == "qwen2" || mt == "qwen3") {
     d = {{"max_position_embeddings", 32768}, {"use_sliding_window", false}, {"sliding_window", 4096},
-         {"max_window_layers", 28}};
+         {"max_window_layers", 28}, {"num_key_value_heads", 32}, {"rms_norm_eps", 1e-6}};
     if (mt == "qwen3") d["head_dim"] = 128;
   } else if (mt == "phi3") {
-    d = {{"max_position_embeddings", 4096}};
+    d = {{"max_position_embeddings", 4096}, {"rms_norm_eps", 1e-5}};
   } else if (mt == "gemma2") {
     d = {{"head_dim", 256},          {"query_pre_attn_scalar", 256}, {"sliding_window", 4096},
          {"final_logit_softcapping", 30.0}, {"attn_logit_softcapping", 50.0}, {"tie_word_embeddings", true},
-         {"max_position_embeddings", 8192}};
+         {"max_position_embeddings", 8192}, {"num_key_value_heads", 4}, {"rms_norm_eps", 1e-6}};
   } else if (mt == "gemma3_text") {
     d = {{"vocab_size", 262208},     {"hidden_size", 2304},
          {"intermediate_size", 9216}, {"num_hidden_layers", 26},
@@ -152,6 +168,11 @@ Status ParseFamily(const std::string& file, const json& j, ModelConfig* c) {
   if (mt != "phi3" && j.contains("partial_rotary_factor") && j["partial_rotary_factor"] != 1.0) {
     return Status::InvalidArgument(file + ": key 'partial_rotary_factor' is " + j["partial_rotary_factor"].dump() +
                                    "; kvlab applies it to phi3 only");
+  }
+  bool bidirectional = false;
+  KVLAB_RETURN_IF_ERROR(GetBool(file, j, "use_bidirectional_attention", &bidirectional));
+  if (bidirectional) {
+    return Status::InvalidArgument(file + ": key 'use_bidirectional_attention' is true; kvlab models causal decoders");
   }
   bool attention_bias = false;
   if (mt != "mistral" && mt != "phi3" && mt != "qwen2") {
@@ -182,6 +203,9 @@ Status ParseFamily(const std::string& file, const json& j, ModelConfig* c) {
     s.architecture = "Gemma3ForCausalLM";
     s.qk_norm = true;
     KVLAB_RETURN_IF_ERROR(GemmaFields(file, j, c));
+    // Gemma3Attention stores attn_logit_softcapping but never passes it to the
+    // attention function: transformers computes without it, and so does kvlab.
+    s.attn_logit_softcapping = 0;
     KVLAB_RETURN_IF_ERROR(GetDouble(file, j, "rope_local_base_freq", true, &s.rope_local_base_freq));
   } else {
     return Status::InvalidArgument(file + ": key 'model_type' is \"" + mt + "\", which kvlab does not model");

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -172,8 +173,22 @@ TEST(ModelFamiliesTest, Phi3) {
   j["partial_rotary_factor"] = 0.5;
   EXPECT_EQ(Load(j).RotaryDim(), 48);
 
-  // Phi-3-mini-128k: LongRoPE, which kvlab refuses by name.
+  // Phi-3-mini-128k's LongRoPE: factor = 131072 / 4096, attention factor
+  // sqrt(1 + ln 32 / ln 4096) as _compute_longrope_parameters derives them.
   j = Phi3Mini4k();
+  j["max_position_embeddings"] = 131072;
+  j["rope_scaling"] = {{"type", "longrope"}, {"short_factor", std::vector<double>(48, 1.0)},
+                       {"long_factor", std::vector<double>(48, 2.0)}};
+  const ModelConfig l = Load(j);
+  EXPECT_EQ(l.rope_scaling.rope_type, "longrope");
+  EXPECT_DOUBLE_EQ(l.rope_scaling.factor, 32.0);
+  EXPECT_NEAR(l.rope_scaling.attention_factor, std::sqrt(1.0 + std::log(32.0) / std::log(4096.0)), 1e-12);
+  EXPECT_EQ(l.rope_scaling.original_max_position_embeddings, 4096);
+  j["rope_scaling"]["long_factor"] = json::array({1.0});
+  ExpectFails(j, {"'rope_scaling'", "long_factor", "48"});
+  j["rope_scaling"].erase("long_factor");
+  ExpectFails(j, {"'rope_scaling.long_factor'"});
+  j = Qwen2_7B();  // LongRoPE is phi3's: elsewhere refused by name
   j["rope_scaling"] = {{"type", "longrope"}, {"short_factor", json::array({1.0})}, {"long_factor", json::array({1.0})}};
   ExpectFails(j, {"'rope_scaling'", "longrope"});
 }
