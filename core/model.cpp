@@ -279,6 +279,7 @@ at::Tensor LlamaModel::ForwardPaged(const PagedForward& in) const {
     p.q = q.data_ptr<float>();
     p.o = o.data_ptr<float>();
     if (keys_before_rope_) p.rope_inv_freq = inv_freq_f32_.data();
+    p.first_visible = in.page_table->FirstVisible(static_cast<int>(li));
     if (in.slot_attn != nullptr) {
       p.slot_attn = in.slot_attn;
       p.slot_attn_offsets = in.slot_attn_offsets + li * static_cast<size_t>(kv.num_streams);
@@ -328,7 +329,8 @@ at::Tensor LlamaModel::ForwardDense(const std::vector<int32_t>& tokens, int64_t 
     at::Tensor v = MergeHeads(at::linear(h, l.v_proj).view({T, Hkv, d})).to(TorchType(kv_dtype));
     cache->k[li] = cache->k[li].defined() ? at::cat({cache->k[li], k}, 0) : k;
     cache->v[li] = cache->v[li].defined() ? at::cat({cache->v[li], v}, 0) : v;
-    at::Tensor o = DenseAttention(q, cache->k[li], cache->v[li], scale, /*causal=*/true);
+    const int64_t window = li < config_.layer_sliding_window.size() ? config_.layer_sliding_window[li] : 0;
+    at::Tensor o = DenseAttention(q, cache->k[li], cache->v[li], scale, /*causal=*/true, window);
     x = x + at::linear(o.reshape({T, Hq * d}), l.o_proj);
     x = x + Mlp(l, RmsNorm(x, l.post_norm));
   }

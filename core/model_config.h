@@ -29,9 +29,13 @@ struct ModelConfig {
   int64_t max_position_embeddings = 2048;  // HF LlamaConfig's default
   bool tie_word_embeddings = false;
   int64_t bos_token_id = -1, eos_token_id = -1, pad_token_id = -1;  // -1: none
-  // Mistral v0.1 attends to the last 4096 tokens only; kvlab has no sliding-window
-  // attention, so the engine must refuse contexts longer than this. 0: none.
+  // HF "sliding_window" as config.json states it (0: none); which layers use it
+  // is layer_sliding_window's business.
   int64_t sliding_window = 0;
+  // Per layer: 0 = global (full) attention, else the sliding window in tokens
+  // (HF's rule: key j is visible from query i when i - window < j <= i).
+  // Empty = every layer global. Filled by LoadModelConfig per family.
+  std::vector<int64_t> layer_sliding_window;
   std::string torch_dtype = "float32";  // informational: the dtype weights are stored in
 
   // Bytes of K and V per token over all layers: 2 * L * H_kv * d_h * bytes_per_elem.
