@@ -36,7 +36,22 @@ Status MakeModel(const EngineOptions& options, std::unique_ptr<LlamaModel>* out)
   ModelConfig preset;
   if (PresetConfig(options.model, &preset).ok()) {
     if (options.num_layers > 0) preset.num_hidden_layers = std::min<int64_t>(preset.num_hidden_layers, options.num_layers);
+    if (preset.layer_sliding_window.size() > static_cast<size_t>(preset.num_hidden_layers)) {
+      preset.layer_sliding_window.resize(static_cast<size_t>(preset.num_hidden_layers));
+    }
+    if (!options.layer_sliding_window.empty()) {
+      if (static_cast<int64_t>(options.layer_sliding_window.size()) != preset.num_hidden_layers) {
+        return Status::InvalidArgument("engine: layer_sliding_window has " +
+                                       std::to_string(options.layer_sliding_window.size()) + " entries; preset '" +
+                                       options.model + "' runs " + std::to_string(preset.num_hidden_layers) + " layers");
+      }
+      preset.layer_sliding_window = options.layer_sliding_window;
+    }
     return LlamaModel::Random(preset, options.weight_seed, out);
+  }
+  if (!options.layer_sliding_window.empty()) {
+    return Status::InvalidArgument("engine: layer_sliding_window overrides a preset's windows only; '" + options.model +
+                                   "' is a model directory (its config.json states its own)");
   }
   return LlamaModel::Load(options.model, out);
 }
@@ -95,6 +110,7 @@ Status Engine::Create(const EngineOptions& options, const std::vector<PolicySpec
   shape.head_dim = static_cast<int>(mc.head_dim);
   shape.block_size = options.block_size;
   shape.dtype = impl->policies.StorageDType(options.kv_dtype);
+  shape.layer_window = mc.layer_sliding_window;
   int64_t residual = 0;
   shape.encoded = impl->policies.SealedEncoding(shape.head_dim, shape.block_size, &shape.enc, &residual);
   shape.residual = residual;
@@ -219,6 +235,7 @@ Status Engine::Forward(const std::vector<SeqChunk>& chunks, bool all_logits,
   PageTable pt;
   StagingPlan staging;
   KVLAB_RETURN_IF_ERROR(s.cache->PlanStep(seqs, &pt, &staging));
+  s.cache->BuildWindows(seqs, qo_indptr, &pt);
 
   // Per-slot attention for selection policies that rank by it (H2O).
   std::vector<float> slot_attn;
@@ -302,20 +319,19 @@ Status Engine::Forward(const std::vector<SeqChunk>& chunks, bool all_logits,
   return s.ApplyPlacement();
 }
 
-// Core applies what the selection policy proposes: compaction and freeing
-// (on the device, the CUDA backend moves the kept rows).
+// Core applies what the selection policy proposes and what sliding windows
+// no longer show: compaction and freeing (on the device, the CUDA backend
+// moves the kept rows).
 Status Engine::Impl::ApplySelection(const std::vector<SeqChunk>& chunks) {
   const KVPolicy* sel = policies.For(kConcernSelection);
-  if (sel == nullptr) return Status::OK();
   const CacheShape& shape = cache->shape();
+  if (sel == nullptr && !shape.HasWindows()) return Status::OK();
   std::vector<int64_t> keep;
   for (const SeqChunk& c : chunks) {
     for (int l = 0; l < shape.num_layers; ++l) {
       for (int h = 0; h < shape.num_kv_heads; ++h) {
-        const Stream& st = cache->stream(c.seq, l, h);
-        const StreamState ss = StateOf(st, l, h, seq_len[c.seq], shape.block_size);
-        keep.clear();
-        if (!sel->SelectSlots(ss, &keep)) continue;
+        // The next query sits at position seq_len (the tokens processed so far).
+        if (!cache->SlotsToKeep(c.seq, l, h, seq_len[c.seq], sel, &keep)) continue;
         if (cuda) {
           KVLAB_RETURN_IF_ERROR(cuda->Compact(c.seq, l, h, keep));
         } else {

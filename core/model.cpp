@@ -79,10 +79,11 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b)
 // [S, Hkv, d] (any dtype) in libtorch, with transformers' order: scores
 // scaled, soft-capped (cap > 0), masked, softmax. Query j sits at position
 // q_pos0 + j and key i at k_pos0 + i; key visible when k <= q and, with a
-// window, q - window < k. probs_out, when given, receives [Hq, Tq, S].
+// window, q - window < k; with first_visible [Hq, Tq, 1], key slot >= it.
+// probs_out, when given, receives [Hq, Tq, S].
 at::Tensor MaskedAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale,
                            int64_t q_pos0, int64_t k_pos0, int64_t window, double cap,
-                           at::Tensor* probs_out = nullptr) {
+                           at::Tensor* probs_out = nullptr, const at::Tensor& first_visible = at::Tensor()) {
   const int64_t Tq = q.size(0), Hq = q.size(1), S = k.size(0), Hkv = k.size(1);
   at::Tensor kf = k.to(at::kFloat), vf = v.to(at::kFloat);
   if (Hq != Hkv) {
@@ -96,6 +97,7 @@ at::Tensor MaskedAttention(const at::Tensor& q, const at::Tensor& k, const at::T
   at::Tensor kp = at::arange(S, opts).unsqueeze(0) + k_pos0;
   at::Tensor hidden = kp > qp;
   if (window > 0) hidden = hidden.logical_or(kp <= qp - window);
+  if (first_visible.defined()) hidden = hidden.logical_or(kp.unsqueeze(0) < first_visible);  // [Hq, Tq, S]
   scores = scores.masked_fill(hidden, -std::numeric_limits<float>::infinity());
   at::Tensor probs = at::softmax(scores, -1);
   if (probs_out != nullptr) *probs_out = probs;
@@ -261,11 +263,11 @@ Status LlamaModel::CheckPagedSupport(bool encoded, bool cuda) const {
                                    "(attn_logit_softcapping) is computed on the CPU over plain blocks only, not with " +
                                    where);
   }
-  for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
+  for (int64_t l = 0; l < config_.num_hidden_layers && cuda; ++l) {
     if (config_.LayerWindow(l) > 0) {
       return Status::InvalidArgument("model '" + config_.name + "': sliding-window layers (layer " +
                                      std::to_string(l) + ", window " + std::to_string(config_.LayerWindow(l)) +
-                                     ") are computed on the CPU over plain blocks only, not with " + where);
+                                     ") are computed on the CPU only, not with " + where);
     }
   }
   return Status::OK();
@@ -471,7 +473,9 @@ at::Tensor LlamaModel::ForwardPaged(const PagedForward& in) const {
     }
     const PagedKV kv = in.page_table->Layer(static_cast<int>(li));
     AppendKV(kv, qo_indptr.data(), B, stored_kv_heads_, k.data_ptr<float>(), v.data_ptr<float>());
-    const int64_t window = config_.LayerWindow(static_cast<int64_t>(li));
+    // Sliding-window layers: the first slot each query sees (the cache's
+    // BuildWindows); null for global layers.
+    const int32_t* first_visible = in.page_table->FirstVisible(static_cast<int>(li));
     float* slot_attn = nullptr;
     const int64_t* slot_offsets = nullptr;
     if (in.slot_attn != nullptr) {
@@ -480,10 +484,10 @@ at::Tensor LlamaModel::ForwardPaged(const PagedForward& in) const {
     }
     const EncodedKV* enc = in.page_table->Encoded(static_cast<int>(li));
     at::Tensor o;
-    if (enc == nullptr && (cap > 0 || window > 0)) {
-      // What the paged kernels do not compute (soft-capping, windows): the
-      // model's own attention over the gathered blocks.
-      o = GatheredAttention(li, kv, qo_indptr, q, slot_attn, slot_offsets);
+    if (enc == nullptr && cap > 0) {
+      // Soft-capping, which the paged kernels do not compute: the model's own
+      // attention over the gathered blocks.
+      o = GatheredAttention(li, kv, qo_indptr, q, first_visible, slot_attn, slot_offsets);
     } else {
       o = at::empty({T, Hq, d}, q.options());
       AttentionParams p;
@@ -496,6 +500,7 @@ at::Tensor LlamaModel::ForwardPaged(const PagedForward& in) const {
       p.q = q.data_ptr<float>();
       p.o = o.data_ptr<float>();
       if (keys_before_rope_) p.rope_inv_freq = rope_[RopeIndex(li)].inv_freq_f32.data();
+      p.first_visible = first_visible;
       p.slot_attn = slot_attn;
       p.slot_attn_offsets = slot_offsets;
       if (enc != nullptr) {
@@ -524,10 +529,10 @@ at::Tensor LlamaModel::ForwardPaged(const PagedForward& in) const {
 // (differences are what the causal and window masks read), so query j of a
 // chunk of q_len sits at slot len - q_len + j, as the kernels define it.
 at::Tensor LlamaModel::GatheredAttention(size_t li, const PagedKV& kv, const std::vector<int32_t>& qo_indptr,
-                                         const at::Tensor& q, float* slot_attn, const int64_t* slot_offsets) const {
+                                         const at::Tensor& q, const int32_t* first_visible, float* slot_attn,
+                                         const int64_t* slot_offsets) const {
   const int B = static_cast<int>(qo_indptr.size()) - 1;
   const int Hs = stored_kv_heads_;
-  const int64_t window = config_.LayerWindow(static_cast<int64_t>(li));
   std::vector<at::Tensor> outs;
   for (int b = 0; b < B; ++b) {
     const int64_t q0 = qo_indptr[static_cast<size_t>(b)], tq = qo_indptr[static_cast<size_t>(b) + 1] - q0;
@@ -548,9 +553,15 @@ at::Tensor LlamaModel::GatheredAttention(size_t li, const PagedKV& kv, const std
       k = ApplyRope(k, rc.cos[t], rc.sin[t]);
       qb = ApplyRope(qb, rc.cos[t].narrow(0, len - tq, tq), rc.sin[t].narrow(0, len - tq, tq));
     }
+    at::Tensor lower;  // [Hq, tq, 1]: the first visible slot of each query, by its KV head
+    if (first_visible != nullptr) {
+      std::vector<int64_t> fv(static_cast<size_t>(tq * Hs));
+      for (int64_t j = 0; j < tq * Hs; ++j) fv[static_cast<size_t>(j)] = first_visible[q0 * Hs + j];
+      lower = at::tensor(fv, at::kLong).view({tq, Hs}).t().repeat_interleave(q.size(1) / Hs, 0).unsqueeze(2);
+    }
     at::Tensor probs;
-    outs.push_back(MaskedAttention(qb, k, v, AttentionScale(), len - tq, 0, window,
-                                   config_.spec.attn_logit_softcapping, slot_attn != nullptr ? &probs : nullptr));
+    outs.push_back(MaskedAttention(qb, k, v, AttentionScale(), len - tq, 0, 0, config_.spec.attn_logit_softcapping,
+                                   slot_attn != nullptr ? &probs : nullptr, lower));
     if (slot_attn != nullptr) {
       const int64_t group = q.size(1) / Hs;
       at::Tensor per_stream = probs.view({Hs, group, tq, len}).sum({1, 2}).contiguous();  // [Hs, len]
@@ -588,9 +599,8 @@ at::Tensor LlamaModel::ForwardDense(const std::vector<int32_t>& tokens, int64_t 
     cache->v[li] = cache->v[li].defined() ? at::cat({cache->v[li], v}, 0) : v;
     const int64_t window = config_.LayerWindow(static_cast<int64_t>(li));
     const int64_t S = cache->k[li].size(0);
-    at::Tensor o = cap > 0 || window > 0
-                       ? MaskedAttention(q, cache->k[li], cache->v[li], AttentionScale(), S - T, 0, window, cap)
-                       : DenseAttention(q, cache->k[li], cache->v[li], AttentionScale(), /*causal=*/true);
+    at::Tensor o = cap > 0 ? MaskedAttention(q, cache->k[li], cache->v[li], AttentionScale(), S - T, 0, window, cap)
+                           : DenseAttention(q, cache->k[li], cache->v[li], AttentionScale(), /*causal=*/true, window);
     x = FinishLayer(l, x, o.reshape({T, Hq * d}));
   }
   return Head(x);

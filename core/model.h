@@ -82,7 +82,8 @@ class LlamaModel {
   Status SetKeysBeforeRope(bool on);
   // Whether the paged engine can run this model with a sealed-block encoding
   // or on CUDA: logit soft-capping (gemma2) is computed only by the model's
-  // own libtorch attention over plain blocks. InvalidArgument naming why.
+  // own libtorch attention over plain blocks, and sliding windows by the CPU
+  // kernels only. InvalidArgument naming why.
   Status CheckPagedSupport(bool encoded, bool cuda) const;
   // LongRoPE (phi3) picks its short or long factors by the request's length:
   // set here to the longest context a caller will run (the engine's
@@ -136,7 +137,8 @@ class LlamaModel {
   void Project(size_t li, const at::Tensor& h, const RopeCache& rc, bool rotate, at::Tensor* q, at::Tensor* k,
                at::Tensor* v) const;
   at::Tensor GatheredAttention(size_t li, const PagedKV& kv, const std::vector<int32_t>& qo_indptr,
-                               const at::Tensor& q, float* slot_attn, const int64_t* slot_offsets) const;
+                               const at::Tensor& q, const int32_t* first_visible, float* slot_attn,
+                               const int64_t* slot_offsets) const;
   // The rest of a layer once attention is done: o_proj, residual, MLP.
   at::Tensor FinishLayer(const Layer& l, const at::Tensor& x, const at::Tensor& o) const;
   double AttentionScale() const;
