@@ -131,13 +131,18 @@ struct SlotJob {
 
 struct Scratch {
   std::vector<float> q, s, m, l, acc, lse2, keys;  // keys: a tile's rotated keys (RoPE only)
-  std::vector<int64_t> limit;
+  std::vector<int64_t> limit, first;  // per query vector: last and first visible slot
   std::vector<float> raw = std::vector<float>(kMaxScoreVecs * kTile * 8);  // ScoreTile's partial sums
   explicit Scratch(int max_vecs, int d)
       : q(static_cast<size_t>(max_vecs) * d), s(static_cast<size_t>(max_vecs) * kTile), m(max_vecs), l(max_vecs),
         acc(static_cast<size_t>(max_vecs) * d), lse2(max_vecs), keys(static_cast<size_t>(kTile) * d),
-        limit(max_vecs) {}
+        limit(max_vecs), first(max_vecs, 0) {}
 };
+
+// The first slot query q of sequence seq sees in its kv_head's stream.
+inline int64_t FirstVisible(const AttentionParams& p, int seq, int kv_head, int q) {
+  return p.first_visible == nullptr ? 0 : p.first_visible[(p.qo_indptr[seq] + q) * p.num_kv_heads + kv_head];
+}
 
 inline int64_t QoOffset(const AttentionParams& p, const Shape& sh, const QueryTile& t, int n) {
   const int64_t query = p.qo_indptr[t.seq] + t.q_begin + n / sh.group;
@@ -145,8 +150,8 @@ inline int64_t QoOffset(const AttentionParams& p, const Shape& sh, const QueryTi
 }
 
 // Copies the tile's query vectors, scaled into log2 units and permuted to the
-// storage lane order, and sets each vector's causal limit (last visible slot).
-// Returns the number of slots visible to the tile.
+// storage lane order, and sets each vector's causal limit (last visible slot)
+// and first visible slot. Returns the number of slots visible to the tile.
 template <DType DT>
 int64_t PrepareQueries(const PagedKV& kv, const AttentionParams& p, const Shape& sh, const QueryTile& t,
                        Scratch* sc) {
@@ -161,6 +166,7 @@ int64_t PrepareQueries(const PagedKV& kv, const AttentionParams& p, const Shape&
       for (int i = 0; i < 16; ++i) dst[c + i] = src[c + Storage<DT>::StoredIndex(i)] * scale;
     }
     sc->limit[n] = len - q_len + t.q_begin + n / sh.group;  // also the query's position
+    sc->first[n] = FirstVisible(p, t.seq, t.kv_head, t.q_begin + n / sh.group);
     if (sh.rope != nullptr) sh.rope->Rotate(dst, sc->limit[n]);
   }
   return len - q_len + t.q_begin + t.q_count;
@@ -229,7 +235,7 @@ void RunJob(const PagedKV& kv, const AttentionParams& p, const Shape& sh, const 
       const uint8_t* vp = kb + (bs + t0) * sh.row_bytes;
       ScoreKeys<DT>(sh, nq, kp, nrows, slot0, sc, &pf);
       SoftmaxTile<kTile>(nq, nrows, slot0, sc->limit.data(), d, sc->s.data(), sc->m.data(), sc->l.data(),
-                         sc->acc.data());
+                         sc->acc.data(), nullptr, 0, sc->first.data());
       for (int n0 = 0; n0 < nq; n0 += kMaxValueVecs) {
         AccumulateTileAny<PlainRows<DT>, false>(std::min(kMaxValueVecs, nq - n0), sc->s.data() + n0 * kTile, kTile, 1,
                                                 d, vp, sh.row_bytes, nrows, d,
@@ -302,7 +308,7 @@ void SlotAttnJob(const PagedKV& kv, const AttentionParams& p, const Shape& sh, i
         F8 sum_a = Zero(), sum_b = Zero();
         for (int n = 0; n < nq; ++n) {
           float* s_n = sc->s.data() + n * kTile;
-          MaskTile<kTile>(s_n, slot0, sc->limit[n], nrows);
+          MaskTile<kTile>(s_n, slot0, sc->limit[n], nrows, sc->first[n]);
           const F8 lse = Set1(sc->lse2[n]);
           sum_a = Add(sum_a, Exp2(Sub(Load(s_n), lse)));
           sum_b = Add(sum_b, Exp2(Sub(Load(s_n + 8), lse)));
@@ -342,8 +348,10 @@ void Run(const PagedKV& kv, const AttentionParams& p) {
       for (int q_begin = 0; q_begin < q_len; q_begin += sh.q_tile) {
         const QueryTile t{i, h, q_begin, std::min(sh.q_tile, q_len - q_begin)};
         const int blocks = BlocksFor(len - q_len + q_begin + t.q_count, bs);
-        const int64_t work = static_cast<int64_t>(blocks) * t.q_count * sh.group;
-        jobs.push_back(Job{t, 0, blocks, -1, work});
+        // Blocks wholly below the tile's first query's window are skipped.
+        const int first_blk = static_cast<int>(FirstVisible(p, i, h, q_begin) / bs);
+        const int64_t work = static_cast<int64_t>(blocks - first_blk) * t.q_count * sh.group;
+        jobs.push_back(Job{t, first_blk, blocks, -1, work});
         total_work += work;
       }
     }
@@ -363,7 +371,7 @@ void Run(const PagedKV& kv, const AttentionParams& p) {
   const size_t num_tiles = jobs.size();
   for (size_t j = 0; j < num_tiles; ++j) {
     const Job whole = jobs[j];
-    const int blocks = whole.blk_end;
+    const int blocks = whole.blk_end - whole.blk_begin;
     const int num_parts = static_cast<int>(
         std::min<int64_t>((whole.work + work_per_job - 1) / work_per_job, blocks / min_blocks));
     if (threads == 1 || num_parts <= 1) continue;
@@ -372,8 +380,8 @@ void Run(const PagedKV& kv, const AttentionParams& p) {
     splits.push_back(SplitGroup{whole.t, parts_floats, num_parts});
     for (int k = 0; k < num_parts; ++k) {
       Job part = whole;
-      part.blk_begin = static_cast<int>(static_cast<int64_t>(blocks) * k / num_parts);
-      part.blk_end = static_cast<int>(static_cast<int64_t>(blocks) * (k + 1) / num_parts);
+      part.blk_begin = whole.blk_begin + static_cast<int>(static_cast<int64_t>(blocks) * k / num_parts);
+      part.blk_end = whole.blk_begin + static_cast<int>(static_cast<int64_t>(blocks) * (k + 1) / num_parts);
       part.part = parts_floats + k * rec;
       part.work = static_cast<int64_t>(part.blk_end - part.blk_begin) * nq;
       if (k == 0) {

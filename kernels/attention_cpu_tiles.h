@@ -223,26 +223,30 @@ void AccumulateTileAny(int nv, const float* w, int wstride, int ng, int vgroup, 
 
 // ---- online softmax ----
 
-// Rows of the tile past the query vector's causal limit, or past nrows, get -inf.
+// Rows of the tile past the query vector's causal limit, or past nrows, get
+// -inf; so do rows before `first` (its first visible slot: a sliding window).
 template <int T>
-inline void MaskTile(float* s_n, int64_t slot0, int64_t limit, int nrows) {
+inline void MaskTile(float* s_n, int64_t slot0, int64_t limit, int nrows, int64_t first = 0) {
   const int valid = static_cast<int>(std::clamp<int64_t>(limit - slot0 + 1, 0, nrows));
   for (int r = valid; r < T; ++r) s_n[r] = kNegInf;
+  const int lo = static_cast<int>(std::clamp<int64_t>(first - slot0, 0, valid));
+  for (int r = 0; r < lo; ++r) s_n[r] = kNegInf;
 }
 
 // One online-softmax step over a T-row tile for nq query vectors: turns the
 // scores s[n * T + r] (log2 units) into weights in place, adds them to l[n],
 // and when the running max m[n] grows rescales l[n], the accumulator
 // acc[n * d ..] and, when given, extra[n * extra_len ..] (another running sum
-// that the weights feed, e.g. KIVI's zero-point sums).
+// that the weights feed, e.g. KIVI's zero-point sums). `first`, when given,
+// is each vector's first visible slot (see MaskTile).
 template <int T>
 void SoftmaxTile(int nq, int nrows, int64_t slot0, const int64_t* limit, int d, float* s, float* m, float* l,
-                 float* acc, float* extra = nullptr, int extra_len = 0) {
+                 float* acc, float* extra = nullptr, int extra_len = 0, const int64_t* first = nullptr) {
   static_assert(T % 8 == 0, "tiles are whole vectors");
   constexpr int kVecs = T / 8;
   for (int n = 0; n < nq; ++n) {
     float* s_n = s + n * T;
-    MaskTile<T>(s_n, slot0, limit[n], nrows);
+    MaskTile<T>(s_n, slot0, limit[n], nrows, first == nullptr ? 0 : first[n]);
     F8 x[kVecs];
     for (int i = 0; i < kVecs; ++i) x[i] = Load(s_n + 8 * i);
     F8 mx = x[0];

@@ -55,12 +55,13 @@ void PagedAttentionEncodedReference(const PagedKV& kv, const EncodedKV& enc, con
         const int hq = h * group + g;
         for (int j = 0; j < q_len; ++j) {
           const int64_t visible = len - q_len + j + 1;
+          const int64_t first = p.first_visible == nullptr ? 0 : p.first_visible[(q0 + j) * p.num_kv_heads + h];
           const int64_t off = (static_cast<int64_t>(q0 + j) * p.num_qo_heads + hq) * d;
           std::copy(p.q + off, p.q + off + d, q.begin());
           if (p.rope_inv_freq != nullptr) Rotate(q.data(), d, visible - 1, p.rope_inv_freq);
-          scores.assign(static_cast<size_t>(visible), 0.0);
+          scores.assign(static_cast<size_t>(visible), -INFINITY);
           double mx = -INFINITY;
-          for (int64_t t = 0; t < visible; ++t) {
+          for (int64_t t = first; t < visible; ++t) {
             std::copy(k.begin() + t * d, k.begin() + (t + 1) * d, key.begin());
             if (p.rope_inv_freq != nullptr) Rotate(key.data(), d, t, p.rope_inv_freq);
             double dot = 0;
@@ -71,7 +72,7 @@ void PagedAttentionEncodedReference(const PagedKV& kv, const EncodedKV& enc, con
           double sum = 0;
           for (double& x : scores) sum += (x = std::exp(x - mx));
           std::fill(acc.begin(), acc.end(), 0.0);
-          for (int64_t t = 0; t < visible; ++t) {
+          for (int64_t t = first; t < visible; ++t) {
             const double w = scores[t] / sum;
             for (int c = 0; c < d; ++c) acc[c] += w * v[t * d + c];
             if (p.slot_attn != nullptr) p.slot_attn[p.slot_attn_offsets[s] + t] += static_cast<float>(w);
@@ -103,13 +104,14 @@ static void EncodedAttentionGeneric(const PagedKV& kv, const EncodedKV& enc, con
     const int rows = group * q_len;
     std::vector<float> q(static_cast<size_t>(rows) * d), acc(q.size(), 0.0f), m(static_cast<size_t>(rows), -INFINITY),
         l(static_cast<size_t>(rows), 0.0f), sc(static_cast<size_t>(rows));
-    std::vector<int64_t> visible(static_cast<size_t>(rows));
+    std::vector<int64_t> visible(static_cast<size_t>(rows)), first(static_cast<size_t>(rows), 0);
     for (int j = 0; j < q_len; ++j) {
       for (int g = 0; g < group; ++g) {
         const int r = j * group + g;
         const int64_t off = (static_cast<int64_t>(q0 + j) * p.num_qo_heads + h * group + g) * d;
         std::copy(p.q + off, p.q + off + d, q.begin() + static_cast<int64_t>(r) * d);
         visible[static_cast<size_t>(r)] = len - q_len + j + 1;
+        if (p.first_visible != nullptr) first[static_cast<size_t>(r)] = p.first_visible[(q0 + j) * p.num_kv_heads + h];
         if (p.rope_inv_freq != nullptr) Rotate(q.data() + static_cast<int64_t>(r) * d, d, visible[static_cast<size_t>(r)] - 1, p.rope_inv_freq);
       }
     }
@@ -117,7 +119,7 @@ static void EncodedAttentionGeneric(const PagedKV& kv, const EncodedKV& enc, con
       const float* kt = k.data() + t * d;
       const float* vt = v.data() + t * d;
       for (int r = 0; r < rows; ++r) {
-        if (t >= visible[static_cast<size_t>(r)]) continue;
+        if (t >= visible[static_cast<size_t>(r)] || t < first[static_cast<size_t>(r)]) continue;
         const float* qr = q.data() + static_cast<int64_t>(r) * d;
         float dot = 0;
         for (int c = 0; c < d; ++c) dot += qr[c] * kt[c];
@@ -148,7 +150,7 @@ static void EncodedAttentionGeneric(const PagedKV& kv, const EncodedKV& enc, con
       float* out = p.slot_attn + p.slot_attn_offsets[s];
       for (int r = 0; r < rows; ++r) {
         const float* qr = q.data() + static_cast<int64_t>(r) * d;
-        for (int64_t t = 0; t < visible[static_cast<size_t>(r)]; ++t) {
+        for (int64_t t = first[static_cast<size_t>(r)]; t < visible[static_cast<size_t>(r)]; ++t) {
           float dot = 0;
           for (int c = 0; c < d; ++c) dot += qr[c] * k[t * d + c];
           out[t] += std::exp(dot * p.sm_scale - m[static_cast<size_t>(r)]) / l[static_cast<size_t>(r)];

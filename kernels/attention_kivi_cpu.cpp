@@ -191,7 +191,7 @@ struct SplitGroup {
 // Per-thread buffers, kept between calls (grown, never shrunk).
 struct Scratch {
   std::vector<float> q, qe, qk, kconst, s, w, wsum, m, l, acc, zacc, raw, vsf, vzf, comb;
-  std::vector<int64_t> limit;
+  std::vector<int64_t> limit, first;  // per query vector: last and first visible slot
   // int8 path (grown only when a call takes it): queries in channel order,
   // their int8 form and scale, value accumulators in register order, rounded
   // value weights and their scales, the score tile's int32 partial sums.
@@ -220,6 +220,7 @@ struct Scratch {
     grow(&vzf, static_cast<size_t>(kTile) * ng);
     grow(&comb, static_cast<size_t>(d));
     if (limit.size() < nv) limit.resize(nv);
+    if (first.size() < nv) first.resize(nv);
     if (!int8) return;
     grow(&qn, nv * d);
     grow(&sigma, nv);
@@ -241,9 +242,14 @@ inline int64_t QoOffset(const AttentionParams& p, const Shape& sh, const QueryTi
   return (query * sh.hq + t.kv_head * sh.group + n % sh.group) * sh.d;
 }
 
+// The first slot query q (of the tile's sequence) sees in the tile's stream.
+inline int64_t FirstVisible(const AttentionParams& p, const QueryTile& t, int q) {
+  return p.first_visible == nullptr ? 0 : p.first_visible[(p.qo_indptr[t.seq] + q) * p.num_kv_heads + t.kv_head];
+}
+
 // Copies the tile's query vectors, scaled into log2 units and permuted to lane
 // order (q; also in channel order, qn, for the int8 path), and sets each
-// vector's causal limit (last visible slot). Returns the number of slots
+// vector's causal limit (last visible slot) and first visible slot. Returns the number of slots
 // visible to the tile.
 template <DType DT>
 int64_t PrepareQueries(const AttentionParams& p, const Shape& sh, const QueryTile& t, int64_t len, Scratch* sc) {
@@ -261,6 +267,7 @@ int64_t PrepareQueries(const AttentionParams& p, const Shape& sh, const QueryTil
       for (int c = 0; c < sh.d; ++c) qn[c] = src[c] * scale;
     }
     sc->limit[n] = len - q_len + t.q_begin + n / sh.group;
+    sc->first[n] = FirstVisible(p, t, t.q_begin + n / sh.group);
   }
   return len - q_len + t.q_begin + t.q_count;
 }
@@ -413,7 +420,7 @@ void EncodedBlock(const Shape& sh, int nq, const uint8_t* blk, int64_t slot0, in
       for (int r = 0; r < nrows; r += 8) Store(s_n + r, Add(Load(s_n + r), kv));
     }
     SoftmaxTile<kTile>(nq, nrows, slot0 + t0, sc->limit.data(), d, sc->s.data(), sc->m.data(), sc->l.data(),
-                       sc->acc.data(), sc->zacc.data(), sh.zlen);
+                       sc->acc.data(), sc->zacc.data(), sh.zlen, sc->first.data());
     ValueWeights(sh, nq, L::kMid, vs, vz, t0, std::min(kTile, sh.G - t0), sc);
     const uint8_t* vp = vc + t0 * sh.code_row_bytes;
     for (int n0 = 0; n0 < nq; n0 += kMaxValueVecs) {
@@ -437,7 +444,7 @@ void EncodedBlockInt8(const Shape& sh, int nq, const uint8_t* blk, int64_t slot0
                   sc->iraw.data(), sc->s.data(), pf);
   const int nrows = static_cast<int>(std::min<int64_t>(sh.G, visible - slot0));
   SoftmaxTile<kTile>(nq, nrows, slot0, sc->limit.data(), d, sc->s.data(), sc->m.data(), sc->l.data(), sc->accr.data(),
-                     sc->zacc.data(), sh.zlen);
+                     sc->zacc.data(), sh.zlen, sc->first.data());
   k8::BlockValues(blk + sh.code_bytes, vs, vs + d, nq, sc->s.data(), sc->vsf.data(), sc->vzf.data(), sc->wv.data(),
                   sc->half_omega.data(), sc->zacc.data(), sh.zlen, sc->accr.data(), pf);
 }
@@ -470,7 +477,7 @@ void PlainBlock(const Shape& sh, int nq, const uint8_t* kb, int64_t slot0, int64
                              sh.plain_row_bytes, nrows, sc->s.data() + n0 * kTile, sc->raw.data(), pf);
     }
     SoftmaxTile<kTile>(nq, nrows, slot0 + t0, sc->limit.data(), d, sc->s.data(), sc->m.data(), sc->l.data(),
-                       sc->acc.data(), sc->zacc.data(), sh.zlen);
+                       sc->acc.data(), sc->zacc.data(), sh.zlen, sc->first.data());
     for (int n0 = 0; n0 < nq; n0 += kMaxValueVecs) {
       AccumulateTileAny<L, false>(std::min(kMaxValueVecs, nq - n0), sc->s.data() + n0 * kTile, kTile, 1, d, vp,
                                   sh.plain_row_bytes, nrows, d, sc->acc.data() + static_cast<size_t>(n0) * d,
@@ -485,6 +492,11 @@ inline int CeilDiv(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) /
 inline int UnitsFor(const Shape& sh, int64_t visible, int64_t n_enc) {
   if (visible <= n_enc) return CeilDiv(visible, sh.G);
   return static_cast<int>(n_enc / sh.G) + CeilDiv(visible - n_enc, sh.bs);
+}
+// The first slot of unit u.
+inline int64_t UnitStart(const Shape& sh, int u, int64_t n_enc) {
+  const int n_eb = static_cast<int>(n_enc / sh.G);
+  return u <= n_eb ? static_cast<int64_t>(u) * sh.G : n_enc + static_cast<int64_t>(u - n_eb) * sh.bs;
 }
 // The unit holding slot `slot`.
 inline int UnitOf(const Shape& sh, int64_t slot, int64_t n_enc) {
@@ -636,8 +648,10 @@ void Run(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p) {
       for (int q_begin = 0; q_begin < q_len; q_begin += sh.q_tile) {
         const QueryTile t{i, h, q_begin, std::min(sh.q_tile, q_len - q_begin)};
         const int64_t visible = len - q_len + q_begin + t.q_count;
-        const int64_t work = visible * t.q_count * sh.group;
-        jobs.push_back(Job{t, 0, UnitsFor(sh, visible, n_enc), -1, work});
+        // Units wholly below the tile's first query's window are skipped.
+        const int u_first = UnitOf(sh, FirstVisible(p, t, q_begin), n_enc);
+        const int64_t work = (visible - UnitStart(sh, u_first, n_enc)) * t.q_count * sh.group;
+        jobs.push_back(Job{t, u_first, UnitsFor(sh, visible, n_enc), -1, work});
         total_work += work;
       }
     }
@@ -651,17 +665,18 @@ void Run(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p) {
   for (size_t j = 0; j < num_tiles; ++j) {
     const Job whole = jobs[j];
     const int nq = whole.t.q_count * sh.group;
-    const int64_t visible = whole.work / nq;
-    const int num_parts = static_cast<int>(std::min<int64_t>({(whole.work + work_per_job - 1) / work_per_job,
-                                                              visible / kMinSlotsPerJob, whole.u_end}));
-    if (threads == 1 || num_parts <= 1) continue;
     const int64_t n_enc = enc.StreamTokens(whole.t.seq * sh.hkv + whole.t.kv_head);
+    const int64_t start = UnitStart(sh, whole.u_begin, n_enc);
+    const int64_t span = whole.work / nq;  // slots from the first unit's start
+    const int num_parts = static_cast<int>(std::min<int64_t>({(whole.work + work_per_job - 1) / work_per_job,
+                                                              span / kMinSlotsPerJob, whole.u_end - whole.u_begin}));
+    if (threads == 1 || num_parts <= 1) continue;
     const int64_t rec = static_cast<int64_t>(nq) * (sh.d + 2);
     splits.push_back(SplitGroup{whole.t, parts_floats, num_parts});
     for (int k = 0; k < num_parts; ++k) {
       Job part = whole;
-      part.u_begin = k == 0 ? 0 : UnitOf(sh, visible * k / num_parts, n_enc);
-      part.u_end = k + 1 == num_parts ? whole.u_end : UnitOf(sh, visible * (k + 1) / num_parts, n_enc);
+      part.u_begin = k == 0 ? whole.u_begin : UnitOf(sh, start + span * k / num_parts, n_enc);
+      part.u_end = k + 1 == num_parts ? whole.u_end : UnitOf(sh, start + span * (k + 1) / num_parts, n_enc);
       part.part = parts_floats + k * rec;
       part.work = whole.work / num_parts;
       if (k == 0) {

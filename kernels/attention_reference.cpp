@@ -68,6 +68,19 @@ Status AttentionParamsCheck(const PagedKV& kv, const AttentionParams& p) {
                        " slots but its sequence has " + std::to_string(q_len) +
                        " queries (append their K/V before attention)");
       }
+      if (p.first_visible != nullptr) {
+        int32_t prev = 0;
+        for (int j = 0; j < q_len; ++j) {
+          const int32_t first = p.first_visible[(p.qo_indptr[i] + j) * p.num_kv_heads + h];
+          const int64_t last = kv.StreamLength(s) - q_len + j;
+          if (first < prev || first > last) {
+            return Invalid("first_visible of query " + std::to_string(j) + " of sequence " + std::to_string(i) +
+                           ", stream " + std::to_string(s) + " is " + std::to_string(first) +
+                           ": must be non-decreasing and in [0, " + std::to_string(last) + "]");
+          }
+          prev = first;
+        }
+      }
     }
   }
   if (p.num_seqs > 0 && p.qo_indptr[p.num_seqs] > 0 && (p.q == nullptr || p.o == nullptr)) {
@@ -93,12 +106,14 @@ void PagedAttentionReference(const PagedKV& kv, const AttentionParams& p) {
       const int64_t len = kv.StreamLength(s);
       for (int j = 0; j < q_len; ++j) {
         const int64_t num_visible = len - q_len + j + 1;
+        const int64_t first =
+            p.first_visible == nullptr ? 0 : p.first_visible[(q0 + j) * p.num_kv_heads + hq / group];
         const int64_t qo_off = (static_cast<int64_t>(q0 + j) * p.num_qo_heads + hq) * d;
         std::copy(p.q + qo_off, p.q + qo_off + d, q.begin());
         if (p.rope_inv_freq != nullptr) RotateHalf(q.data(), d, num_visible - 1, p.rope_inv_freq);
-        scores.assign(static_cast<size_t>(num_visible), 0.0);
+        scores.assign(static_cast<size_t>(num_visible), -INFINITY);
         double max_score = -INFINITY;
-        for (int64_t t = 0; t < num_visible; ++t) {
+        for (int64_t t = first; t < num_visible; ++t) {
           ConvertToF32(kv.dtype, kv.KeyPtr(s, t), row.data(), d);
           std::copy(row.begin(), row.end(), key.begin());
           if (p.rope_inv_freq != nullptr) RotateHalf(key.data(), d, t, p.rope_inv_freq);
@@ -113,7 +128,7 @@ void PagedAttentionReference(const PagedKV& kv, const AttentionParams& p) {
           sum += x;
         }
         std::fill(acc.begin(), acc.end(), 0.0);
-        for (int64_t t = 0; t < num_visible; ++t) {
+        for (int64_t t = first; t < num_visible; ++t) {
           ConvertToF32(kv.dtype, kv.ValuePtr(s, t), row.data(), d);
           const double w = scores[t] / sum;
           for (int c = 0; c < d; ++c) acc[c] += w * row[c];

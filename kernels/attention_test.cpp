@@ -34,6 +34,8 @@ struct Case {
   float q_scale;  // large values make the softmax peaky, so the running max moves
   bool rope;      // keys stored before RoPE, rotated by the kernel (rope_inv_freq)
   std::vector<SeqSpec> seqs;
+  int window = 0;     // sliding window in positions (0: none), passed as first_visible
+  bool gaps = false;  // slot positions with gaps (evicted slots), different in each stream
 };
 
 // The storage values are rounded to the dtype and both sides compute on the
@@ -124,7 +126,13 @@ struct Inputs {
   std::vector<float> inv_freq;  // Llama's RoPE frequencies (base 10000), used when the case has rope
   std::vector<int64_t> slot_offsets;
   int64_t total_slots = 0;
+  std::vector<std::vector<int32_t>> positions;  // per stream: each slot's original position
+  std::vector<int32_t> first_visible;           // [total_q * hkv], when the case has a window
 };
+
+// Whether a key at position key_pos is in the window of a query at q_pos
+// (Hugging Face's rule: q_pos - window < key_pos).
+bool InWindow(const Case& c, int64_t q_pos, int64_t key_pos) { return c.window == 0 || key_pos > q_pos - c.window; }
 
 Inputs MakeInputs(const Case& c, std::mt19937* rng) {
   Inputs in;
@@ -137,6 +145,32 @@ Inputs MakeInputs(const Case& c, std::mt19937* rng) {
   for (size_t s = 0; s < c.seqs.size() * c.hkv; ++s) {
     in.slot_offsets.push_back(in.total_slots);
     in.total_slots += c.seqs[s / c.hkv].len;
+    std::vector<int32_t> pos(static_cast<size_t>(c.seqs[s / c.hkv].len));
+    std::iota(pos.begin(), pos.end(), 0);
+    if (c.gaps) {  // strictly increasing with holes; the new tokens' positions are consecutive
+      const int len = c.seqs[s / c.hkv].len, q_len = c.seqs[s / c.hkv].q_len;
+      int32_t next = static_cast<int32_t>((*rng)() % 5);
+      for (int t = 0; t < len; ++t) {
+        pos[static_cast<size_t>(t)] = next;
+        next += 1 + (t < len - q_len && (*rng)() % 3 == 0 ? static_cast<int32_t>((*rng)() % 7) : 0);
+      }
+    }
+    in.positions.push_back(std::move(pos));
+  }
+  if (c.window > 0) {
+    // The first visible slot by a linear scan (the cache's binary search is tested on its own).
+    in.first_visible.resize(static_cast<size_t>(in.qo_indptr.back()) * c.hkv);
+    for (size_t i = 0; i < c.seqs.size(); ++i) {
+      for (int h = 0; h < c.hkv; ++h) {
+        const std::vector<int32_t>& pos = in.positions[i * c.hkv + h];
+        for (int j = 0; j < c.seqs[i].q_len; ++j) {
+          const int q_slot = c.seqs[i].len - c.seqs[i].q_len + j;
+          int first = 0;
+          while (!InWindow(c, pos[static_cast<size_t>(q_slot)], pos[static_cast<size_t>(first)])) ++first;
+          in.first_visible[static_cast<size_t>(in.qo_indptr[i] + j) * c.hkv + h] = first;
+        }
+      }
+    }
   }
   return in;
 }
@@ -152,6 +186,7 @@ AttentionParams MakeParams(const Case& c, const Inputs& in, float* o) {
   p.q = in.q.data();
   p.o = o;
   if (c.rope) p.rope_inv_freq = in.inv_freq.data();
+  if (c.window > 0) p.first_visible = in.first_visible.data();
   return p;
 }
 
@@ -179,6 +214,7 @@ void DenseExpected(const Case& c, const Inputs& in, TestCache* cache, std::vecto
       const int s = static_cast<int>(i) * c.hkv + h;
       const std::vector<float> v = cache->Gather(s, true);
       const std::vector<float> k_stored = cache->Gather(s, false);
+      const std::vector<int32_t>& pos = in.positions[static_cast<size_t>(s)];
       std::vector<double> k(k_stored.begin(), k_stored.end());
       for (int t = 0; c.rope && t < len; ++t) Rope(in.inv_freq, t, k.data() + static_cast<size_t>(t) * d, d);
       for (int g = 0; g < group; ++g) {
@@ -187,8 +223,9 @@ void DenseExpected(const Case& c, const Inputs& in, TestCache* cache, std::vecto
           const int visible = len - q_len + j + 1;
           std::vector<double> q(in.q.begin() + off, in.q.begin() + off + d);
           if (c.rope) Rope(in.inv_freq, visible - 1, q.data(), d);
-          std::vector<double> w(static_cast<size_t>(visible));
+          std::vector<double> w(static_cast<size_t>(visible), -INFINITY);
           for (int t = 0; t < visible; ++t) {
+            if (!InWindow(c, pos[static_cast<size_t>(visible - 1)], pos[static_cast<size_t>(t)])) continue;
             double dot = 0.0;
             for (int x = 0; x < d; ++x) dot += q[x] * k[static_cast<size_t>(t) * d + x];
             w[t] = dot * scale;
@@ -257,6 +294,27 @@ std::vector<Case> Cases() {
       {"rope_decode_bs16_gqa4_bf16", bf16, 16, 8, 2, 128, 2.0f, true, {{3000, 1}, {17, 1}}},
       {"rope_prefill_bs16_gqa2_f16", f16, 16, 4, 2, 64, 2.0f, true, {{300, 40}, {50, 50}}},
       {"rope_prefill_bs1_gqa4_d48_f32", f32, 1, 4, 1, 48, 2.0f, true, {{30, 7}}},
+      // sliding windows (first_visible): smaller than, equal to and larger than the block
+      {"window5_decode_bs16_gqa4_bf16", bf16, 16, 8, 2, 128, 4.0f, false, {{1, 1}, {17, 1}, {100, 1}, {33, 1}}, 5},
+      {"window16_decode_bs16_gqa8_f16", f16, 16, 16, 2, 64, 4.0f, false, {{16, 1}, {31, 1}, {257, 1}}, 16},
+      {"window40_decode_bs16_gqa1_bf16", bf16, 16, 3, 3, 128, 8.0f, false, {{15, 1}, {64, 1}, {2, 1}}, 40},
+      {"window3_decode_bs1_gqa1_f32", f32, 1, 4, 4, 64, 4.0f, false, {{1, 1}, {5, 1}, {40, 1}}, 3},
+      // prefill chunks longer than the window, mixed with decode and an idle sequence
+      {"window8_prefill_bs16_gqa4_bf16", bf16, 16, 8, 2, 128, 2.0f, false, {{70, 70}, {100, 37}, {5, 1}, {10, 0}}, 8},
+      {"window5_prefill_bs1_gqa8_f32", f32, 1, 8, 1, 32, 2.0f, false, {{40, 40}, {50, 13}}, 5},
+      {"window24_prefill_bs7_gqa4_f32", f32, 7, 4, 1, 48, 2.0f, false, {{29, 29}, {60, 9}}, 24},
+      // evicted slots: positions with gaps, different in every stream
+      {"window9_gaps_prefill_bs16_gqa4_bf16", bf16, 16, 8, 2, 128, 2.0f, false, {{90, 40}, {60, 1}}, 9, true},
+      {"window20_gaps_decode_bs1_gqa1_f32", f32, 1, 2, 2, 64, 4.0f, false, {{50, 1}, {7, 1}}, 20, true},
+      {"window16_gaps_prefill_bs16_gqa8_f16", f16, 16, 8, 1, 64, 2.0f, false, {{100, 30}}, 16, true},
+      // long contexts: the window skips blocks; split-K over what remains
+      {"window4096_long_decode_bs16_gqa4_bf16", bf16, 16, 8, 2, 128, 4.0f, false, {{8000, 1}, {3001, 1}}, 4096},
+      {"window512_long_prefill_bs16_gqa4_bf16", bf16, 16, 4, 1, 128, 2.0f, false, {{2000, 600}}, 512, true},
+      {"window1000_long_decode_bs16_gqa8_f16", f16, 16, 8, 1, 128, 4.0f, false, {{6007, 1}}, 1000, true},
+      // with RoPE at read time (by slot) and a window (by position)
+      {"window30_rope_prefill_bs16_gqa2_f16", f16, 16, 4, 2, 64, 2.0f, true, {{300, 40}, {50, 50}}, 30},
+      // head_dim 24: the CPU backend's reference fallback
+      {"window6_decode_bs16_gqa2_d24_f32", f32, 16, 4, 2, 24, 2.0f, false, {{20, 1}, {3, 3}}, 6},
   };
 }
 
@@ -423,6 +481,18 @@ TEST(AttentionParamsCheckTest, RejectsInconsistentCalls) {
   bad = MakeParams(c, in, o.data());
   bad.slot_attn = o.data();
   EXPECT_FALSE(AttentionParamsCheck(kv, bad).ok());  // no offsets
+  // first_visible past the query's own slot, or decreasing over a sequence's queries.
+  std::vector<int32_t> first(static_cast<size_t>(4 * c.hkv), 0);
+  bad = MakeParams(c, in, o.data());
+  bad.first_visible = first.data();
+  EXPECT_TRUE(AttentionParamsCheck(kv, bad).ok());
+  first[0] = 17;  // query 0 of 4 in a 20-slot stream sits at slot 16
+  EXPECT_NE(AttentionParamsCheck(kv, bad).message().find("first_visible"), std::string::npos);
+  first[0] = 3;
+  first[static_cast<size_t>(c.hkv)] = 2;
+  EXPECT_FALSE(AttentionParamsCheck(kv, bad).ok());
+  for (int j = 1; j < 4; ++j) first[static_cast<size_t>(j * c.hkv)] = 3;
+  EXPECT_TRUE(AttentionParamsCheck(kv, bad).ok());
   in.qo_indptr[1] = 21;                              // more queries than the stream holds
   in.q.resize(21 * 8 * 64);
   EXPECT_FALSE(AttentionParamsCheck(kv, MakeParams(c, in, o.data())).ok());

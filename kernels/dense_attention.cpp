@@ -7,7 +7,7 @@
 namespace kvlab {
 
 at::Tensor DenseAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double sm_scale,
-                          bool causal) {
+                          bool causal, int64_t window) {
   TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3, "DenseAttention: q, k, v must be [T, H, d]");
   TORCH_CHECK(k.sizes() == v.sizes(), "DenseAttention: k and v shapes differ");
   const int64_t tq = q.size(0), hq = q.size(1), s = k.size(0), hkv = k.size(1);
@@ -25,6 +25,10 @@ at::Tensor DenseAttention(const at::Tensor& q, const at::Tensor& k, const at::Te
   if (causal) {
     const at::Tensor future = torch::ones({tq, s}, torch::kBool).triu(s - tq + 1);
     scores.masked_fill_(future, -std::numeric_limits<float>::infinity());
+  }
+  if (window > 0) {  // query j at position s - tq + j sees keys after position s - tq + j - window
+    const at::Tensor past = torch::ones({tq, s}, torch::kBool).tril(s - tq - window);
+    scores.masked_fill_(past, -std::numeric_limits<float>::infinity());
   }
   return torch::matmul(torch::softmax(scores, -1), values).transpose(0, 1).contiguous();
 }

@@ -77,6 +77,17 @@ struct AttentionParams {
   // in Hugging Face's rotate_half convention (x1, x2) -> (x1 c - x2 s, x2 c + x1 s)
   // where x1 = x[:d/2], x2 = x[d/2:].
   const float* rope_inv_freq = nullptr;  // [head_dim / 2]
+  // Optional: if non-null, a sliding window (or any lower bound) on what each
+  // query sees: query j of sequence i attends to the slots
+  // [first_visible[(qo_indptr[i] + j) * num_kv_heads + h], len_s - q_len_i + j]
+  // of stream s = i * num_kv_heads + h, where h is the query head's KV head.
+  // REQUIRES: each entry is in [0, len_s - q_len_i + j] (the query's own slot
+  // stays visible), and non-decreasing in j. It is by slot, so the caller
+  // turns a window in positions into slots (KVCache::WindowStarts does, by
+  // binary search on the stream's sorted slot positions, so it stays right
+  // when a selection policy has evicted slots). Slots below it may be
+  // anything (kernels may skip their blocks); slot_attn gets 0 for them.
+  const int32_t* first_visible = nullptr;  // [total_q * num_kv_heads]
 };
 
 }  // namespace kvlab

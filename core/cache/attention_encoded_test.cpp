@@ -34,6 +34,8 @@ struct Case {
   int chunk = 5;                                   // queries of the last sequence
   bool slot_attn = false;
   DType dtype = DType::kBF16;
+  int window = 0;     // sliding window in positions (first_visible), 0: none
+  bool gaps = false;  // evict some old slots first (Compact), so positions have gaps
 };
 
 // Builders for the variant cases.
@@ -65,10 +67,19 @@ Case NoResidual(Case c) {  // whole groups sealed: some streams have no plain sl
   return c;
 }
 
+Case WithWindow(Case c, int window, bool gaps) {
+  c.name += "_window" + std::to_string(window) + (gaps ? "_gaps" : "");
+  c.window = window;
+  c.gaps = gaps;
+  c.chunk = 40;  // a prefill chunk longer than the window
+  return c;
+}
+
 // Dense attention in double over gathered (decoded) K/V: the independent check.
 // When prob is non-null, adds each slot's probability to it.
 void Dense(const std::vector<std::vector<float>>& k, const std::vector<std::vector<float>>& v, const float* q, int d,
-           int64_t visible, const float* inv_freq, float* out, std::vector<double>* prob = nullptr) {
+           int64_t visible, const float* inv_freq, float* out, std::vector<double>* prob = nullptr,
+           const std::vector<bool>* hidden = nullptr) {
   auto rot = [&](std::vector<double>& x, int64_t pos) {
     for (int i = 0; i < d / 2; ++i) {
       const double a = pos * static_cast<double>(inv_freq[i]), c = std::cos(a), s = std::sin(a);
@@ -85,7 +96,7 @@ void Dense(const std::vector<std::vector<float>>& k, const std::vector<std::vect
     if (inv_freq) rot(kk, t);
     double dot = 0;
     for (int c = 0; c < d; ++c) dot += qq[c] * kk[c];
-    sc[t] = dot / std::sqrt(double(d));
+    sc[t] = hidden != nullptr && (*hidden)[static_cast<size_t>(t)] ? -INFINITY : dot / std::sqrt(double(d));
     mx = std::max(mx, sc[t]);
   }
   double sum = 0;
@@ -167,6 +178,19 @@ TEST_P(EncodedAttentionTest, CpuAndReferenceMatchDenseOnGatheredKV) {
     std::vector<float> k, v;
     ASSERT_TRUE(FillSequence(c.get(), static_cast<int64_t>(i), lens[i], cs.hkv, d, &rng, &nd, &k, &v));
   }
+  if (cs.gaps) {  // evict every fifth old slot (the last sequence's chunk stays: its queries' slots)
+    for (size_t i = 0; i < lens.size(); ++i) {
+      for (int h = 0; h < cs.hkv; ++h) {
+        const int64_t n = c->stream(static_cast<int64_t>(i), 0, h).num_tokens;
+        const int64_t tail = i + 1 == lens.size() ? cs.chunk : 1;
+        std::vector<int64_t> keep;
+        for (int64_t t = 0; t < n; ++t) {
+          if (t >= n - tail || (t + h) % 5 != 2) keep.push_back(t);
+        }
+        ASSERT_TRUE(c->Compact(static_cast<int64_t>(i), 0, h, keep).ok());
+      }
+    }
+  }
   if (cs.encoded) {
     ASSERT_GT(c->stream(3, 0, 0).num_encoded, 0);
   }
@@ -184,6 +208,20 @@ TEST_P(EncodedAttentionTest, CpuAndReferenceMatchDenseOnGatheredKV) {
   for (int i = 0; i < d / 2; ++i) inv[static_cast<size_t>(i)] = static_cast<float>(std::pow(10000.0, -2.0 * i / d));
   AttentionParams p = MakeParams(num_seqs, cs.hq, cs.hkv, d, qo.data(), q.data());
   p.rope_inv_freq = cs.rope ? inv.data() : nullptr;
+  // The window's first visible slots, by a linear scan over the slots' positions.
+  std::vector<int32_t> first(static_cast<size_t>(total_q * cs.hkv));
+  for (int i = 0; cs.window > 0 && i < num_seqs; ++i) {
+    for (int h = 0; h < cs.hkv; ++h) {
+      const Stream& st = c->stream(i, 0, h);
+      for (int j = 0; j < qo[i + 1] - qo[i]; ++j) {
+        const int32_t q_pos = st.positions[static_cast<size_t>(st.num_tokens - (qo[i + 1] - qo[i]) + j)];
+        int32_t f = 0;
+        while (st.positions[static_cast<size_t>(f)] <= q_pos - cs.window) ++f;
+        first[static_cast<size_t>((qo[i] + j) * cs.hkv + h)] = f;
+      }
+    }
+  }
+  if (cs.window > 0) p.first_visible = first.data();
   // slot_attn: one array per stream, [StreamLength(s)].
   std::vector<int64_t> sa_off;
   int64_t sa_total = 0;
@@ -228,10 +266,15 @@ TEST_P(EncodedAttentionTest, CpuAndReferenceMatchDenseOnGatheredKV) {
       for (int64_t t = 0; t < len; ++t) c->ReadSlot(i, 0, h, t, k[t].data(), v[t].data());
       const int q_len = qo[i + 1] - qo[i];
       std::vector<double> prob(static_cast<size_t>(len));
+      const std::vector<int32_t>& pos = c->stream(i, 0, h).positions;
       for (int j = 0; j < q_len; ++j) {
+        std::vector<bool> hidden(static_cast<size_t>(len), false);  // outside the window, by position
+        for (int64_t t = 0; cs.window > 0 && t < len; ++t) {
+          hidden[static_cast<size_t>(t)] = pos[static_cast<size_t>(t)] <= pos[static_cast<size_t>(len - q_len + j)] - cs.window;
+        }
         for (int g = 0; g < group; ++g) {
           const int64_t off = (static_cast<int64_t>(qo[i] + j) * cs.hq + h * group + g) * d;
-          Dense(k, v, q.data() + off, d, len - q_len + j + 1, p.rope_inv_freq, o_dense.data() + off, &prob);
+          Dense(k, v, q.data() + off, d, len - q_len + j + 1, p.rope_inv_freq, o_dense.data() + off, &prob, &hidden);
         }
       }
       std::copy(prob.begin(), prob.end(), sa_dense.begin() + sa_off[static_cast<size_t>(i * cs.hkv + h)]);
@@ -281,7 +324,16 @@ INSTANTIATE_TEST_SUITE_P(
                       Long(Kivi("kivi2_long_gqa4", 2, 32, 8, 2, 128)), Long(Kivi("kivi4_long_gqa8", 4, 32, 8, 1, 128)),
                       // slot_attn (the generic path) against the dense probabilities.
                       WithSlotAttn(Kivi("kivi2_slot_attn_gqa4", 2, 32, 8, 2)),
-                      WithSlotAttn(Case{"int8_slot_attn_gqa4", EncodingKind::kInt8, true, 8, 16, false, 8, 2})),
+                      WithSlotAttn(Case{"int8_slot_attn_gqa4", EncodingKind::kInt8, true, 8, 16, false, 8, 2}),
+                      // Sliding windows (first_visible) over encoded and plain slots: smaller than a
+                      // group, spanning groups, with evicted slots; fused KIVI, generic and reference.
+                      WithWindow(Kivi("kivi2_gqa4", 2, 32, 8, 2), 20, false),
+                      WithWindow(Kivi("kivi4_gqa8", 4, 32, 8, 1), 100, true),
+                      WithWindow(Long(Kivi("kivi2_long_gqa4", 2, 32, 8, 2, 128)), 1000, false),
+                      WithWindow(WithSlotAttn(Kivi("kivi2_slot_attn_gqa4", 2, 32, 8, 2)), 50, true),
+                      WithWindow(Case{"int8_gqa4", EncodingKind::kInt8, true, 8, 16, false, 8, 2}, 30, true),
+                      WithWindow(Case{"kivi2_rope_gqa8", EncodingKind::kKivi, true, 2, 64, true, 8, 1}, 70, false),
+                      WithWindow(Case{"plain_rope_gqa4", EncodingKind::kKivi, false, 2, 32, true, 8, 2}, 9, true)),
     [](const auto& info) { return info.param.name; });
 
 // The kivi policy's attention = "int8" (kernels/attention_kivi_int8.h): int8

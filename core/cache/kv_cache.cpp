@@ -25,6 +25,16 @@ Status CacheShape::Validate() const {
     }
     if (residual < 0) return Status::InvalidArgument("cache shape: residual must be >= 0");
   }
+  if (!layer_window.empty() && static_cast<int>(layer_window.size()) != num_layers) {
+    return Status::InvalidArgument("cache shape: layer_window has " + std::to_string(layer_window.size()) +
+                                   " entries for " + std::to_string(num_layers) + " layers");
+  }
+  for (size_t l = 0; l < layer_window.size(); ++l) {
+    if (layer_window[l] < 0) {
+      return Status::InvalidArgument("cache shape: layer " + std::to_string(l) + "'s sliding window is " +
+                                     std::to_string(layer_window[l]) + " (0: global, else positive)");
+    }
+  }
   return Status::OK();
 }
 
@@ -372,6 +382,10 @@ Status KVCache::Compact(SeqId id, int layer, int head, const std::vector<int64_t
                                      std::to_string(s.num_tokens));
     }
     prev = k;
+  }
+  if (DropsLeadingUnits(s, keep)) {
+    DropLeadingUnits(id, si, &s, keep.empty() ? s.num_tokens : keep.front());
+    return Status::OK();
   }
   const int bs = shape_.block_size;
   const int d = shape_.head_dim;

@@ -37,7 +37,21 @@ struct CacheShape {
   bool encoded = false;
   KvEncoding enc;
   int64_t residual = 0;
+  // Sliding windows: per layer, 0 for a global layer, else the window in
+  // positions (ModelConfig::layer_sliding_window). Empty: every layer global.
+  // A window layer's streams keep only what the next queries can see (whole
+  // leading blocks are freed), and its page table carries first_visible.
+  std::vector<int64_t> layer_window;
 
+  int64_t Window(int layer) const {
+    return layer_window.empty() ? 0 : layer_window[static_cast<size_t>(layer)];
+  }
+  bool HasWindows() const {
+    for (int64_t w : layer_window) {
+      if (w > 0) return true;
+    }
+    return false;
+  }
   int64_t BlockBytes() const { return 2LL * block_size * head_dim * DTypeBytes(dtype); }
   int StreamsPerSequence() const { return num_layers * num_kv_heads; }
   Status Validate() const;
@@ -101,9 +115,13 @@ class PageTable {
   int num_seqs() const { return num_seqs_; }
   // Slots of a stream, encoded plus plain.
   int64_t StreamLength(int layer, int seq, int head) const;
+  // A window layer's AttentionParams::first_visible for the step's queries
+  // (KVCache::BuildWindows); nullptr for a global layer or before it is built.
+  const int32_t* FirstVisible(int layer) const;
 
  private:
   friend class KVCache;
+  std::vector<std::vector<int32_t>> first_visible_;  // per layer; empty: none
   std::vector<int32_t> indptr_, indices_, last_block_len_;
   std::vector<int32_t> enc_indptr_, enc_indices_;
   std::vector<EncodedKV> enc_layers_;
@@ -267,6 +285,34 @@ class KVCache {
   // Builds the page tables of `seqs` (in batch order) for all layers.
   void BuildPageTable(const std::vector<SeqId>& seqs, PageTable* out) const;
 
+  // --- sliding windows (CacheShape::layer_window; kv_cache_window.cpp) ---
+  // The first slot of `s` visible from a query at position q_pos under a
+  // window of `window` positions (Hugging Face: key j is visible from query i
+  // when i - window < j): a binary search on the slots' positions, which only
+  // increase, so it holds whatever a selection policy evicted.
+  static int64_t FirstInWindow(const Stream& s, int64_t q_pos, int64_t window);
+  // Fills pt's first_visible for the window layers, for a step whose
+  // sequences `seqs` (pt's batch order) have the queries qo_indptr, their
+  // K/V the last slots of each stream (after Reserve).
+  void BuildWindows(const std::vector<SeqId>& seqs, const std::vector<int32_t>& qo_indptr, PageTable* pt) const;
+  // The largest slot index <= slot that starts a unit (an encoded block, a
+  // plain block, or the end of the stream): dropping the slots before it
+  // frees whole blocks and moves nothing.
+  int64_t UnitFloor(const Stream& s, int64_t slot) const;
+  // True when `keep` is [k, num_tokens) with k == UnitFloor(s, k): Compact
+  // then only frees the leading blocks (no K/V moves; device owners need not
+  // move rows). Never with prefix caching (its units are block indices).
+  bool DropsLeadingUnits(const Stream& s, const std::vector<int64_t>& keep) const;
+  // What a stream keeps after a step, for Compact, when the next query is at
+  // position next_pos: on a window layer, slots below FirstInWindow(next_pos)
+  // are seen by no later query. The selection policy `sel` (may be null)
+  // chooses among the slots the window still shows (it sees only those);
+  // without a choice of its own, a window layer drops the leading blocks that
+  // lie wholly out of the window (Compact then frees them and moves nothing).
+  // False: keep every slot.
+  bool SlotsToKeep(SeqId id, int layer, int head, int64_t next_pos, const KVPolicy* sel,
+                   std::vector<int64_t>* keep) const;
+
   // Tokens held by a sequence, summed over its streams (slots, not blocks).
   int64_t SlotsInUse(SeqId id) const;
 
@@ -274,6 +320,8 @@ class KVCache {
   KVCache(const CacheShape& shape, std::unique_ptr<BlockPool> pool, std::unique_ptr<BlockPool> enc_pool);
   void UpdatePeak();
   void SealStream(Stream* s);
+  // Compact's path for DropsLeadingUnits: frees the first k slots' units.
+  void DropLeadingUnits(SeqId id, size_t stream_index, Stream* s, int64_t k);
   // Device data of a block reference, reading an offloaded block into *scratch.
   const uint8_t* BlockData(int32_t ref, bool encoded, std::vector<uint8_t>* scratch) const;
   void ReadPlainSlot(const Stream& s, int64_t i, float* k, float* v, std::vector<uint8_t>* scratch) const;

@@ -441,6 +441,8 @@ Status CudaBackendImpl::EndStep(std::vector<float>* slot_attn) {
 
 Status CudaBackendImpl::Compact(int64_t seq, int layer, int head, const std::vector<int64_t>& keep) {
   const Stream& st = cache_->stream(seq, layer, head);
+  // A sliding window's leading blocks: freed, no row moves.
+  if (cache_->DropsLeadingUnits(st, keep)) return cache_->Compact(seq, layer, head, keep);
   if (st.num_encoded > 0) {
     return Status::InvalidArgument("cuda engine: compacting a stream with encoded blocks is not implemented on the device");
   }

@@ -36,7 +36,22 @@ Status MakeModel(const EngineOptions& options, std::unique_ptr<LlamaModel>* out)
   ModelConfig preset;
   if (PresetConfig(options.model, &preset).ok()) {
     if (options.num_layers > 0) preset.num_hidden_layers = std::min<int64_t>(preset.num_hidden_layers, options.num_layers);
+    if (preset.layer_sliding_window.size() > static_cast<size_t>(preset.num_hidden_layers)) {
+      preset.layer_sliding_window.resize(static_cast<size_t>(preset.num_hidden_layers));
+    }
+    if (!options.layer_sliding_window.empty()) {
+      if (static_cast<int64_t>(options.layer_sliding_window.size()) != preset.num_hidden_layers) {
+        return Status::InvalidArgument("engine: layer_sliding_window has " +
+                                       std::to_string(options.layer_sliding_window.size()) + " entries; preset '" +
+                                       options.model + "' runs " + std::to_string(preset.num_hidden_layers) + " layers");
+      }
+      preset.layer_sliding_window = options.layer_sliding_window;
+    }
     return LlamaModel::Random(preset, options.weight_seed, out);
+  }
+  if (!options.layer_sliding_window.empty()) {
+    return Status::InvalidArgument("engine: layer_sliding_window overrides a preset's windows only; '" + options.model +
+                                   "' is a model directory (its config.json states its own)");
   }
   return LlamaModel::Load(options.model, out);
 }
@@ -86,7 +101,8 @@ Status Engine::Create(const EngineOptions& options, const std::vector<PolicySpec
                                                    static_cast<int>(mc.head_dim), options.block_size));
   const int stored = impl->policies.StoredKvHeads(static_cast<int>(mc.num_key_value_heads));
   KVLAB_RETURN_IF_ERROR(impl->model->SetStoredKvHeads(stored, impl->policies.MergeMode()));
-  impl->model->SetKeysBeforeRope(impl->policies.KeysBeforeRope());
+  KVLAB_RETURN_IF_ERROR(impl->model->SetKeysBeforeRope(impl->policies.KeysBeforeRope()));
+  impl->model->SetRopeContext(options.max_context);
 
   CacheShape shape;
   shape.num_layers = static_cast<int>(mc.num_hidden_layers);
@@ -94,10 +110,12 @@ Status Engine::Create(const EngineOptions& options, const std::vector<PolicySpec
   shape.head_dim = static_cast<int>(mc.head_dim);
   shape.block_size = options.block_size;
   shape.dtype = impl->policies.StorageDType(options.kv_dtype);
+  shape.layer_window = mc.layer_sliding_window;
   int64_t residual = 0;
   shape.encoded = impl->policies.SealedEncoding(shape.head_dim, shape.block_size, &shape.enc, &residual);
   shape.residual = residual;
   KVLAB_RETURN_IF_ERROR(shape.Validate());
+  KVLAB_RETURN_IF_ERROR(impl->model->CheckPagedSupport(shape.encoded, on_cuda));
   if (options.max_seqs <= 0 || options.max_context <= 0) {
     return Status::InvalidArgument("engine: max_seqs and max_context must be positive");
   }
@@ -200,6 +218,13 @@ Status Engine::Forward(const std::vector<SeqChunk>& chunks, bool all_logits,
     }
     seqs.push_back(c.seq);
     const int64_t start = s.seq_len[c.seq];
+    const int64_t max_pos = s.model->config().max_position_embeddings;
+    if (!s.options.allow_long_context && max_pos > 0 && start + static_cast<int64_t>(c.tokens.size()) > max_pos) {
+      return Status::InvalidArgument(
+          "sequence " + std::to_string(c.seq) + " would reach " + std::to_string(start + c.tokens.size()) +
+          " tokens, past the model's max_position_embeddings of " + std::to_string(max_pos) +
+          " (allow_long_context / --allow-long-context runs past it)");
+    }
     for (size_t i = 0; i < c.tokens.size(); ++i) {
       tokens.push_back(c.tokens[i]);
       positions.push_back(static_cast<int32_t>(start + static_cast<int64_t>(i)));
@@ -217,6 +242,7 @@ Status Engine::Forward(const std::vector<SeqChunk>& chunks, bool all_logits,
   PageTable pt;
   StagingPlan staging;
   KVLAB_RETURN_IF_ERROR(s.cache->PlanStep(seqs, &pt, &staging));
+  s.cache->BuildWindows(seqs, qo_indptr, &pt);
 
   // Per-slot attention for selection policies that rank by it (H2O).
   std::vector<float> slot_attn;
@@ -300,20 +326,19 @@ Status Engine::Forward(const std::vector<SeqChunk>& chunks, bool all_logits,
   return s.ApplyPlacement();
 }
 
-// Core applies what the selection policy proposes: compaction and freeing
-// (on the device, the CUDA backend moves the kept rows).
+// Core applies what the selection policy proposes and what sliding windows
+// no longer show: compaction and freeing (on the device, the CUDA backend
+// moves the kept rows).
 Status Engine::Impl::ApplySelection(const std::vector<SeqChunk>& chunks) {
   const KVPolicy* sel = policies.For(kConcernSelection);
-  if (sel == nullptr) return Status::OK();
   const CacheShape& shape = cache->shape();
+  if (sel == nullptr && !shape.HasWindows()) return Status::OK();
   std::vector<int64_t> keep;
   for (const SeqChunk& c : chunks) {
     for (int l = 0; l < shape.num_layers; ++l) {
       for (int h = 0; h < shape.num_kv_heads; ++h) {
-        const Stream& st = cache->stream(c.seq, l, h);
-        const StreamState ss = StateOf(st, l, h, seq_len[c.seq], shape.block_size);
-        keep.clear();
-        if (!sel->SelectSlots(ss, &keep)) continue;
+        // The next query sits at position seq_len (the tokens processed so far).
+        if (!cache->SlotsToKeep(c.seq, l, h, seq_len[c.seq], sel, &keep)) continue;
         if (cuda) {
           KVLAB_RETURN_IF_ERROR(cuda->Compact(c.seq, l, h, keep));
         } else {
@@ -438,6 +463,7 @@ Status DenseLogits(const EngineOptions& options, const std::vector<int32_t>& tok
                    std::vector<float>* out) {
   std::unique_ptr<LlamaModel> model;
   KVLAB_RETURN_IF_ERROR(MakeModel(options, &model));
+  model->SetRopeContext(static_cast<int64_t>(tokens.size()));
   const int64_t vocab = model->config().vocab_size;
   for (int32_t t : tokens) {
     if (t < 0 || t >= vocab) return Status::InvalidArgument("token id " + std::to_string(t) + " outside the vocabulary");

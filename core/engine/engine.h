@@ -25,6 +25,10 @@ struct EngineOptions {
   std::string model = "small";   // a Hugging Face model directory, or a preset name (random weights)
   uint64_t weight_seed = 0;      // seed of the random weights of a preset
   int num_layers = 0;            // > 0: keep only this many layers of a preset (latency work at real shapes)
+  // Non-empty: a preset's per-layer sliding windows (0: global), replacing
+  // its own (ModelConfig::layer_sliding_window), one entry per layer kept;
+  // for what-if memory runs and tests. A model directory's come from its config.
+  std::vector<int64_t> layer_sliding_window;
   int block_size = 16;
   DType kv_dtype = DType::kBF16; // cache storage dtype; compute is fp32
   // Pool capacity. num_blocks > 0 wins; else room for max_seqs sequences of
@@ -45,6 +49,10 @@ struct EngineOptions {
   // prefix caching). InvalidArgument at Create for a stack that cannot
   // (PolicyStack::SharesPrefixBlocks).
   bool prefix_caching = false;
+  // Positions at or past the model's max_position_embeddings are an error
+  // (InvalidArgument naming both numbers) unless this is set: the model was not
+  // trained there, so a result past it says little about the model.
+  bool allow_long_context = false;
 };
 
 struct SeqChunk {

@@ -149,12 +149,15 @@ Status ParseRunConfig(const std::string& text, const std::string& path, RunConfi
     } else if (key == "seed") {
       KVLAB_RETURN_IF_ERROR(want_int(&iv));
       cfg.generate.sampling.seed = static_cast<uint64_t>(iv);
+    } else if (key == "allow_long_context") {
+      if (!n.is_boolean()) return Status::InvalidArgument(where + ": 'allow_long_context' must be true or false");
+      cfg.engine.allow_long_context = n.as_boolean()->get();
     } else if (key == "policy") {
       KVLAB_RETURN_IF_ERROR(PolicySpecsFromToml(n, path, &cfg.policies));
     } else {
       return Status::InvalidArgument(where + ": unknown key '" + key +
                                      "'; valid keys: model, prompt, prompt_file, tokens, max_new_tokens, kv_dtype, block_size, "
-                                     "prefill_chunk, attention, device, temperature, top_p, seed, policy");
+                                     "prefill_chunk, attention, device, temperature, top_p, seed, allow_long_context, policy");
     }
   }
   if (static_cast<int>(!cfg.prompt.empty()) + static_cast<int>(!cfg.prompt_file.empty()) +

@@ -106,7 +106,7 @@ const std::string& ByteToUnicode(unsigned char b);
 // The byte of a ByteLevel character, or -1.
 int UnicodeToByte(uint32_t cp);
 
-// ---- the model side (core/hf_tokenizer_bpe.cpp) ----
+// ---- the model side (core/model/hf_tokenizer_bpe.cpp) ----
 
 struct AddedToken {
   std::string content;

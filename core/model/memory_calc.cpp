@@ -1,6 +1,8 @@
 #include "core/model/memory_calc.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <fstream>
 
 namespace kvlab {
 
@@ -20,22 +22,52 @@ Status EstimateKVMemory(const ModelConfig& c, int64_t tokens, int bits, const Po
   e.bits = bits;
   e.tokens = tokens;
   e.bytes_per_token = 2 * e.num_layers * e.stored_kv_heads * e.head_dim * bits / 8;
-  e.bytes_per_sequence = e.bytes_per_token * tokens;
+  const int64_t layer_token_bytes = 2 * e.stored_kv_heads * e.head_dim * bits / 8;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const int64_t w = c.LayerWindow(l);
+    auto it = std::find_if(e.groups.begin(), e.groups.end(), [w](const LayerGroup& g) { return g.window == w; });
+    if (it == e.groups.end()) {
+      e.groups.push_back(LayerGroup{w, 0, w > 0 ? std::min(tokens, w) : tokens, 0});
+      it = e.groups.end() - 1;
+    }
+    ++it->layers;
+  }
+  std::sort(e.groups.begin(), e.groups.end(), [](const LayerGroup& a, const LayerGroup& b) { return a.window < b.window; });
   KvEncoding enc;
   int64_t residual = 0;
-  if (stack.SealedEncoding(static_cast<int>(e.head_dim), 16, &enc, &residual)) {
-    // Sealed groups outside the residual are encoded; the rest stays at `bits`.
-    const int64_t tpb = enc.tokens_per_block;
-    const int64_t encoded = tokens > residual ? (tokens - residual) / tpb * tpb : 0;
-    e.encoding = enc.Describe();
-    e.encoded_tokens = encoded;
-    e.bytes_per_sequence = e.num_layers * e.stored_kv_heads * (encoded / tpb * enc.BlockBytes()) +
-                           e.bytes_per_token * (tokens - encoded);
+  const bool encoded = stack.SealedEncoding(static_cast<int>(e.head_dim), 16, &enc, &residual);
+  if (encoded) e.encoding = enc.Describe();
+  e.bytes_per_sequence = 0;
+  for (LayerGroup& g : e.groups) {
+    const int64_t held = g.tokens_held;
+    int64_t per_layer = layer_token_bytes * held;
+    if (encoded) {
+      // Sealed groups outside the residual are encoded; the rest stays at `bits`.
+      const int64_t tpb = enc.tokens_per_block;
+      const int64_t enc_tokens = held > residual ? (held - residual) / tpb * tpb : 0;
+      if (g.window == 0 || e.encoded_tokens == 0) e.encoded_tokens = enc_tokens;
+      per_layer = e.stored_kv_heads * (enc_tokens / tpb * enc.BlockBytes()) + layer_token_bytes * (held - enc_tokens);
+    }
+    g.bytes = g.layers * per_layer;
+    e.bytes_per_sequence += g.bytes;
   }
   e.mha_shortcut_bytes = 2 * e.num_layers * e.hidden * tokens * bits / 8;
   e.policy = stack.Describe();
   *out = e;
   return Status::OK();
+}
+
+Status ResolveKvShape(const std::string& model, ModelConfig* out, std::string* unverified) {
+  unverified->clear();
+  if (PresetConfig(model, out).ok()) return Status::OK();
+  const bool is_json = model.size() >= 5 && model.compare(model.size() - 5, 5, ".json") == 0;
+  const std::string path = is_json ? model : model + "/config.json";
+  if (!std::ifstream(path)) {
+    std::string names;
+    for (const auto& n : PresetNames()) names += (names.empty() ? "" : ", ") + n;
+    return Status::NotFound("model '" + model + "' is neither a preset (" + names + ") nor a readable " + path);
+  }
+  return LoadKvShape(path, out, unverified);
 }
 
 std::string WithCommas(int64_t v) {
@@ -96,11 +128,24 @@ std::string FormatMemoryReport(const MemoryEstimate& e, int64_t pool_bytes) {
          DecimalUnits(e.bytes_per_sequence) + " at " + WithCommas(e.tokens) + " tokens\n";
   // Against the model's own uncompressed GQA cache, not the policy's.
   const int64_t gqa_bytes = 2 * e.num_layers * e.kv_heads * e.head_dim * e.tokens * e.bits / 8;
-  if (e.mha_shortcut_bytes != gqa_bytes && gqa_bytes > 0) {
+  if (e.mha_shortcut_bytes != gqa_bytes && gqa_bytes > 0 && e.hidden > 0) {
     std::snprintf(buf, sizeof(buf), "MHA shortcut   2 x L x d_model x S x b = %s B, overstates the uncompressed cache by %.2fx\n",
                   WithCommas(e.mha_shortcut_bytes).c_str(),
                   static_cast<double>(e.mha_shortcut_bytes) / static_cast<double>(gqa_bytes));
     out += buf;
+  }
+  if (e.groups.size() > 1 || (!e.groups.empty() && e.groups[0].window > 0)) {
+    for (const LayerGroup& g : e.groups) {
+      const std::string kind = g.window > 0 ? "window " + WithCommas(g.window) : "global";
+      std::snprintf(buf, sizeof(buf), "  %-12s %lld layers at %s tokens: %s B\n", kind.c_str(),
+                    static_cast<long long>(g.layers), WithCommas(g.tokens_held).c_str(), WithCommas(g.bytes).c_str());
+      out += buf;
+    }
+  }
+  if (!e.unverified_model_type.empty()) {
+    out += "note           model_type '" + e.unverified_model_type +
+           "' is not a family kvlab models: shape read from its config.json, sliding windows and other per-layer "
+           "attention not verified\n";
   }
   if (pool_bytes > 0) {
     std::snprintf(buf, sizeof(buf), "pool share     %.1f%% of a %s pool\n",

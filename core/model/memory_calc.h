@@ -1,6 +1,7 @@
 // The seed article's KV-cache calculator: bytes per token and per sequence,
 // 2 * L * H_kv * d_h * S * b, for any model config, storage width and policy
-// stack whose effect is fixed by its parameters (head sharing, storage dtype).
+// stack whose effect is fixed by its parameters (head sharing, storage dtype);
+// sliding-window layers hold at most their window.
 // Formula only: the engine's pools report what is really held.
 #pragma once
 
@@ -14,6 +15,12 @@
 
 namespace kvlab {
 
+// Layers of one attention kind: global (window 0) or sliding with `window`.
+struct LayerGroup {
+  int64_t window = 0, layers = 0, tokens_held = 0;
+  int64_t bytes = 0;  // all these layers' K and V at tokens_held tokens
+};
+
 struct MemoryEstimate {
   int64_t num_layers = 0, kv_heads = 0, stored_kv_heads = 0, head_dim = 0, q_heads = 0, hidden = 0;
   int bits = 16;
@@ -24,7 +31,15 @@ struct MemoryEstimate {
   std::string policy;                 // stack description
   std::string encoding;               // sealed-block encoding, if the stack has one
   int64_t encoded_tokens = 0;         // tokens in sealed encoded blocks
+  std::vector<LayerGroup> groups;     // one per distinct window, global first
+  std::string unverified_model_type;  // set when the config's family is not one kvlab models
 };
+
+// A preset, a config.json or a model directory, as far as the KV cache's
+// shape goes: any decoder config.json with num_hidden_layers,
+// num_attention_heads (num_key_value_heads) and head_dim (hidden_size) reads;
+// *unverified names a model_type kvlab does not model ("" otherwise).
+Status ResolveKvShape(const std::string& model, ModelConfig* out, std::string* unverified);
 
 // `bits` is the storage width per number (16, 8, 4, 2; or 32).
 Status EstimateKVMemory(const ModelConfig& config, int64_t tokens, int bits, const PolicyStack& stack,

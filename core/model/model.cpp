@@ -2,8 +2,10 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/model/llama_tensors.h"
 #include "core/model/safetensors.h"
@@ -46,8 +48,73 @@ auto& LayerTensor(LayerT& l, LlamaTensor role) {
     case LlamaTensor::kPostNorm: return l.post_norm;
     case LlamaTensor::kGate: return l.gate_proj;
     case LlamaTensor::kUp: return l.up_proj;
+    case LlamaTensor::kQBias: return l.q_bias;
+    case LlamaTensor::kKBias: return l.k_bias;
+    case LlamaTensor::kVBias: return l.v_bias;
+    case LlamaTensor::kOBias: return l.o_bias;
+    case LlamaTensor::kQNorm: return l.q_norm;
+    case LlamaTensor::kKNorm: return l.k_norm;
+    case LlamaTensor::kQKV: return l.qkv_proj;
+    case LlamaTensor::kGateUp: return l.gate_up_proj;
+    case LlamaTensor::kGateBias: return l.gate_bias;
+    case LlamaTensor::kUpBias: return l.up_bias;
+    case LlamaTensor::kDownBias: return l.down_bias;
+    case LlamaTensor::kPreFfnNorm: return l.pre_ffn_norm;
+    case LlamaTensor::kPostFfnNorm: return l.post_ffn_norm;
     default: return l.down_proj;
   }
+}
+
+bool IsNorm(LlamaTensor r) {
+  return r == LlamaTensor::kInputNorm || r == LlamaTensor::kPostNorm || r == LlamaTensor::kFinalNorm ||
+         r == LlamaTensor::kQNorm || r == LlamaTensor::kKNorm || r == LlamaTensor::kPreFfnNorm ||
+         r == LlamaTensor::kPostFfnNorm;
+}
+
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
+}
+
+// Attention of one sequence's queries [Tq, Hq, d] over its keys and values
+// [S, Hkv, d] (any dtype) in libtorch, with transformers' order: scores
+// scaled, soft-capped (cap > 0), masked, softmax. Query j sits at position
+// q_pos0 + j and key i at k_pos0 + i; key visible when k <= q and, with a
+// window, q - window < k; with first_visible [Hq, Tq, 1], key slot >= it.
+// probs_out, when given, receives [Hq, Tq, S].
+at::Tensor MaskedAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale,
+                           int64_t q_pos0, int64_t k_pos0, int64_t window, double cap,
+                           at::Tensor* probs_out = nullptr, const at::Tensor& first_visible = at::Tensor()) {
+  const int64_t Tq = q.size(0), Hq = q.size(1), S = k.size(0), Hkv = k.size(1);
+  at::Tensor kf = k.to(at::kFloat), vf = v.to(at::kFloat);
+  if (Hq != Hkv) {
+    kf = kf.repeat_interleave(Hq / Hkv, 1);
+    vf = vf.repeat_interleave(Hq / Hkv, 1);
+  }
+  at::Tensor scores = at::matmul(q.transpose(0, 1), kf.permute({1, 2, 0})) * scale;  // [Hq, Tq, S]
+  if (cap > 0) scores = at::tanh(scores / cap) * cap;
+  const auto opts = at::TensorOptions().dtype(at::kLong).device(q.device());
+  at::Tensor qp = at::arange(Tq, opts).unsqueeze(1) + q_pos0;
+  at::Tensor kp = at::arange(S, opts).unsqueeze(0) + k_pos0;
+  at::Tensor hidden = kp > qp;
+  if (window > 0) hidden = hidden.logical_or(kp <= qp - window);
+  if (first_visible.defined()) hidden = hidden.logical_or(kp.unsqueeze(0) < first_visible);  // [Hq, Tq, S]
+  scores = scores.masked_fill(hidden, -std::numeric_limits<float>::infinity());
+  at::Tensor probs = at::softmax(scores, -1);
+  if (probs_out != nullptr) *probs_out = probs;
+  return at::matmul(probs, vf.transpose(0, 1)).transpose(0, 1).contiguous();  // [Tq, Hq, d]
+}
+
+// One stream's stored keys or values, slots [0, len), as [len, d] in the cache dtype.
+at::Tensor GatherStream(const PagedKV& kv, int s, bool values) {
+  const int64_t len = kv.StreamLength(s);
+  at::Tensor out = at::empty({len, kv.head_dim}, at::TensorOptions().dtype(TorchType(kv.dtype)));
+  const int64_t row = static_cast<int64_t>(kv.head_dim) * DTypeBytes(kv.dtype);
+  uint8_t* dst = static_cast<uint8_t*>(out.data_ptr());
+  for (int64_t slot = 0; slot < len; slot += kv.block_size) {
+    const int64_t n = std::min<int64_t>(kv.block_size, len - slot);
+    std::memcpy(dst + slot * row, values ? kv.ValuePtr(s, slot) : kv.KeyPtr(s, slot), static_cast<size_t>(n * row));
+  }
+  return out;
 }
 
 // The model tensor that a spec names: a layer's, or the embedding, final norm
@@ -78,7 +145,12 @@ Status LlamaModel::Load(const std::string& dir, std::unique_ptr<LlamaModel>* out
   m->layers_.resize(static_cast<size_t>(c.num_hidden_layers));
   for (const LlamaTensorSpec& spec : LlamaTensorSpecs(c)) {
     TensorView view;
-    KVLAB_RETURN_IF_ERROR(ckpt->GetChecked(spec.name, spec.shape, &view));
+    Status st = ckpt->GetChecked(spec.name, spec.shape, &view);
+    if (st.code() == Status::Code::kNotFound) {
+      return Status::NotFound(st.message() + ", which a " + c.spec.model_type + " checkpoint of " + dir +
+                              "/config.json has");
+    }
+    KVLAB_RETURN_IF_ERROR(st);
     SpecTensor(m->layers_, m->embed_, m->final_norm_, m->lm_head_, spec) = ToTensor(view);
   }
   if (c.tie_word_embeddings) m->lm_head_ = m->embed_;
@@ -94,44 +166,42 @@ Status LlamaModel::Random(const ModelConfig& config, uint64_t seed, std::unique_
   std::unique_ptr<LlamaModel> m(new LlamaModel());
   m->config_ = config;
   const ModelConfig& c = m->config_;
-  const int64_t D = c.hidden_size, d = c.head_dim, I = c.intermediate_size, V = c.vocab_size;
-  const int64_t Hq = c.num_attention_heads, Hkv = c.num_key_value_heads;
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  auto randn = [&](std::vector<int64_t> shape) { return at::normal(0.0, init_std, shape, gen); };
-  auto ones = [&](int64_t n) { return at::ones({n}); };
-  m->embed_ = randn({V, D});
-  m->final_norm_ = ones(D);
-  m->lm_head_ = c.tie_word_embeddings ? m->embed_ : randn({V, D});
+  auto randn = [&](const std::vector<int64_t>& shape) { return at::normal(0.0, init_std, shape, gen); };
+  const std::vector<LlamaTensorSpec> specs = LlamaTensorSpecs(c);
+  // Draw order (embeddings, head, then each layer's tensors) keeps the
+  // random Llama presets' weights what they were before other families.
+  m->embed_ = randn(specs.front().shape);
+  m->lm_head_ = c.tie_word_embeddings ? m->embed_ : randn(specs.back().shape);
   m->layers_.resize(static_cast<size_t>(c.num_hidden_layers));
-  for (Layer& l : m->layers_) {
-    l.input_norm = ones(D);
-    l.q_proj = randn({Hq * d, D});
-    l.k_proj = randn({Hkv * d, D});
-    l.v_proj = randn({Hkv * d, D});
-    l.o_proj = randn({D, Hq * d});
-    l.post_norm = ones(D);
-    l.gate_proj = randn({I, D});
-    l.up_proj = randn({I, D});
-    l.down_proj = randn({D, I});
+  for (const LlamaTensorSpec& spec : specs) {
+    if (spec.role == LlamaTensor::kEmbed || spec.role == LlamaTensor::kLmHead) continue;
+    at::Tensor t;
+    if (IsNorm(spec.role)) {  // unit scale: w = 1, or w = 0 where the norm scales by 1 + w
+      t = c.spec.norm_one_plus ? at::zeros(spec.shape) : at::ones(spec.shape);
+    } else {
+      t = randn(spec.shape);
+    }
+    SpecTensor(m->layers_, m->embed_, m->final_norm_, m->lm_head_, spec) = t;
   }
-  m->stored_kv_heads_ = static_cast<int>(Hkv);
+  m->stored_kv_heads_ = static_cast<int>(c.num_key_value_heads);
   m->InitRope();
   *out = std::move(m);
   return Status::OK();
 }
 
 Status LlamaModel::Save(const std::string& dir) const {
-  KVLAB_RETURN_IF_ERROR(SaveModelConfig(dir + "/config.json", config_));
-  std::vector<std::pair<std::string, at::Tensor>> named;
-  for (const LlamaTensorSpec& spec : LlamaTensorSpecs(config_)) {
-    named.push_back({spec.name, SpecTensor(layers_, embed_, final_norm_, lm_head_, spec)});
-  }
+  // A multimodal gemma3's language model is saved as a plain gemma3_text checkpoint.
+  ModelConfig plain = config_;
+  plain.spec.tensor_prefix.clear();
+  KVLAB_RETURN_IF_ERROR(SaveModelConfig(dir + "/config.json", plain));
+  const std::vector<LlamaTensorSpec> specs = LlamaTensorSpecs(config_), names = LlamaTensorSpecs(plain);
   std::vector<at::Tensor> keep;
   std::vector<TensorToWrite> tensors;
-  for (auto& nt : named) {
-    keep.push_back(nt.second.to(at::kCPU).to(at::kFloat).contiguous());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    keep.push_back(SpecTensor(layers_, embed_, final_norm_, lm_head_, specs[i]).to(at::kCPU).to(at::kFloat).contiguous());
     TensorToWrite w;
-    w.name = nt.first;
+    w.name = names[i].name;
     w.dtype = DType::kF32;
     w.shape = keep.back().sizes().vec();
     w.data = keep.back().data_ptr();
@@ -140,22 +210,65 @@ Status LlamaModel::Save(const std::string& dir) const {
   return WriteSafetensors(dir + "/model.safetensors", tensors);
 }
 
+std::vector<at::Tensor*> LlamaModel::AllTensors() {
+  std::vector<at::Tensor*> all = {&embed_, &final_norm_};
+  for (Layer& l : layers_) {
+    for (at::Tensor* t : {&l.input_norm, &l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.post_norm, &l.gate_proj,
+                          &l.up_proj, &l.down_proj, &l.q_bias, &l.k_bias, &l.v_bias, &l.o_bias, &l.q_norm, &l.k_norm,
+                          &l.qkv_proj, &l.gate_up_proj, &l.gate_bias, &l.up_bias, &l.down_bias, &l.pre_ffn_norm,
+                          &l.post_ffn_norm}) {
+      if (t->defined()) all.push_back(t);
+    }
+  }
+  for (Rope& r : rope_) {
+    if (r.inv_freq.defined()) all.push_back(&r.inv_freq);
+    if (r.long_inv_freq.defined()) all.push_back(&r.long_inv_freq);
+  }
+  return all;
+}
+
 Status LlamaModel::To(const at::Device& device) {
   try {
     const bool tied = lm_head_.is_same(embed_);
-    embed_ = embed_.to(device);
-    final_norm_ = final_norm_.to(device);
+    for (at::Tensor* t : AllTensors()) *t = t->to(device);
     lm_head_ = tied ? embed_ : lm_head_.to(device);
-    for (Layer& l : layers_) {
-      for (at::Tensor* t : {&l.input_norm, &l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.post_norm, &l.gate_proj,
-                            &l.up_proj, &l.down_proj}) {
-        *t = t->to(device);
-      }
-    }
-    inv_freq_ = inv_freq_.to(device);
   } catch (const c10::Error& e) {
     return Status::Internal("model '" + config_.name + "': cannot move the weights to " + device.str() + ": " +
                             e.what_without_backtrace());
+  }
+  return Status::OK();
+}
+
+Status LlamaModel::SetKeysBeforeRope(bool on) {
+  if (on && config_.rope_scaling.rope_type == "longrope") {
+    return Status::InvalidArgument("model '" + config_.name + "': keys stored before RoPE (a policy that moves "
+                                   "positions, e.g. sink) are not rotated with LongRoPE's factors by the kernels "
+                                   "(rope_scaling type longrope)");
+  }
+  if (on && config_.RotaryDim() != config_.head_dim) {
+    return Status::InvalidArgument("model '" + config_.name + "': keys stored before RoPE (a policy that moves "
+                                   "positions, e.g. sink) need RoPE over the whole head; this " +
+                                   config_.spec.model_type + " rotates " + std::to_string(config_.RotaryDim()) +
+                                   " of " + std::to_string(config_.head_dim) + " channels (partial_rotary_factor)");
+  }
+  keys_before_rope_ = on;
+  return Status::OK();
+}
+
+Status LlamaModel::CheckPagedSupport(bool encoded, bool cuda) const {
+  if (!encoded && !cuda) return Status::OK();
+  const std::string where = encoded ? "a sealed-block encoding (e.g. kivi)" : "device \"cuda\"";
+  if (config_.spec.attn_logit_softcapping > 0) {
+    return Status::InvalidArgument("model '" + config_.name + "': attention logit soft-capping "
+                                   "(attn_logit_softcapping) is computed on the CPU over plain blocks only, not with " +
+                                   where);
+  }
+  for (int64_t l = 0; l < config_.num_hidden_layers && cuda; ++l) {
+    if (config_.LayerWindow(l) > 0) {
+      return Status::InvalidArgument("model '" + config_.name + "': sliding-window layers (layer " +
+                                     std::to_string(l) + ", window " + std::to_string(config_.LayerWindow(l)) +
+                                     ") are computed on the CPU only, not with " + where);
+    }
   }
   return Status::OK();
 }
@@ -173,56 +286,90 @@ Status LlamaModel::SetStoredKvHeads(int n, HeadMerge merge) {
 
 // Llama 3 scaling follows Hugging Face's _compute_llama3_parameters: long
 // wavelengths are divided by `factor`, short ones kept, the band between
-// interpolated smoothly.
+// interpolated smoothly. Linear scaling divides every frequency by `factor`.
+// Gemma 3's sliding layers use rope_local_base_freq without scaling.
 void LlamaModel::InitRope() {
-  const int64_t d = config_.head_dim;
-  std::vector<double> inv(static_cast<size_t>(d / 2));
-  const RopeScaling& rs = config_.rope_scaling;
-  for (int64_t i = 0; i < d / 2; ++i) {
-    double f = 1.0 / std::pow(config_.rope_theta, static_cast<double>(2 * i) / static_cast<double>(d));
-    if (rs.rope_type == "llama3") {
-      const double old_len = static_cast<double>(rs.original_max_position_embeddings);
-      const double low_wavelen = old_len / rs.low_freq_factor;
-      const double high_wavelen = old_len / rs.high_freq_factor;
-      const double wavelen = 2.0 * M_PI / f;
-      if (wavelen > low_wavelen) {
+  const int64_t r = config_.RotaryDim();
+  for (int table = 0; table < 2; ++table) {
+    if (table == 1 && config_.spec.rope_local_base_freq <= 0) break;
+    const double base = table == 0 ? config_.rope_theta : config_.spec.rope_local_base_freq;
+    const RopeScaling rs = table == 0 ? config_.rope_scaling : RopeScaling();
+    std::vector<double> inv(static_cast<size_t>(r / 2));
+    for (int64_t i = 0; i < r / 2; ++i) {
+      double f = 1.0 / std::pow(base, static_cast<double>(2 * i) / static_cast<double>(r));
+      if (rs.rope_type == "llama3") {
+        const double old_len = static_cast<double>(rs.original_max_position_embeddings);
+        const double low_wavelen = old_len / rs.low_freq_factor;
+        const double high_wavelen = old_len / rs.high_freq_factor;
+        const double wavelen = 2.0 * M_PI / f;
+        if (wavelen > low_wavelen) {
+          f = f / rs.factor;
+        } else if (wavelen >= high_wavelen) {
+          const double smooth = (old_len / wavelen - rs.low_freq_factor) / (rs.high_freq_factor - rs.low_freq_factor);
+          f = (1.0 - smooth) * f / rs.factor + smooth * f;
+        }
+      } else if (rs.rope_type == "linear") {
         f = f / rs.factor;
-      } else if (wavelen >= high_wavelen) {
-        const double smooth = (old_len / wavelen - rs.low_freq_factor) / (rs.high_freq_factor - rs.low_freq_factor);
-        f = (1.0 - smooth) * f / rs.factor + smooth * f;
       }
+      inv[static_cast<size_t>(i)] = f;
     }
-    inv[static_cast<size_t>(i)] = f;
+    if (rs.rope_type == "longrope") {  // _compute_longrope_parameters: inv_freq / ext_factor
+      std::vector<double> lng(inv);
+      for (int64_t i = 0; i < r / 2; ++i) {
+        inv[static_cast<size_t>(i)] /= rs.short_factor[static_cast<size_t>(i)];
+        lng[static_cast<size_t>(i)] /= rs.long_factor[static_cast<size_t>(i)];
+      }
+      rope_[table].long_inv_freq = at::tensor(lng, at::kDouble).to(embed_.device());
+      rope_[table].long_after = rs.original_max_position_embeddings;
+      rope_[table].attention_factor = rs.attention_factor;
+    }
+    rope_[table].inv_freq = at::tensor(inv, at::kDouble).to(embed_.device());
+    rope_[table].inv_freq_f32.assign(inv.begin(), inv.end());
   }
-  inv_freq_ = at::tensor(inv, at::kDouble);
-  inv_freq_f32_.assign(inv.begin(), inv.end());
 }
 
-void LlamaModel::RopeTables(const std::vector<int32_t>& positions, at::Tensor* cos, at::Tensor* sin) const {
+int LlamaModel::RopeIndex(size_t layer) const {
+  return rope_[1].inv_freq.defined() && config_.LayerWindow(static_cast<int64_t>(layer)) > 0 ? 1 : 0;
+}
+
+void LlamaModel::RopeTables(const std::vector<int32_t>& positions, RopeCache* rc) const {
   std::vector<double> pos(positions.begin(), positions.end());
-  at::Tensor p = at::tensor(pos, at::kDouble).to(inv_freq_.device());
-  at::Tensor freqs = at::outer(p, inv_freq_);          // [T, d/2]
-  at::Tensor emb = at::cat({freqs, freqs}, -1);         // [T, d]
-  *cos = emb.cos().to(at::kFloat).unsqueeze(1);         // [T, 1, d]
-  *sin = emb.sin().to(at::kFloat).unsqueeze(1);
+  at::Tensor p = at::tensor(pos, at::kDouble).to(embed_.device());
+  int64_t context = rope_context_;
+  for (int32_t q : positions) context = std::max<int64_t>(context, static_cast<int64_t>(q) + 1);
+  for (int t = 0; t < 2; ++t) {
+    const Rope& rope = rope_[t];
+    if (!rope.inv_freq.defined()) continue;
+    const bool use_long = rope.long_inv_freq.defined() && context > rope.long_after;
+    at::Tensor freqs = at::outer(p, use_long ? rope.long_inv_freq : rope.inv_freq);  // [T, r/2]
+    at::Tensor emb = at::cat({freqs, freqs}, -1);                                      // [T, r]
+    rc->cos[t] = (emb.cos() * rope.attention_factor).to(at::kFloat).unsqueeze(1);      // [T, 1, r]
+    rc->sin[t] = (emb.sin() * rope.attention_factor).to(at::kFloat).unsqueeze(1);
+  }
 }
 
-// Hugging Face's rotate_half convention: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin).
+// Hugging Face's rotate_half convention: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin),
+// over the first r channels (phi3's partial rotary); the rest pass through.
 at::Tensor LlamaModel::ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) const {
-  const int64_t half = x.size(-1) / 2;
-  at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
-  at::Tensor rot = at::cat({-x2, x1}, -1);
-  return x * cos + rot * sin;
+  const int64_t r = cos.size(-1), d = x.size(-1);
+  at::Tensor xr = r == d ? x : x.narrow(-1, 0, r);
+  const int64_t half = r / 2;
+  at::Tensor x1 = xr.narrow(-1, 0, half), x2 = xr.narrow(-1, half, half);
+  at::Tensor out = xr * cos + at::cat({-x2, x1}, -1) * sin;
+  return r == d ? out : at::cat({out, x.narrow(-1, r, d - r)}, -1);
 }
 
 at::Tensor LlamaModel::Embed(const std::vector<int32_t>& tokens) const {
   std::vector<int64_t> ids(tokens.begin(), tokens.end());
-  return embed_.index_select(0, at::tensor(ids, at::kLong).to(embed_.device()));
+  at::Tensor x = embed_.index_select(0, at::tensor(ids, at::kLong).to(embed_.device()));
+  // Gemma: times sqrt(hidden_size), as a tensor of the hidden states' dtype (fp32 here).
+  if (config_.spec.scale_embeddings) x = x * static_cast<float>(std::sqrt(static_cast<double>(config_.hidden_size)));
+  return x;
 }
 
 at::Tensor LlamaModel::RmsNorm(const at::Tensor& x, const at::Tensor& w) const {
   at::Tensor var = x.pow(2).mean(-1, /*keepdim=*/true);
-  return x * at::rsqrt(var + config_.rms_norm_eps) * w;
+  return x * at::rsqrt(var + config_.rms_norm_eps) * (config_.spec.norm_one_plus ? w + 1.0 : w);
 }
 
 at::Tensor LlamaModel::MergeHeads(const at::Tensor& kv) const {
@@ -233,70 +380,142 @@ at::Tensor LlamaModel::MergeHeads(const at::Tensor& kv) const {
 }
 
 at::Tensor LlamaModel::Mlp(const Layer& l, const at::Tensor& x) const {
-  return at::linear(at::silu(at::linear(x, l.gate_proj)) * at::linear(x, l.up_proj), l.down_proj);
+  at::Tensor gate, up;
+  if (l.gate_up_proj.defined()) {  // phi3: gate rows, then up rows
+    at::Tensor gu = at::linear(x, l.gate_up_proj);
+    const int64_t I = config_.intermediate_size;
+    gate = gu.narrow(-1, 0, I);
+    up = gu.narrow(-1, I, I);
+  } else {
+    gate = Linear(x, l.gate_proj, l.gate_bias);
+    up = Linear(x, l.up_proj, l.up_bias);
+  }
+  at::Tensor act = config_.spec.hidden_act == "silu" ? at::silu(gate) : at::gelu(gate, "tanh");
+  return Linear(act * up, l.down_proj, l.down_bias);
 }
 
-at::Tensor LlamaModel::Head(const at::Tensor& x) const { return at::linear(RmsNorm(x, final_norm_), lm_head_); }
+at::Tensor LlamaModel::Head(const at::Tensor& x) const {
+  at::Tensor logits = at::linear(RmsNorm(x, final_norm_), lm_head_);
+  const double cap = config_.spec.final_logit_softcapping;
+  return cap > 0 ? at::tanh(logits / cap) * cap : logits;
+}
+
+double LlamaModel::AttentionScale() const {
+  const double s = config_.spec.query_pre_attn_scalar;
+  return 1.0 / std::sqrt(s > 0 ? s : static_cast<double>(config_.head_dim));
+}
+
+void LlamaModel::Project(size_t li, const at::Tensor& h, const RopeCache& rc, bool rotate, at::Tensor* q,
+                         at::Tensor* k, at::Tensor* v) const {
+  const Layer& l = layers_[li];
+  const int64_t T = h.size(0), Hq = config_.num_attention_heads, Hkv = config_.num_key_value_heads,
+                d = config_.head_dim;
+  if (l.qkv_proj.defined()) {  // phi3: q, k, v rows in that order
+    at::Tensor qkv = at::linear(h, l.qkv_proj);
+    *q = qkv.narrow(-1, 0, Hq * d);
+    *k = qkv.narrow(-1, Hq * d, Hkv * d);
+    *v = qkv.narrow(-1, (Hq + Hkv) * d, Hkv * d);
+  } else {
+    *q = Linear(h, l.q_proj, l.q_bias);
+    *k = Linear(h, l.k_proj, l.k_bias);
+    *v = Linear(h, l.v_proj, l.v_bias);
+  }
+  *q = q->reshape({T, Hq, d});
+  *k = k->reshape({T, Hkv, d});
+  *v = v->reshape({T, Hkv, d});
+  if (l.q_norm.defined()) {  // qwen3, gemma3: per head, over head_dim, before RoPE
+    *q = RmsNorm(*q, l.q_norm);
+    *k = RmsNorm(*k, l.k_norm);
+  }
+  if (rotate) {
+    const int t = RopeIndex(li);
+    *q = ApplyRope(*q, rc.cos[t], rc.sin[t]);
+    *k = ApplyRope(*k, rc.cos[t], rc.sin[t]);
+  }
+}
+
+// Gemma 2/3 norm the attention and MLP outputs before each residual add and
+// the MLP input with pre_feedforward_layernorm; the others norm the MLP input
+// with post_attention_layernorm.
+at::Tensor LlamaModel::FinishLayer(const Layer& l, const at::Tensor& x, const at::Tensor& o) const {
+  at::Tensor a = Linear(o, l.o_proj, l.o_bias);
+  if (config_.spec.sandwich_norms) {
+    at::Tensor y = x + RmsNorm(a, l.post_norm);
+    return y + RmsNorm(Mlp(l, RmsNorm(y, l.pre_ffn_norm)), l.post_ffn_norm);
+  }
+  at::Tensor y = x + a;
+  return y + Mlp(l, RmsNorm(y, l.post_norm));
+}
 
 at::Tensor LlamaModel::ForwardPaged(const PagedForward& in) const {
   const std::vector<int32_t>& tokens = *in.tokens;
   const std::vector<int32_t>& qo_indptr = *in.qo_indptr;
   const int64_t T = static_cast<int64_t>(tokens.size());
   const int B = static_cast<int>(qo_indptr.size()) - 1;
-  const int64_t Hq = config_.num_attention_heads, Hkv = config_.num_key_value_heads, d = config_.head_dim;
-  at::Tensor cos, sin;
-  RopeTables(*in.positions, &cos, &sin);
+  const int64_t Hq = config_.num_attention_heads, d = config_.head_dim;
+  const double cap = config_.spec.attn_logit_softcapping;
+  RopeCache rc;
+  RopeTables(*in.positions, &rc);
   at::Tensor x = Embed(tokens);
   for (size_t li = 0; li < layers_.size(); ++li) {
     const Layer& l = layers_[li];
-    at::Tensor h = RmsNorm(x, l.input_norm);
-    at::Tensor q = at::linear(h, l.q_proj).view({T, Hq, d});
-    at::Tensor k = at::linear(h, l.k_proj).view({T, Hkv, d});
-    if (!keys_before_rope_) {  // else the kernel rotates by positions within the cache
-      q = ApplyRope(q, cos, sin);
-      k = ApplyRope(k, cos, sin);
-    }
+    at::Tensor q, k, v;
+    // With keys before RoPE the kernel rotates by positions within the cache.
+    Project(li, RmsNorm(x, l.input_norm), rc, !keys_before_rope_, &q, &k, &v);
     q = q.contiguous();
     k = MergeHeads(k).contiguous();
-    at::Tensor v = MergeHeads(at::linear(h, l.v_proj).view({T, Hkv, d})).contiguous();
+    v = MergeHeads(v).contiguous();
     if (in.before_attention) in.before_attention(static_cast<int>(li));
     if (in.attention) {
       at::Tensor o = in.attention(static_cast<int>(li), q, k, v);
-      x = x + at::linear(o.view({T, Hq * d}), l.o_proj);
-      x = x + Mlp(l, RmsNorm(x, l.post_norm));
+      x = FinishLayer(l, x, o.view({T, Hq * d}));
       continue;
     }
     const PagedKV kv = in.page_table->Layer(static_cast<int>(li));
     AppendKV(kv, qo_indptr.data(), B, stored_kv_heads_, k.data_ptr<float>(), v.data_ptr<float>());
-    at::Tensor o = at::empty({T, Hq, d});
-    AttentionParams p;
-    p.num_seqs = B;
-    p.num_qo_heads = static_cast<int>(Hq);
-    p.num_kv_heads = stored_kv_heads_;
-    p.head_dim = static_cast<int>(d);
-    p.sm_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
-    p.qo_indptr = qo_indptr.data();
-    p.q = q.data_ptr<float>();
-    p.o = o.data_ptr<float>();
-    if (keys_before_rope_) p.rope_inv_freq = inv_freq_f32_.data();
+    // Sliding-window layers: the first slot each query sees (the cache's
+    // BuildWindows); null for global layers.
+    const int32_t* first_visible = in.page_table->FirstVisible(static_cast<int>(li));
+    float* slot_attn = nullptr;
+    const int64_t* slot_offsets = nullptr;
     if (in.slot_attn != nullptr) {
-      p.slot_attn = in.slot_attn;
-      p.slot_attn_offsets = in.slot_attn_offsets + li * static_cast<size_t>(kv.num_streams);
+      slot_attn = in.slot_attn;
+      slot_offsets = in.slot_attn_offsets + li * static_cast<size_t>(kv.num_streams);
     }
     const EncodedKV* enc = in.page_table->Encoded(static_cast<int>(li));
-    if (enc != nullptr) {
-      if (in.backend == AttentionBackend::kReference) {
-        PagedAttentionEncodedReference(kv, *enc, p);
-      } else {
-        PagedAttentionEncodedCpu(kv, *enc, p);
-      }
-    } else if (in.backend == AttentionBackend::kReference) {
-      PagedAttentionReference(kv, p);
+    at::Tensor o;
+    if (enc == nullptr && cap > 0) {
+      // Soft-capping, which the paged kernels do not compute: the model's own
+      // attention over the gathered blocks.
+      o = GatheredAttention(li, kv, qo_indptr, q, first_visible, slot_attn, slot_offsets);
     } else {
-      PagedAttentionCpu(kv, p);
+      o = at::empty({T, Hq, d}, q.options());
+      AttentionParams p;
+      p.num_seqs = B;
+      p.num_qo_heads = static_cast<int>(Hq);
+      p.num_kv_heads = stored_kv_heads_;
+      p.head_dim = static_cast<int>(d);
+      p.sm_scale = static_cast<float>(AttentionScale());
+      p.qo_indptr = qo_indptr.data();
+      p.q = q.data_ptr<float>();
+      p.o = o.data_ptr<float>();
+      if (keys_before_rope_) p.rope_inv_freq = rope_[RopeIndex(li)].inv_freq_f32.data();
+      p.first_visible = first_visible;
+      p.slot_attn = slot_attn;
+      p.slot_attn_offsets = slot_offsets;
+      if (enc != nullptr) {
+        if (in.backend == AttentionBackend::kReference) {
+          PagedAttentionEncodedReference(kv, *enc, p);
+        } else {
+          PagedAttentionEncodedCpu(kv, *enc, p);
+        }
+      } else if (in.backend == AttentionBackend::kReference) {
+        PagedAttentionReference(kv, p);
+      } else {
+        PagedAttentionCpu(kv, p);
+      }
     }
-    x = x + at::linear(o.view({T, Hq * d}), l.o_proj);
-    x = x + Mlp(l, RmsNorm(x, l.post_norm));
+    x = FinishLayer(l, x, o.view({T, Hq * d}));
   }
   if (!in.all_logits) {
     std::vector<int64_t> last;
@@ -306,31 +525,83 @@ at::Tensor LlamaModel::ForwardPaged(const PagedForward& in) const {
   return Head(x);
 }
 
+// Each sequence's streams gathered to [S, H, d]; slots stand for positions
+// (differences are what the causal and window masks read), so query j of a
+// chunk of q_len sits at slot len - q_len + j, as the kernels define it.
+at::Tensor LlamaModel::GatheredAttention(size_t li, const PagedKV& kv, const std::vector<int32_t>& qo_indptr,
+                                         const at::Tensor& q, const int32_t* first_visible, float* slot_attn,
+                                         const int64_t* slot_offsets) const {
+  const int B = static_cast<int>(qo_indptr.size()) - 1;
+  const int Hs = stored_kv_heads_;
+  std::vector<at::Tensor> outs;
+  for (int b = 0; b < B; ++b) {
+    const int64_t q0 = qo_indptr[static_cast<size_t>(b)], tq = qo_indptr[static_cast<size_t>(b) + 1] - q0;
+    std::vector<at::Tensor> ks, vs;
+    for (int h = 0; h < Hs; ++h) {
+      ks.push_back(GatherStream(kv, b * Hs + h, false));
+      vs.push_back(GatherStream(kv, b * Hs + h, true));
+    }
+    at::Tensor k = at::stack(ks, 1).to(at::kFloat), v = at::stack(vs, 1);
+    const int64_t len = k.size(0);
+    at::Tensor qb = q.narrow(0, q0, tq);
+    if (keys_before_rope_) {  // rotate by slots, as the kernels do
+      std::vector<int32_t> slots(static_cast<size_t>(len));
+      for (int64_t i = 0; i < len; ++i) slots[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+      RopeCache rc;
+      RopeTables(slots, &rc);
+      const int t = RopeIndex(li);
+      k = ApplyRope(k, rc.cos[t], rc.sin[t]);
+      qb = ApplyRope(qb, rc.cos[t].narrow(0, len - tq, tq), rc.sin[t].narrow(0, len - tq, tq));
+    }
+    at::Tensor lower;  // [Hq, tq, 1]: the first visible slot of each query, by its KV head
+    if (first_visible != nullptr) {
+      std::vector<int64_t> fv(static_cast<size_t>(tq * Hs));
+      for (int64_t j = 0; j < tq * Hs; ++j) fv[static_cast<size_t>(j)] = first_visible[q0 * Hs + j];
+      lower = at::tensor(fv, at::kLong).view({tq, Hs}).t().repeat_interleave(q.size(1) / Hs, 0).unsqueeze(2);
+    }
+    at::Tensor probs;
+    outs.push_back(MaskedAttention(qb, k, v, AttentionScale(), len - tq, 0, 0, config_.spec.attn_logit_softcapping,
+                                   slot_attn != nullptr ? &probs : nullptr, lower));
+    if (slot_attn != nullptr) {
+      const int64_t group = q.size(1) / Hs;
+      at::Tensor per_stream = probs.view({Hs, group, tq, len}).sum({1, 2}).contiguous();  // [Hs, len]
+      for (int h = 0; h < Hs; ++h) {
+        float* dst = slot_attn + slot_offsets[b * Hs + h];
+        const float* src = per_stream[h].data_ptr<float>();
+        for (int64_t i = 0; i < len; ++i) dst[i] += src[i];
+      }
+    }
+  }
+  return at::cat(outs, 0);
+}
+
 at::Tensor LlamaModel::ForwardDense(const std::vector<int32_t>& tokens, int64_t start_pos, DenseKVCache* cache,
                                     DType kv_dtype) const {
   const int64_t T = static_cast<int64_t>(tokens.size());
-  const int64_t Hq = config_.num_attention_heads, Hkv = config_.num_key_value_heads, d = config_.head_dim;
+  const int64_t Hq = config_.num_attention_heads, d = config_.head_dim;
   std::vector<int32_t> positions(static_cast<size_t>(T));
   for (int64_t i = 0; i < T; ++i) positions[static_cast<size_t>(i)] = static_cast<int32_t>(start_pos + i);
-  at::Tensor cos, sin;
-  RopeTables(positions, &cos, &sin);
+  RopeCache rc;
+  RopeTables(positions, &rc);
   if (cache->k.empty()) {
     cache->k.resize(layers_.size());
     cache->v.resize(layers_.size());
   }
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  const double cap = config_.spec.attn_logit_softcapping;
   at::Tensor x = Embed(tokens);
   for (size_t li = 0; li < layers_.size(); ++li) {
     const Layer& l = layers_[li];
-    at::Tensor h = RmsNorm(x, l.input_norm);
-    at::Tensor q = ApplyRope(at::linear(h, l.q_proj).view({T, Hq, d}), cos, sin);
-    at::Tensor k = MergeHeads(ApplyRope(at::linear(h, l.k_proj).view({T, Hkv, d}), cos, sin)).to(TorchType(kv_dtype));
-    at::Tensor v = MergeHeads(at::linear(h, l.v_proj).view({T, Hkv, d})).to(TorchType(kv_dtype));
+    at::Tensor q, k, v;
+    Project(li, RmsNorm(x, l.input_norm), rc, /*rotate=*/true, &q, &k, &v);
+    k = MergeHeads(k).to(TorchType(kv_dtype));
+    v = MergeHeads(v).to(TorchType(kv_dtype));
     cache->k[li] = cache->k[li].defined() ? at::cat({cache->k[li], k}, 0) : k;
     cache->v[li] = cache->v[li].defined() ? at::cat({cache->v[li], v}, 0) : v;
-    at::Tensor o = DenseAttention(q, cache->k[li], cache->v[li], scale, /*causal=*/true);
-    x = x + at::linear(o.reshape({T, Hq * d}), l.o_proj);
-    x = x + Mlp(l, RmsNorm(x, l.post_norm));
+    const int64_t window = config_.LayerWindow(static_cast<int64_t>(li));
+    const int64_t S = cache->k[li].size(0);
+    at::Tensor o = cap > 0 ? MaskedAttention(q, cache->k[li], cache->v[li], AttentionScale(), S - T, 0, window, cap)
+                           : DenseAttention(q, cache->k[li], cache->v[li], AttentionScale(), /*causal=*/true, window);
+    x = FinishLayer(l, x, o.reshape({T, Hq * d}));
   }
   return Head(x);
 }

@@ -1,5 +1,8 @@
-// LlamaModel: a Llama-family decoder on libtorch (RMSNorm, RoPE with Llama 3
-// scaling, GQA with any H_q/H_kv ratio, SwiGLU, tied or untied embeddings).
+// LlamaModel: a decoder on libtorch for every family ModelConfig::spec
+// describes (llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3_text): RMSNorm
+// (w or 1 + w), RoPE (default, llama3, linear; partial; per-layer base), GQA
+// with any H_q/H_kv ratio, q/k norms, biases, fused projections, SwiGLU or
+// GELU-tanh MLP, sliding-window layers, soft-capping, tied or untied heads.
 // Forward passes: over the paged KV cache (the engine), over a contiguous
 // per-sequence cache with plain libtorch attention (the dense reference), and
 // without a cache (recompute). Compute is fp32. Only model.cpp, engine.cpp
@@ -74,8 +77,20 @@ class LlamaModel {
   // sharing). Fails unless n divides num_key_value_heads.
   Status SetStoredKvHeads(int n, HeadMerge merge = HeadMerge::kMean);
   // Store keys before RoPE; the attention kernel rotates them (and the
-  // queries) by positions within the cache.
-  void SetKeysBeforeRope(bool on) { keys_before_rope_ = on; }
+  // queries) by positions within the cache. Refused for partial RoPE (phi3),
+  // which the kernels do not rotate.
+  Status SetKeysBeforeRope(bool on);
+  // Whether the paged engine can run this model with a sealed-block encoding
+  // or on CUDA: logit soft-capping (gemma2) is computed only by the model's
+  // own libtorch attention over plain blocks, and sliding windows by the CPU
+  // kernels only. InvalidArgument naming why.
+  Status CheckPagedSupport(bool encoded, bool cuda) const;
+  // LongRoPE (phi3) picks its short or long factors by the request's length:
+  // set here to the longest context a caller will run (the engine's
+  // max_context), so that every step of a request rotates alike. 0 (the
+  // default): by each forward call's last position + 1, as transformers'
+  // dynamic update does for one call.
+  void SetRopeContext(int64_t tokens) { rope_context_ = tokens; }
   bool keys_before_rope() const { return keys_before_rope_; }
   // Moves every weight to `device` (the CUDA engine path); inputs are then
   // made there and the forward passes return logits there. Internal (naming
@@ -94,25 +109,52 @@ class LlamaModel {
  private:
   struct Layer {
     at::Tensor input_norm, q_proj, k_proj, v_proj, o_proj, post_norm, gate_proj, up_proj, down_proj;
+    // Family options (undefined when the family has none): biases, per-head
+    // q/k norms, fused projections (phi3), Gemma's feed-forward norms.
+    at::Tensor q_bias, k_bias, v_bias, o_bias, q_norm, k_norm, qkv_proj, gate_up_proj, gate_bias, up_bias,
+        down_bias, pre_ffn_norm, post_ffn_norm;
+  };
+  // RoPE tables of one layer kind (global, or gemma3's local layers).
+  struct Rope {
+    at::Tensor inv_freq;  // [rotary_dim / 2], float64
+    std::vector<float> inv_freq_f32;
+    at::Tensor long_inv_freq;  // longrope: used when the context exceeds long_after tokens
+    int64_t long_after = 0;
+    double attention_factor = 1.0;  // longrope: cos and sin scale
+  };
+  struct RopeCache {  // cos/sin of a forward's positions, per table
+    at::Tensor cos[2], sin[2];
   };
   LlamaModel() = default;
   void InitRope();
+  int RopeIndex(size_t layer) const;
   at::Tensor Embed(const std::vector<int32_t>& tokens) const;
   at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& w) const;
   at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) const;
-  void RopeTables(const std::vector<int32_t>& positions, at::Tensor* cos, at::Tensor* sin) const;
+  void RopeTables(const std::vector<int32_t>& positions, RopeCache* rc) const;
+  // q [T, Hq, d], k and v [T, Hkv, d] of layer li: projections, biases, q/k
+  // norms, and RoPE unless rotate is false.
+  void Project(size_t li, const at::Tensor& h, const RopeCache& rc, bool rotate, at::Tensor* q, at::Tensor* k,
+               at::Tensor* v) const;
+  at::Tensor GatheredAttention(size_t li, const PagedKV& kv, const std::vector<int32_t>& qo_indptr,
+                               const at::Tensor& q, const int32_t* first_visible, float* slot_attn,
+                               const int64_t* slot_offsets) const;
+  // The rest of a layer once attention is done: o_proj, residual, MLP.
+  at::Tensor FinishLayer(const Layer& l, const at::Tensor& x, const at::Tensor& o) const;
+  double AttentionScale() const;
   at::Tensor MergeHeads(const at::Tensor& kv) const;
   at::Tensor Mlp(const Layer& l, const at::Tensor& x) const;
   at::Tensor Head(const at::Tensor& x) const;
+  std::vector<at::Tensor*> AllTensors();
 
   ModelConfig config_;
   int stored_kv_heads_ = 0;
   HeadMerge merge_ = HeadMerge::kMean;
   bool keys_before_rope_ = false;
-  std::vector<float> inv_freq_f32_;
   at::Tensor embed_, final_norm_, lm_head_;  // lm_head_ aliases embed_ when tied
   std::vector<Layer> layers_;
-  at::Tensor inv_freq_;  // [d/2], float64 then cast
+  Rope rope_[2];  // [0] global layers, [1] gemma3's sliding layers
+  int64_t rope_context_ = 0;
 };
 
 }  // namespace kvlab

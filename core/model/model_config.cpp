@@ -1,6 +1,7 @@
 #include "core/model/model_config.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -9,69 +10,54 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/model/config_json.h"
+#include "core/model/model_families.h"
+
 namespace kvlab {
 namespace {
 
 using json = nlohmann::json;
+using namespace config_json;
 
-std::string TypeName(const json& v) { return v.type_name(); }
-
-// Each getter leaves *out alone when the key is absent and not required, so the
-// struct's defaults (HF's defaults) apply.
-Status GetInt(const std::string& file, const json& j, const std::string& key, bool required, int64_t* out) {
-  const auto it = j.find(key);
-  if (it == j.end()) {
-    return required ? Status::InvalidArgument(file + ": missing required key '" + key + "'") : Status::OK();
+// Phi3's LongRoPE, as transformers' _compute_longrope_parameters reads it:
+// factor defaults to max_position_embeddings / original, attention_factor to
+// sqrt(1 + ln(factor) / ln(original)) (1 when factor <= 1).
+Status ParseLongRope(const std::string& file, const json& j, const json& rs, RopeScaling* out) {
+  const std::string f = file + " (rope_scaling)";
+  out->rope_type = "longrope";
+  out->original_max_position_embeddings = 4096;  // Phi3Config's default
+  KVLAB_RETURN_IF_ERROR(GetInt(file, j, "original_max_position_embeddings", false,
+                               &out->original_max_position_embeddings));
+  KVLAB_RETURN_IF_ERROR(GetInt(f, rs, "original_max_position_embeddings", false, &out->original_max_position_embeddings));
+  int64_t max_pos = 4096;
+  KVLAB_RETURN_IF_ERROR(GetInt(file, j, "max_position_embeddings", false, &max_pos));
+  if (out->original_max_position_embeddings <= 0) {
+    return Status::InvalidArgument(file + ": key 'original_max_position_embeddings' must be positive");
   }
-  if (!it->is_number_integer() || (it->is_number_unsigned() && it->get<uint64_t>() > INT64_MAX)) {
-    return Status::InvalidArgument(file + ": key '" + key + "' must be an integer, got " + TypeName(*it) +
-                                   " " + it->dump());
+  out->factor = static_cast<double>(max_pos) / static_cast<double>(out->original_max_position_embeddings);
+  if (rs.contains("factor") && !rs["factor"].is_null()) KVLAB_RETURN_IF_ERROR(GetDouble(f, rs, "factor", true, &out->factor));
+  out->attention_factor = out->factor <= 1.0 ? 1.0
+                                             : std::sqrt(1.0 + std::log(out->factor) /
+                                                                   std::log(static_cast<double>(
+                                                                       out->original_max_position_embeddings)));
+  if (rs.contains("attention_factor") && !rs["attention_factor"].is_null()) {
+    KVLAB_RETURN_IF_ERROR(GetDouble(f, rs, "attention_factor", true, &out->attention_factor));
   }
-  *out = it->get<int64_t>();
+  for (const char* key : {"short_factor", "long_factor"}) {
+    const auto it = rs.find(key);
+    std::vector<double>& dst = std::string(key) == "short_factor" ? out->short_factor : out->long_factor;
+    if (it == rs.end() || !it->is_array()) {
+      return Status::InvalidArgument(file + ": key 'rope_scaling." + key + "' must be a list of numbers for longrope");
+    }
+    for (const json& v : *it) {
+      if (!v.is_number()) return Status::InvalidArgument(file + ": key 'rope_scaling." + key + "' holds " + v.dump());
+      dst.push_back(v.get<double>());
+    }
+  }
   return Status::OK();
 }
 
-Status GetDouble(const std::string& file, const json& j, const std::string& key, bool required, double* out) {
-  const auto it = j.find(key);
-  if (it == j.end()) {
-    return required ? Status::InvalidArgument(file + ": missing required key '" + key + "'") : Status::OK();
-  }
-  if (!it->is_number()) {
-    return Status::InvalidArgument(file + ": key '" + key + "' must be a number, got " + TypeName(*it) + " " +
-                                   it->dump());
-  }
-  *out = it->get<double>();
-  return Status::OK();
-}
-
-Status GetBool(const std::string& file, const json& j, const std::string& key, bool* out) {
-  const auto it = j.find(key);
-  if (it == j.end()) return Status::OK();
-  if (!it->is_boolean()) {
-    return Status::InvalidArgument(file + ": key '" + key + "' must be true or false, got " + it->dump());
-  }
-  *out = it->get<bool>();
-  return Status::OK();
-}
-
-// A token id: integer, null (none), or, for eos_token_id, a list whose first entry counts.
-Status GetTokenId(const std::string& file, const json& j, const std::string& key, int64_t* out) {
-  const auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return Status::OK();
-  const json* v = &*it;
-  if (v->is_array()) {
-    if (v->empty()) return Status::OK();
-    v = &(*v)[0];
-  }
-  if (!v->is_number_integer()) {
-    return Status::InvalidArgument(file + ": key '" + key + "' must be an integer, a list of integers or null, got " +
-                                   it->dump());
-  }
-  *out = v->get<int64_t>();
-  return Status::OK();
-}
-
-Status ParseRopeScaling(const std::string& file, const json& j, RopeScaling* out) {
+Status ParseRopeScaling(const std::string& file, const json& j, const std::string& model_type, RopeScaling* out) {
   const auto it = j.find("rope_scaling");
   if (it == j.end() || it->is_null()) return Status::OK();
   if (!it->is_object()) {
@@ -83,13 +69,22 @@ Status ParseRopeScaling(const std::string& file, const json& j, RopeScaling* out
   if (t == it->end() || !t->is_string()) {
     return Status::InvalidArgument(file + ": key 'rope_scaling' needs a string 'rope_type'");
   }
-  const std::string type = t->get<std::string>();
+  std::string type = t->get<std::string>();
   if (type == "default") return Status::OK();
-  if (type != "llama3") {
-    return Status::InvalidArgument(file + ": key 'rope_scaling' has unsupported rope_type '" + type +
-                                   "' (supported: llama3, default, or null)");
+  // Phi3Config maps the early names of LongRoPE ("su", "yarn") to longrope.
+  if (model_type == "phi3" && (type == "su" || type == "yarn" || type == "longrope")) {
+    return ParseLongRope(file, j, *it, out);
   }
   const std::string f = file + " (rope_scaling)";
+  if (type == "linear") {
+    out->rope_type = type;
+    return GetDouble(f, *it, "factor", true, &out->factor);
+  }
+  if (type != "llama3") {
+    return Status::InvalidArgument(file + ": key 'rope_scaling' (rope_scaling.rope_type / rope_scaling.type) is '" +
+                                   type + "', which kvlab does not implement for " + model_type +
+                                   " (supported: default, linear, llama3, longrope for phi3, or null)");
+  }
   out->rope_type = type;
   KVLAB_RETURN_IF_ERROR(GetDouble(f, *it, "factor", true, &out->factor));
   KVLAB_RETURN_IF_ERROR(GetDouble(f, *it, "low_freq_factor", true, &out->low_freq_factor));
@@ -97,24 +92,31 @@ Status ParseRopeScaling(const std::string& file, const json& j, RopeScaling* out
   return GetInt(f, *it, "original_max_position_embeddings", true, &out->original_max_position_embeddings);
 }
 
-// Features of other Llama variants that this engine does not implement: refusing
-// them beats computing something else silently.
-Status CheckUnsupported(const std::string& file, const json& j) {
-  if (j.contains("model_type")) {
-    const json& mt = j["model_type"];
-    if (!mt.is_string() || (mt != "llama" && mt != "mistral")) {
-      return Status::InvalidArgument(file + ": key 'model_type' is " + mt.dump() +
-                                     "; kvlab supports \"llama\" and \"mistral\"");
+// The model_type (absent: llama). The multimodal "gemma3" wrapper is read as
+// its text_config, whose tensors carry a "language_model." prefix.
+Status ResolveFamily(const std::string& file, json* j, std::string* model_type, std::string* prefix) {
+  *model_type = "llama";
+  if (j->contains("model_type")) {
+    const json& mt = (*j)["model_type"];
+    if (!mt.is_string() || !IsKnownFamily(mt.get<std::string>())) {
+      std::string known;
+      for (const std::string& n : FamilyNames()) known += (known.empty() ? "" : ", ") + n;
+      return Status::InvalidArgument(file + ": key 'model_type' is " + mt.dump() + "; kvlab models " + known);
     }
+    *model_type = mt.get<std::string>();
   }
-  if (j.contains("hidden_act") && j["hidden_act"] != "silu") {
-    return Status::InvalidArgument(file + ": key 'hidden_act' is " + j["hidden_act"].dump() +
-                                   "; kvlab supports \"silu\" (SwiGLU)");
-  }
-  for (const char* key : {"attention_bias", "mlp_bias"}) {
-    bool b = false;
-    KVLAB_RETURN_IF_ERROR(GetBool(file, j, key, &b));
-    if (b) return Status::InvalidArgument(file + ": key '" + key + "' is true; kvlab supports bias-free Llama layers");
+  if (*model_type == "gemma3") {
+    const auto tc = j->find("text_config");
+    if (tc == j->end() || !tc->is_object()) {
+      return Status::InvalidArgument(file + ": key 'text_config' must be an object for model_type \"gemma3\"");
+    }
+    json text = *tc;
+    for (const char* key : {"torch_dtype", "dtype", "_name_or_path"}) {
+      if (j->contains(key) && !text.contains(key)) text[key] = (*j)[key];
+    }
+    *j = text;
+    *model_type = "gemma3_text";
+    *prefix = "language_model.";
   }
   return Status::OK();
 }
@@ -132,6 +134,52 @@ Status WriteTextAtomically(const std::string& path, const std::string& text) {
     return Status::IOError(path + ": cannot rename from " + tmp + ": " + std::strerror(errno));
   }
   return Status::OK();
+}
+
+Status ParseConfigJson(const std::string& path, json j, ModelConfig* out);
+
+// Real shapes of the other families, from their published config.json.
+template <class Make>
+void AddFamilyPresets(std::vector<ModelConfig>* p, const Make&) {
+  const std::pair<const char*, const char*> published[] = {
+      {"qwen2.5-7b", R"({"model_type": "qwen2", "vocab_size": 152064, "hidden_size": 3584,
+        "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
+        "max_position_embeddings": 131072, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "hidden_act": "silu",
+        "use_sliding_window": false, "sliding_window": 131072, "max_window_layers": 28, "tie_word_embeddings": false,
+        "bos_token_id": 151643, "eos_token_id": 151643, "torch_dtype": "bfloat16"})"},
+      {"qwen3-8b", R"({"model_type": "qwen3", "vocab_size": 151936, "hidden_size": 4096,
+        "intermediate_size": 12288, "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "head_dim": 128, "max_position_embeddings": 40960, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+        "hidden_act": "silu", "attention_bias": false, "use_sliding_window": false, "sliding_window": null,
+        "max_window_layers": 36, "tie_word_embeddings": false, "bos_token_id": 151643, "eos_token_id": 151645,
+        "torch_dtype": "bfloat16"})"},
+      {"phi-3-mini", R"({"model_type": "phi3", "vocab_size": 32064, "hidden_size": 3072,
+        "intermediate_size": 8192, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
+        "max_position_embeddings": 4096, "original_max_position_embeddings": 4096, "rms_norm_eps": 1e-05,
+        "rope_theta": 10000.0, "rope_scaling": null, "hidden_act": "silu", "sliding_window": 2047,
+        "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 32000, "pad_token_id": 32000,
+        "torch_dtype": "bfloat16"})"},
+      {"gemma-2-9b", R"({"model_type": "gemma2", "vocab_size": 256000, "hidden_size": 3584,
+        "intermediate_size": 14336, "num_hidden_layers": 42, "num_attention_heads": 16, "num_key_value_heads": 8,
+        "head_dim": 256, "max_position_embeddings": 8192, "rms_norm_eps": 1e-06, "rope_theta": 10000.0,
+        "hidden_act": "gelu_pytorch_tanh", "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 256,
+        "sliding_window": 4096, "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0,
+        "tie_word_embeddings": true, "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0,
+        "torch_dtype": "float32"})"},
+      {"gemma-3-12b", R"({"model_type": "gemma3_text", "vocab_size": 262208, "hidden_size": 3840,
+        "intermediate_size": 15360, "num_hidden_layers": 48, "num_attention_heads": 16, "num_key_value_heads": 8,
+        "head_dim": 256, "max_position_embeddings": 131072, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+        "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "rope_local_base_freq": 10000.0,
+        "sliding_window": 1024, "sliding_window_pattern": 6, "query_pre_attn_scalar": 256,
+        "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": true, "bos_token_id": 2,
+        "eos_token_id": 1, "pad_token_id": 0, "torch_dtype": "bfloat16"})"}};
+  for (const auto& [name, text] : published) {
+    ModelConfig c;
+    const Status s = ParseConfigJson(std::string("preset ") + name, json::parse(text), &c);
+    if (!s.ok()) continue;  // a broken literal shows as a missing preset, which model_config_test checks
+    c.name = name;
+    p->push_back(std::move(c));
+  }
 }
 
 std::vector<ModelConfig> Presets() {
@@ -169,6 +217,9 @@ std::vector<ModelConfig> Presets() {
   p.push_back(make("llama-3.1-70b", 128256, 8192, 28672, 80, 64, 8, 5e5, 131072, 128000, 128001));
   p.back().rope_scaling = llama3;
   p.push_back(make("mistral-7b", 32000, 4096, 14336, 32, 32, 8, 1e6, 32768, 1, 2));  // v0.2: no sliding window
+  p.back().spec.model_type = "mistral";
+  p.back().spec.architecture = "MistralForCausalLM";
+  AddFamilyPresets(&p, make);
   // Byte-level testbed model: ids 0..255 are bytes, then BOS 256, EOS 257, PAD 258.
   p.push_back(make("small", 259, 256, 688, 4, 8, 2, 1e4, 4096, 256, 257));
   p.back().pad_token_id = 258;
@@ -214,10 +265,21 @@ Status ModelConfig::Validate(const std::string& source) const {
       return Status::InvalidArgument(source + ": 'rope_scaling' needs factor > 0, 0 < low_freq_factor < "
                                      "high_freq_factor and original_max_position_embeddings > 0");
     }
+  } else if (rope_scaling.rope_type == "linear") {
+    if (!(rope_scaling.factor > 0)) return Status::InvalidArgument(source + ": 'rope_scaling' needs factor > 0");
+  } else if (rope_scaling.rope_type == "longrope") {
+    const size_t n = static_cast<size_t>(RotaryDim() / 2);
+    if (rope_scaling.short_factor.size() != n || rope_scaling.long_factor.size() != n) {
+      return Status::InvalidArgument(source + ": 'rope_scaling' short_factor and long_factor need rotary_dim / 2 = " +
+                                     std::to_string(n) + " numbers each, got " +
+                                     std::to_string(rope_scaling.short_factor.size()) + " and " +
+                                     std::to_string(rope_scaling.long_factor.size()));
+    }
   } else if (!rope_scaling.rope_type.empty()) {
     return Status::InvalidArgument(source + ": 'rope_scaling' rope_type '" + rope_scaling.rope_type +
-                                   "' is unsupported (supported: llama3 or none)");
+                                   "' is unsupported (supported: llama3, linear or none)");
   }
+  KVLAB_RETURN_IF_ERROR(ValidateSpec(source));
   const std::pair<const char*, int64_t> ids[] = {{"bos_token_id", bos_token_id}, {"eos_token_id", eos_token_id}};
   for (const auto& [key, v] : ids) {
     if (v < -1 || v >= vocab_size) {
@@ -229,21 +291,59 @@ Status ModelConfig::Validate(const std::string& source) const {
   return Status::OK();
 }
 
-Status LoadModelConfig(const std::string& path, ModelConfig* out) {
+int64_t ModelConfig::RotaryDim() const {
+  return static_cast<int64_t>(static_cast<double>(head_dim) * spec.partial_rotary_factor);
+}
+
+Status ModelConfig::ValidateSpec(const std::string& source) const {
+  const DecoderSpec& s = spec;
+  if (s.hidden_act != "silu" && s.hidden_act != "gelu_pytorch_tanh") {
+    return Status::InvalidArgument(source + ": 'hidden_act' must be silu or gelu_pytorch_tanh, got '" + s.hidden_act +
+                                   "'");
+  }
+  if (!(s.partial_rotary_factor > 0 && s.partial_rotary_factor <= 1) || RotaryDim() % 2 != 0 || RotaryDim() == 0) {
+    return Status::InvalidArgument(source + ": 'partial_rotary_factor' must be in (0, 1] and give an even number of "
+                                   "rotated channels (head_dim " + std::to_string(head_dim) + ")");
+  }
+  if (s.query_pre_attn_scalar < 0 || s.attn_logit_softcapping < 0 || s.final_logit_softcapping < 0 ||
+      s.rope_local_base_freq < 0) {
+    return Status::InvalidArgument(source + ": 'query_pre_attn_scalar', the soft-capping values and "
+                                   "'rope_local_base_freq' must be >= 0");
+  }
+  if (!layer_sliding_window.empty() && static_cast<int64_t>(layer_sliding_window.size()) != num_hidden_layers) {
+    return Status::InvalidArgument(source + ": the per-layer sliding windows list " +
+                                   std::to_string(layer_sliding_window.size()) + " layers, num_hidden_layers is " +
+                                   std::to_string(num_hidden_layers));
+  }
+  for (int64_t w : layer_sliding_window) {
+    if (w < 0) return Status::InvalidArgument(source + ": 'sliding_window' of a layer must be >= 0");
+  }
+  return Status::OK();
+}
+
+namespace {
+
+Status ReadJsonFile(const std::string& path, json* out) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::NotFound(path + ": cannot open: " + std::strerror(errno));
   std::stringstream ss;
   ss << in.rdbuf();
-  json j;
   try {
-    j = json::parse(ss.str());
+    *out = json::parse(ss.str());
   } catch (const std::exception& e) {
     return Status::InvalidArgument(path + ": malformed JSON: " + e.what());
   }
-  if (!j.is_object()) return Status::InvalidArgument(path + ": expected a JSON object at the top level");
-  KVLAB_RETURN_IF_ERROR(CheckUnsupported(path, j));
+  if (!out->is_object()) return Status::InvalidArgument(path + ": expected a JSON object at the top level");
+  return Status::OK();
+}
 
+// Reads a parsed config.json (of any family) into *out and validates it;
+// `path` names the source in messages.
+Status ParseConfigJson(const std::string& path, json j, ModelConfig* out) {
   ModelConfig c;
+  std::string prefix;
+  KVLAB_RETURN_IF_ERROR(ResolveFamily(path, &j, &c.spec.model_type, &prefix));
+  AddFamilyDefaults(c.spec.model_type, &j);
   const std::pair<const char*, int64_t*> required[] = {{"vocab_size", &c.vocab_size},
                                                         {"hidden_size", &c.hidden_size},
                                                         {"intermediate_size", &c.intermediate_size},
@@ -257,7 +357,7 @@ Status LoadModelConfig(const std::string& path, ModelConfig* out) {
   KVLAB_RETURN_IF_ERROR(GetTokenId(path, j, "bos_token_id", &c.bos_token_id));
   KVLAB_RETURN_IF_ERROR(GetTokenId(path, j, "eos_token_id", &c.eos_token_id));
   KVLAB_RETURN_IF_ERROR(GetTokenId(path, j, "pad_token_id", &c.pad_token_id));
-  KVLAB_RETURN_IF_ERROR(ParseRopeScaling(path, j, &c.rope_scaling));
+  KVLAB_RETURN_IF_ERROR(ParseRopeScaling(path, j, c.spec.model_type, &c.rope_scaling));
 
   c.num_key_value_heads = c.num_attention_heads;
   const bool kv_null = j.contains("num_key_value_heads") && j["num_key_value_heads"].is_null();
@@ -283,7 +383,57 @@ Status LoadModelConfig(const std::string& path, ModelConfig* out) {
   } else {
     c.name = std::filesystem::path(path).parent_path().filename().string();
   }
+  KVLAB_RETURN_IF_ERROR(ParseFamily(path, j, &c));
+  c.spec.tensor_prefix = prefix;
   KVLAB_RETURN_IF_ERROR(c.Validate(path));
+  *out = std::move(c);
+  return Status::OK();
+}
+
+
+}  // namespace
+
+Status LoadModelConfig(const std::string& path, ModelConfig* out) {
+  json j;
+  KVLAB_RETURN_IF_ERROR(ReadJsonFile(path, &j));
+  return ParseConfigJson(path, std::move(j), out);
+}
+
+Status LoadKvShape(const std::string& path, ModelConfig* out, std::string* unverified) {
+  json j;
+  KVLAB_RETURN_IF_ERROR(ReadJsonFile(path, &j));
+  unverified->clear();
+  const auto mt = j.find("model_type");
+  if (mt == j.end() || (mt->is_string() && IsKnownFamily(mt->get<std::string>()))) {
+    return ParseConfigJson(path, std::move(j), out);
+  }
+  // Another decoder: only the arithmetic of its cache, from the keys every HF config states.
+  ModelConfig c;
+  c.spec.model_type = mt->is_string() ? mt->get<std::string>() : mt->dump();
+  KVLAB_RETURN_IF_ERROR(GetInt(path, j, "num_hidden_layers", true, &c.num_hidden_layers));
+  KVLAB_RETURN_IF_ERROR(GetInt(path, j, "num_attention_heads", true, &c.num_attention_heads));
+  c.num_key_value_heads = c.num_attention_heads;
+  if (j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null()) {
+    KVLAB_RETURN_IF_ERROR(GetInt(path, j, "num_key_value_heads", false, &c.num_key_value_heads));
+  }
+  if (j.contains("head_dim") && !j["head_dim"].is_null()) {
+    KVLAB_RETURN_IF_ERROR(GetInt(path, j, "head_dim", false, &c.head_dim));
+  } else {
+    KVLAB_RETURN_IF_ERROR(GetInt(path, j, "hidden_size", true, &c.hidden_size));
+    if (c.num_attention_heads <= 0 || c.hidden_size % c.num_attention_heads != 0) {
+      return Status::InvalidArgument(path + ": 'hidden_size' is not divisible by 'num_attention_heads' and "
+                                     "'head_dim' is absent");
+    }
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
+  KVLAB_RETURN_IF_ERROR(GetInt(path, j, "hidden_size", false, &c.hidden_size));
+  for (const auto& [key, v] : {std::pair<const char*, int64_t>{"num_hidden_layers", c.num_hidden_layers},
+                               {"num_attention_heads", c.num_attention_heads},
+                               {"num_key_value_heads", c.num_key_value_heads}, {"head_dim", c.head_dim}}) {
+    if (v <= 0) return Status::InvalidArgument(path + ": '" + key + "' must be positive, got " + std::to_string(v));
+  }
+  c.name = std::filesystem::path(path).parent_path().filename().string();
+  *unverified = c.spec.model_type;
   *out = std::move(c);
   return Status::OK();
 }
@@ -293,8 +443,7 @@ Status SaveModelConfig(const std::string& path, const ModelConfig& c) {
   auto id = [](int64_t v) { return v < 0 ? json(nullptr) : json(v); };
   nlohmann::ordered_json j;
   j["_name_or_path"] = c.name;
-  j["architectures"] = {"LlamaForCausalLM"};
-  j["model_type"] = "llama";
+  WriteFamily(c, &j);
   j["vocab_size"] = c.vocab_size;
   j["hidden_size"] = c.hidden_size;
   j["intermediate_size"] = c.intermediate_size;
@@ -302,9 +451,6 @@ Status SaveModelConfig(const std::string& path, const ModelConfig& c) {
   j["num_attention_heads"] = c.num_attention_heads;
   j["num_key_value_heads"] = c.num_key_value_heads;
   j["head_dim"] = c.head_dim;
-  j["hidden_act"] = "silu";
-  j["attention_bias"] = false;
-  j["mlp_bias"] = false;
   j["max_position_embeddings"] = c.max_position_embeddings;
   j["rms_norm_eps"] = c.rms_norm_eps;
   j["rope_theta"] = c.rope_theta;
@@ -314,6 +460,15 @@ Status SaveModelConfig(const std::string& path, const ModelConfig& c) {
                          {"low_freq_factor", c.rope_scaling.low_freq_factor},
                          {"high_freq_factor", c.rope_scaling.high_freq_factor},
                          {"original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings}};
+  } else if (c.rope_scaling.rope_type == "linear") {
+    j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", c.rope_scaling.factor}};
+  } else if (c.rope_scaling.rope_type == "longrope") {
+    j["rope_scaling"] = {{"type", "longrope"},
+                         {"short_factor", c.rope_scaling.short_factor},
+                         {"long_factor", c.rope_scaling.long_factor},
+                         {"factor", c.rope_scaling.factor},
+                         {"attention_factor", c.rope_scaling.attention_factor}};
+    j["original_max_position_embeddings"] = c.rope_scaling.original_max_position_embeddings;
   } else {
     j["rope_scaling"] = nullptr;
   }
@@ -321,7 +476,6 @@ Status SaveModelConfig(const std::string& path, const ModelConfig& c) {
   j["bos_token_id"] = id(c.bos_token_id);
   j["eos_token_id"] = id(c.eos_token_id);
   j["pad_token_id"] = id(c.pad_token_id);
-  if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
   j["torch_dtype"] = c.torch_dtype;
   return WriteTextAtomically(path, j.dump(2) + "\n");
 }

@@ -15,11 +15,40 @@
 
 namespace kvlab {
 
-// HF "rope_scaling". Only Llama 3's frequency-dependent scaling is supported.
+// HF "rope_scaling": Llama 3's frequency-dependent scaling, linear (position
+// interpolation: every frequency divided by `factor`), or phi3's LongRoPE
+// (per-frequency short/long factors, cos and sin times attention_factor).
 struct RopeScaling {
-  std::string rope_type;  // "" (none) or "llama3"
+  std::string rope_type;  // "" (none), "llama3", "linear" or "longrope"
   double factor = 1.0, low_freq_factor = 1.0, high_freq_factor = 4.0;
   int64_t original_max_position_embeddings = 8192;
+  std::vector<double> short_factor, long_factor;  // longrope: [rotary_dim / 2] each
+  double attention_factor = 1.0;                   // longrope
+};
+
+// What transformers' modelling files vary between the decoder families kvlab
+// runs (llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3_text): one
+// description that the model, the tensor list, the memory calculator and
+// `kvlab convert` read. Defaults are Llama's.
+struct DecoderSpec {
+  std::string model_type = "llama";
+  bool qkv_bias = false;     // q/k/v projections carry biases (qwen2; llama attention_bias)
+  bool o_bias = false;       // o_proj carries a bias (llama attention_bias)
+  bool mlp_bias = false;     // gate/up/down carry biases (llama mlp_bias)
+  bool qk_norm = false;      // per-head RMSNorm of q and k over head_dim before RoPE (qwen3, gemma3)
+  bool fused_qkv = false;    // self_attn.qkv_proj (phi3): q, k, v rows in that order
+  bool fused_gate_up = false;  // mlp.gate_up_proj (phi3): gate rows, then up rows
+  bool norm_one_plus = false;  // RMSNorm scales by (1 + w) (gemma)
+  bool sandwich_norms = false;  // gemma2/3: post-attention, pre- and post-feedforward norms
+  bool scale_embeddings = false;  // embeddings times sqrt(hidden_size) (gemma)
+  std::string hidden_act = "silu";  // or "gelu_pytorch_tanh" (gemma)
+  double partial_rotary_factor = 1.0;  // phi3: RoPE on the first head_dim * f channels
+  double query_pre_attn_scalar = 0;    // scale = this^-1/2; 0: head_dim^-1/2
+  double attn_logit_softcapping = 0;   // 0: none
+  double final_logit_softcapping = 0;  // 0: none
+  double rope_local_base_freq = 0;     // gemma3: RoPE base of sliding layers (default RoPE); 0: as global
+  std::string tensor_prefix;           // "language_model." for multimodal gemma3 checkpoints
+  std::string architecture = "LlamaForCausalLM";
 };
 
 struct ModelConfig {
@@ -32,26 +61,48 @@ struct ModelConfig {
   int64_t max_position_embeddings = 2048;  // HF LlamaConfig's default
   bool tie_word_embeddings = false;
   int64_t bos_token_id = -1, eos_token_id = -1, pad_token_id = -1;  // -1: none
-  // Mistral v0.1 attends to the last 4096 tokens only; kvlab has no sliding-window
-  // attention, so the engine must refuse contexts longer than this. 0: none.
+  // HF "sliding_window" as config.json states it (0: none); which layers use it
+  // is layer_sliding_window's business.
   int64_t sliding_window = 0;
+  // Per layer: 0 = global (full) attention, else the sliding window in tokens
+  // (HF's rule: key j is visible from query i when i - window < j <= i).
+  // Empty = every layer global. Filled by LoadModelConfig per family.
+  std::vector<int64_t> layer_sliding_window;
   std::string torch_dtype = "float32";  // informational: the dtype weights are stored in
+  DecoderSpec spec;
+
+  // Window of layer `l` in tokens, 0 when global.
+  int64_t LayerWindow(int64_t l) const {
+    return l < static_cast<int64_t>(layer_sliding_window.size()) ? layer_sliding_window[static_cast<size_t>(l)] : 0;
+  }
+  // Channels of each head that RoPE rotates (head_dim unless partial_rotary_factor < 1).
+  int64_t RotaryDim() const;
 
   // Bytes of K and V per token over all layers: 2 * L * H_kv * d_h * bytes_per_elem.
   int64_t KVBytesPerToken(int bytes_per_elem) const;
   // Checks sizes and ratios; `source` (a file or "preset X") starts every message.
   Status Validate(const std::string& source) const;
+  Status ValidateSpec(const std::string& source) const;
 };
 
-// Reads an HF config.json (model_type llama or mistral) and validates it. Missing
-// num_key_value_heads / head_dim take HF's defaults (num_attention_heads,
-// hidden_size / num_attention_heads); a list eos_token_id gives its first entry.
+// Reads an HF config.json (model_type llama, mistral, qwen2, qwen3, phi3,
+// gemma2, gemma3_text, or gemma3 with a text_config) and validates it. Missing
+// keys take the family's HF defaults; a list eos_token_id gives its first
+// entry. An unknown model_type, or a value the model does not implement
+// (rope_scaling type, hidden_act, ...), is an error naming the file and key.
 Status LoadModelConfig(const std::string& config_json_path, ModelConfig* out);
-// Writes config.json in HF layout (model_type "llama", LlamaForCausalLM) so that
-// transformers can load what kvlab trains.
+// The KV shape only (layers, KV heads, head_dim, per-layer windows) of any
+// decoder config.json, for `kvlab memory`: the families above are parsed in
+// full; another model_type that states num_hidden_layers, num_attention_heads
+// (or num_key_value_heads) and head_dim (or hidden_size) gets its shape and
+// *unverified = that model_type.
+Status LoadKvShape(const std::string& config_json_path, ModelConfig* out, std::string* unverified);
+// Writes config.json in HF layout, of the config's own family, so that
+// transformers can load what kvlab writes.
 Status SaveModelConfig(const std::string& path, const ModelConfig& config);
 
-// Named shapes: llama-2-7b, llama-3.1-8b, llama-3.1-70b, mistral-7b, small.
+// Named shapes: llama-2-7b, llama-3.1-8b, llama-3.1-70b, mistral-7b, qwen2.5-7b,
+// qwen3-8b, phi-3-mini, gemma-2-9b, gemma-3-12b, small.
 Status PresetConfig(const std::string& name, ModelConfig* out);
 std::vector<std::string> PresetNames();
 

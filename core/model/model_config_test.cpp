@@ -68,7 +68,7 @@ TEST(ModelConfigTest, PresetKVBytes) {
 
 TEST(ModelConfigTest, EveryPresetValidatesAndRoundTrips) {
   const std::string dir = FreshDir();
-  ASSERT_EQ(PresetNames().size(), 5u);
+  ASSERT_EQ(PresetNames().size(), 10u);  // a preset whose literal failed to parse would be missing
   for (const std::string& name : PresetNames()) {
     ModelConfig c, back;
     ASSERT_TRUE(PresetConfig(name, &c).ok()) << name;
@@ -91,6 +91,10 @@ TEST(ModelConfigTest, EveryPresetValidatesAndRoundTrips) {
     EXPECT_EQ(back.eos_token_id, c.eos_token_id);
     EXPECT_EQ(back.pad_token_id, c.pad_token_id);
     EXPECT_EQ(back.torch_dtype, c.torch_dtype);
+    EXPECT_EQ(back.spec.model_type, c.spec.model_type);
+    EXPECT_EQ(back.layer_sliding_window.empty() ? std::vector<int64_t>(c.num_hidden_layers, 0) : back.layer_sliding_window,
+              c.layer_sliding_window.empty() ? std::vector<int64_t>(c.num_hidden_layers, 0) : c.layer_sliding_window)
+        << name;
   }
 }
 
@@ -130,12 +134,12 @@ TEST(ModelConfigTest, HuggingFaceDefaults) {
   ModelConfig c;
   const Status st = LoadText(j.dump(), &path, &c);
   ASSERT_TRUE(st.ok()) << st.ToString();
-  EXPECT_EQ(c.num_key_value_heads, 32);
+  EXPECT_EQ(c.num_key_value_heads, 8);  // MistralConfig's default
   EXPECT_EQ(c.head_dim, 128);
   EXPECT_EQ(c.rope_theta, 10000.0);
   EXPECT_EQ(c.rope_scaling.rope_type, "");
   EXPECT_EQ(c.eos_token_id, -1);
-  EXPECT_EQ(c.max_position_embeddings, 2048);
+  EXPECT_EQ(c.max_position_embeddings, 131072);  // MistralConfig's default, 4096 * 32
   EXPECT_EQ(c.sliding_window, 4096);
 
   j["rope_scaling"] = {{"type", "default"}};  // older spelling of rope_type
@@ -197,10 +201,10 @@ TEST(ModelConfigTest, UnsupportedModelsAndInvalidShapes) {
   j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
   ExpectLoadFails(j, {"'rope_scaling'", "yarn"});
   j = Llama31Config();
-  j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
-  ExpectLoadFails(j, {"'rope_scaling'", "linear"});
+  j["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}};
+  ExpectLoadFails(j, {"'rope_scaling'", "dynamic"});
   j = Llama31Config();
-  j["attention_bias"] = true;
+  j["attention_bias"] = "yes";
   ExpectLoadFails(j, {"'attention_bias'"});
   j = Llama31Config();
   j["hidden_act"] = "gelu";

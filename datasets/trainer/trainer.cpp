@@ -106,6 +106,20 @@ Status SaveParams(const Params& p, const std::string& dir) {
   return Status::OK();
 }
 
+// The trainer's forward is Llama's: plain RMSNorm, full RoPE without
+// scaling, SwiGLU, no biases, every layer global. Other families are refused.
+Status CheckTrainable(const ModelConfig& c, const std::string& source) {
+  const DecoderSpec& f = c.spec;
+  bool windows = false;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) windows = windows || c.LayerWindow(l) > 0;
+  if ((f.model_type != "llama" && f.model_type != "mistral") || f.qkv_bias || f.o_bias || f.mlp_bias || windows ||
+      !c.rope_scaling.rope_type.empty()) {
+    return Status::InvalidArgument(source + ": kvlab train runs the llama family only (no biases, sliding windows "
+                                   "or rope_scaling); this model is model_type '" + f.model_type + "'");
+  }
+  return Status::OK();
+}
+
 torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& w, double eps) {
   return x * torch::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * w;
 }
@@ -387,6 +401,7 @@ Status Train(const TrainConfig& cfg, const TrainOptions& opts, TrainResult* resu
   } else {
     params = InitParams(cfg.model, cfg.seed);
   }
+  KVLAB_RETURN_IF_ERROR(CheckTrainable(params.config, cfg.init.empty() ? cfg.out : cfg.init));
   std::error_code ec;
   fs::create_directories(cfg.out, ec);
   if (ec) return Status::IOError(cfg.out + ": cannot create directory: " + ec.message());
@@ -520,6 +535,12 @@ Status Train(const TrainConfig& cfg, const TrainOptions& opts, TrainResult* resu
 }
 
 Status ConvertPoolKvHeads(const std::string& in_dir, const std::string& out_dir, int group, bool mean) {
+  ModelConfig probe;
+  KVLAB_RETURN_IF_ERROR(LoadModelConfig(in_dir + "/config.json", &probe));
+  if (probe.spec.fused_qkv) {
+    return Status::InvalidArgument(in_dir + "/config.json: --pool-kv-heads needs separate k_proj and v_proj; this " +
+                                   probe.spec.model_type + " checkpoint fuses them in self_attn.qkv_proj");
+  }
   Params p;
   KVLAB_RETURN_IF_ERROR(LoadParams(in_dir, &p));
   const ModelConfig& c = p.config;
@@ -531,18 +552,36 @@ Status ConvertPoolKvHeads(const std::string& in_dir, const std::string& out_dir,
   q.config = c;
   q.config.num_key_value_heads = c.num_key_value_heads / group;
   q.config.name = c.name + "-kv" + std::to_string(q.config.num_key_value_heads);
-  const int64_t d = c.head_dim, D = c.hidden_size;
-  for (const LlamaTensorSpec& spec : LlamaTensorSpecs(c)) {
-    const std::string& name = spec.name;
-    torch::Tensor out = p[name].detach();
-    if (spec.role == LlamaTensor::kK || spec.role == LlamaTensor::kV) {
-      torch::Tensor g = out.view({q.config.num_key_value_heads, group, d, D});
+  q.config.spec.tensor_prefix.clear();  // a multimodal gemma3's language model is written as gemma3_text
+  const int64_t d = c.head_dim;
+  const std::vector<LlamaTensorSpec> specs = LlamaTensorSpecs(c), names = LlamaTensorSpecs(q.config);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const LlamaTensorSpec& spec = specs[i];
+    torch::Tensor out = p[spec.name].detach();
+    const bool kv = spec.role == LlamaTensor::kK || spec.role == LlamaTensor::kV;
+    const bool kv_bias = spec.role == LlamaTensor::kKBias || spec.role == LlamaTensor::kVBias;
+    if (kv || kv_bias) {  // [H_kv * d (, D)]: adjacent heads' rows merge
+      std::vector<int64_t> shape = {q.config.num_key_value_heads, group, d};
+      if (kv) shape.push_back(c.hidden_size);
+      torch::Tensor g = out.view(shape);
       out = mean ? g.mean(1) : g.select(1, 0);
-      out = out.reshape({q.config.num_key_value_heads * d, D}).contiguous();
+      out = kv ? out.reshape({q.config.num_key_value_heads * d, c.hidden_size}) : out.reshape({-1});
+      out = out.contiguous();
     }
-    q.Add(name, out);
+    q.Add(names[i].name, out);
   }
-  return SaveParams(q, out_dir);
+  KVLAB_RETURN_IF_ERROR(SaveParams(q, out_dir));
+  // The tokenizer travels with the weights, so the output is a complete model directory.
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json",
+                        "generation_config.json"}) {
+    const fs::path src = fs::path(in_dir) / f;
+    if (!fs::exists(src)) continue;
+    std::error_code ec;
+    fs::copy_file(src, fs::path(out_dir) / f, fs::copy_options::overwrite_existing, ec);
+    if (ec) return Status::IOError((fs::path(out_dir) / f).string() + ": cannot copy from " + src.string() + ": " +
+                                   ec.message());
+  }
+  return Status::OK();
 }
 
 std::vector<std::vector<int32_t>> TrainingBatchRows(const TrainConfig& cfg, int64_t step, const std::string& train_text,
@@ -560,6 +599,7 @@ std::vector<std::vector<int32_t>> TrainingBatchRows(const TrainConfig& cfg, int6
 Status TrainerLogits(const std::string& dir, const std::vector<int32_t>& tokens, std::vector<float>* out) {
   Params p;
   KVLAB_RETURN_IF_ERROR(LoadParams(dir, &p));
+  KVLAB_RETURN_IF_ERROR(CheckTrainable(p.config, dir));
   torch::NoGradGuard no_grad;
   Forwarder fwd(p);
   std::vector<int64_t> ids(tokens.begin(), tokens.end());

@@ -173,6 +173,29 @@ expect_err "tokenize without a tokenizer" "notok" "tokenizer.json" -- "$KVLAB" t
 echo "{ not json" > "$T/notok/tokenizer.json"
 expect_err "tokenize, tokenizer.json not JSON" "notok/tokenizer.json" -- "$KVLAB" tokenize --model "$T/notok" --text hi
 expect_err "tokenize, bad id" "--decode" -- "$KVLAB" tokenize --model small --decode 1,x
+# --- max_position_embeddings: a 2,048-position model (its config.json says so) ---
+$PY - "$T/ok/config.json" "$T/long2k" <<'PYEOF'
+import json, os, shutil, sys
+src, dst = sys.argv[1], sys.argv[2]
+shutil.copytree(os.path.dirname(src), dst)
+c = json.load(open(src)); c["max_position_embeddings"] = 2048
+json.dump(c, open(os.path.join(dst, "config.json"), "w"))
+PYEOF
+$PY -c 'print(",".join(["65"] * 3001))' > "$T/long.ids"
+expect_err "prompt past max_position_embeddings" "3001" "2048" "max_position_embeddings" "--allow-long-context" -- \
+  "$KVLAB" generate --model "$T/long2k" --prompt-file "$T/long.ids" --max-new-tokens 1
+expect_err "--max-new-tokens past max_position_embeddings" "100000000" "2048" -- \
+  "$KVLAB" generate --model "$T/long2k" --prompt hi --max-new-tokens 100000000
+expect_err "logits past max_position_embeddings" "3001" "2048" -- \
+  "$KVLAB" logits --model "$T/long2k" --tokens-file "$T/long.ids" --out "$T/l.bin"
+$PY -c 'print(",".join(["65"] * 2100))' > "$T/long2100.ids"
+expect_out "--allow-long-context runs past it" "prefill: 2100 tokens" -- \
+  "$KVLAB" generate --model "$T/long2k" --prompt-file "$T/long2100.ids" --max-new-tokens 1 --allow-long-context --threads 1
+printf 'model = "%s"\nprompt = "hi"\nmax_new_tokens = 3000\n' "$T/long2k" > "$T/long.toml"
+expect_err "run config past max_position_embeddings" "2048" -- "$KVLAB" generate --config "$T/long.toml"
+printf 'allow_long_context = true\n' >> "$T/long.toml"
+expect_err "allow_long_context must be a boolean" "allow_long_context" -- \
+  "$KVLAB" generate --config <(printf 'allow_long_context = 1\n')
 "$KVLAB" generate --bogus >/dev/null 2>&1; rc=$?
 [ $rc -ne 0 ] && pass "unknown option exits $rc" || fail "unknown option exited 0"
 

@@ -19,6 +19,7 @@ struct GenerateArgs {
   GenerateOptions go;
   std::string kv_dtype = "bf16";
   int batch = 1;
+  bool allow_long_context = false;
 };
 
 // The run config: from --config (a prompt on the command line replaces the
@@ -76,6 +77,16 @@ int RunGenerate(GenerateArgs& a) {
   std::vector<int32_t> ids;
   s = ReadPrompt(a, rc, mc, &tokenizer, &ids);
   if (!s.ok()) return Fail(s);
+  if (a.go.max_new_tokens < 0) return Fail(Status::InvalidArgument("--max-new-tokens must be >= 0"));
+  if (a.allow_long_context) a.eo.allow_long_context = true;
+  const int64_t max_pos = mc.max_position_embeddings;
+  if (!a.eo.allow_long_context && max_pos > 0 &&
+      a.go.max_new_tokens > max_pos - static_cast<int64_t>(ids.size())) {
+    return Fail(Status::InvalidArgument(
+        "the prompt's " + std::to_string(ids.size()) + " tokens plus --max-new-tokens " +
+        std::to_string(a.go.max_new_tokens) + " exceed the model's max_position_embeddings of " +
+        std::to_string(max_pos) + " (--allow-long-context, or allow_long_context = true in a run config, runs past it)"));
+  }
   a.eo.max_seqs = a.batch;
   a.eo.max_context = static_cast<int64_t>(ids.size()) + a.go.max_new_tokens;
   std::unique_ptr<Engine> engine;
@@ -135,6 +146,8 @@ Command AddGenerateCommand(CLI::App& app) {
   gen->add_option("--device", a->eo.device, "cpu, or cuda (model and KV pools on the GPU; docs/kernels.md)")
       ->capture_default_str();
   gen->add_option("--threads", a->eo.num_threads, "Threads (0 = all cores)")->capture_default_str();
+  gen->add_flag("--allow-long-context", a->allow_long_context,
+                "Run past the model's max_position_embeddings (otherwise an error)");
   return {gen, [a] { return RunGenerate(*a); }};
 }
 

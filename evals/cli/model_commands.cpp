@@ -1,11 +1,13 @@
 // Subcommands about models, their tokenizers and caches: logits, memory, init,
 // models, tokenize.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>
 
 #include "core/engine/engine.h"
 #include "core/model/memory_calc.h"
+#include "core/model/model_families.h"
 #include "core/model/tokenize_command.h"
 #include "core/model/tokenizer.h"
 #include "evals/cli/cli.h"
@@ -16,17 +18,26 @@ namespace {
 struct LogitsArgs {
   std::string model, tokens, tokens_file, out, mode = "prefill", dtype = "f32";
   int block = 16;
+  int64_t chunk = 0;  // prefill mode: tokens per chunk (0: one chunk)
+  bool allow_long_context = false;
 };
 
-// Teacher-forced logits through the engine: one prefill chunk, or one token a step.
-Status EngineLogits(const EngineOptions& o, const std::vector<int32_t>& ids, bool decode, std::vector<float>* out) {
+// Teacher-forced logits through the engine: prefill chunks of `chunk` tokens
+// (0: one chunk), or one token a step.
+Status EngineLogits(const EngineOptions& o, const std::vector<int32_t>& ids, bool decode, int64_t chunk,
+                    std::vector<float>* out) {
   std::unique_ptr<Engine> engine;
   KVLAB_RETURN_IF_ERROR(Engine::Create(o, {PolicySpec{"full", {}, "logits"}}, &engine));
   KVLAB_RETURN_IF_ERROR(engine->AddSequence(0));
   std::vector<std::vector<float>> logits;
   if (!decode) {
-    KVLAB_RETURN_IF_ERROR(engine->Forward({SeqChunk{0, ids}}, true, &logits));
-    *out = logits[0];
+    const size_t step = chunk > 0 ? static_cast<size_t>(chunk) : std::max<size_t>(ids.size(), 1);
+    for (size_t i = 0; i < ids.size(); i += step) {
+      const std::vector<int32_t> part(ids.begin() + static_cast<std::ptrdiff_t>(i),
+                                      ids.begin() + static_cast<std::ptrdiff_t>(std::min(ids.size(), i + step)));
+      KVLAB_RETURN_IF_ERROR(engine->Forward({SeqChunk{0, part}}, true, &logits));
+      out->insert(out->end(), logits[0].begin(), logits[0].end());
+    }
     return Status::OK();
   }
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -50,9 +61,14 @@ int RunLogits(const LogitsArgs& a) {
   else s = Status::InvalidArgument("logits: give the tokens, --tokens 5,17,42 or --tokens-file FILE.ids");
   if (!s.ok()) return Fail(s);
   o.max_context = static_cast<int64_t>(ids.size());
+  o.allow_long_context = a.allow_long_context;
+  if (!a.allow_long_context && mc.max_position_embeddings > 0 && o.max_context > mc.max_position_embeddings) {
+    return Fail(Status::InvalidArgument(std::to_string(ids.size()) + " tokens exceed the model's max_position_embeddings of " +
+                                        std::to_string(mc.max_position_embeddings) + " (--allow-long-context runs past it)"));
+  }
   std::vector<float> out;
   if (a.mode == "prefill" || a.mode == "decode") {
-    s = EngineLogits(o, ids, a.mode == "decode", &out);
+    s = EngineLogits(o, ids, a.mode == "decode", a.chunk, &out);
   } else if (a.mode == "dense" || a.mode == "nocache") {
     s = DenseLogits(o, ids, a.mode == "nocache", &out);
   } else {
@@ -76,7 +92,8 @@ struct MemoryArgs {
 
 int RunMemory(const MemoryArgs& a) {
   ModelConfig mc;
-  Status s = ResolveModelConfig(a.model, &mc);
+  std::string unverified;
+  Status s = ResolveKvShape(a.model, &mc, &unverified);
   if (!s.ok()) return Fail(s);
   std::vector<PolicySpec> specs;
   s = ParsePolicyArgs(a.policies, &specs);
@@ -85,6 +102,7 @@ int RunMemory(const MemoryArgs& a) {
   MemoryEstimate e;
   if (s.ok()) s = EstimateKVMemory(mc, a.tokens, a.bits, stack, &e);
   if (!s.ok()) return Fail(s);
+  e.unverified_model_type = unverified;
   std::printf("model          %s\n", a.model.c_str());
   std::printf("%s", FormatMemoryReport(e, static_cast<int64_t>(a.pool_gb * 1e9)).c_str());
   return 0;
@@ -106,18 +124,21 @@ int RunInit(const InitArgs& a) {
 }
 
 int RunModels() {
-  std::printf("%-16s %6s %7s %5s %5s %5s %8s %16s\n", "preset", "layers", "d_model", "H_q", "H_kv", "d_h", "vocab",
-              "KV B/token@16b");
+  std::printf("%-16s %-12s %6s %7s %5s %5s %5s %8s %16s\n", "preset", "model_type", "layers", "d_model", "H_q", "H_kv",
+              "d_h", "vocab", "KV B/token@16b");
   for (const std::string& n : PresetNames()) {
     ModelConfig c;
     PresetConfig(n, &c);
-    std::printf("%-16s %6lld %7lld %5lld %5lld %5lld %8lld %16s\n", n.c_str(),
+    std::printf("%-16s %-12s %6lld %7lld %5lld %5lld %5lld %8lld %16s\n", n.c_str(), c.spec.model_type.c_str(),
                 static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size),
                 static_cast<long long>(c.num_attention_heads), static_cast<long long>(c.num_key_value_heads),
                 static_cast<long long>(c.head_dim), static_cast<long long>(c.vocab_size),
                 WithCommas(c.KVBytesPerToken(2)).c_str());
   }
-  std::printf("Any Hugging Face Llama-family directory (config.json + model.safetensors) also works as --model.\n");
+  std::string families;
+  for (const std::string& f : FamilyNames()) families += (families.empty() ? "" : ", ") + f;
+  std::printf("Families (model_type): %s.\nAny Hugging Face directory of these (config.json + model.safetensors) "
+              "also works as --model.\n", families.c_str());
   return 0;
 }
 
@@ -137,6 +158,9 @@ Command AddLogitsCommand(CLI::App& app) {
       ->capture_default_str();
   lg->add_option("--kv-dtype", a->dtype, "Cache storage dtype")->capture_default_str();
   lg->add_option("--block-size", a->block, "Tokens per KV block")->capture_default_str();
+  lg->add_option("--prefill-chunk", a->chunk, "prefill mode: feed the tokens this many at a time (chunked prefill)");
+  lg->add_flag("--allow-long-context", a->allow_long_context,
+               "Run past the model's max_position_embeddings (otherwise an error)");
   return {lg, [a] { return RunLogits(*a); }};
 }
 

@@ -1,0 +1,111 @@
+// KVCache's sliding-window part (CacheShape::layer_window): the per-query
+// first visible slot the kernels get, and the leading-block drop that Compact
+// takes when a window layer's oldest blocks can no longer be seen. The engine
+// decides which slots die (Engine::Impl::ApplySelection); this file keeps the books.
+#include <algorithm>
+
+#include "core/cache/kv_cache.h"
+
+namespace kvlab {
+
+const int32_t* PageTable::FirstVisible(int layer) const {
+  if (static_cast<size_t>(layer) >= first_visible_.size()) return nullptr;
+  const std::vector<int32_t>& f = first_visible_[static_cast<size_t>(layer)];
+  return f.empty() ? nullptr : f.data();
+}
+
+int64_t KVCache::FirstInWindow(const Stream& s, int64_t q_pos, int64_t window) {
+  // Visible: position > q_pos - window. Positions fit int32; the bound may not.
+  const int64_t bound = q_pos - window;
+  const auto it = std::upper_bound(s.positions.begin(), s.positions.begin() + s.num_tokens, bound,
+                                   [](int64_t b, int32_t p) { return b < static_cast<int64_t>(p); });
+  return it - s.positions.begin();
+}
+
+void KVCache::BuildWindows(const std::vector<SeqId>& seqs, const std::vector<int32_t>& qo_indptr,
+                           PageTable* pt) const {
+  const int L = shape_.num_layers, H = shape_.num_kv_heads;
+  pt->first_visible_.assign(static_cast<size_t>(L), {});
+  if (!shape_.HasWindows()) return;
+  const int32_t total_q = qo_indptr.back();
+  for (int l = 0; l < L; ++l) {
+    const int64_t window = shape_.Window(l);
+    if (window <= 0) continue;
+    std::vector<int32_t>& out = pt->first_visible_[static_cast<size_t>(l)];
+    out.assign(static_cast<size_t>(total_q) * H, 0);
+    for (size_t b = 0; b < seqs.size(); ++b) {
+      const int32_t q0 = qo_indptr[b], q_len = qo_indptr[b + 1] - q0;
+      for (int h = 0; h < H; ++h) {
+        const Stream& s = stream(seqs[b], l, h);
+        for (int32_t j = 0; j < q_len; ++j) {
+          const int64_t q_slot = s.num_tokens - q_len + j;
+          out[static_cast<size_t>(q0 + j) * H + h] =
+              static_cast<int32_t>(FirstInWindow(s, s.positions[static_cast<size_t>(q_slot)], window));
+        }
+      }
+    }
+  }
+}
+
+int64_t KVCache::UnitFloor(const Stream& s, int64_t slot) const {
+  if (slot >= s.num_tokens) return s.num_tokens;
+  if (slot < s.num_encoded) {
+    const int64_t tpb = shape_.enc.tokens_per_block;
+    return slot / tpb * tpb;
+  }
+  const int64_t bs = shape_.block_size;
+  return s.num_encoded + (slot - s.num_encoded) / bs * bs;
+}
+
+bool KVCache::DropsLeadingUnits(const Stream& s, const std::vector<int64_t>& keep) const {
+  if (prefix_) return false;
+  const int64_t k = keep.empty() ? s.num_tokens : keep.front();
+  if (k == 0 || static_cast<int64_t>(keep.size()) != s.num_tokens - k) return false;
+  if (!keep.empty() && keep.back() != s.num_tokens - 1) return false;  // strictly increasing: then contiguous
+  return UnitFloor(s, k) == k;
+}
+
+bool KVCache::SlotsToKeep(SeqId id, int layer, int head, int64_t next_pos, const KVPolicy* sel,
+                          std::vector<int64_t>* keep) const {
+  const Stream& st = stream(id, layer, head);
+  const int64_t window = shape_.Window(layer);
+  const int64_t alive = window > 0 ? FirstInWindow(st, next_pos, window) : 0;
+  keep->clear();
+  if (sel != nullptr) {
+    StreamState ss = StateOf(st, layer, head, next_pos, shape_.block_size);
+    ss.num_tokens -= alive;
+    ss.positions += alive;
+    ss.score += alive;
+    if (sel->SelectSlots(ss, keep)) {
+      for (int64_t& k : *keep) k += alive;
+      return true;
+    }
+    keep->clear();
+  }
+  const int64_t from = UnitFloor(st, alive);
+  if (from == 0) return false;
+  for (int64_t t = from; t < st.num_tokens; ++t) keep->push_back(t);
+  return true;
+}
+
+void KVCache::DropLeadingUnits(SeqId id, size_t stream_index, Stream* s, int64_t k) {
+  size_t enc_drop = 0, plain_drop = 0;
+  if (k <= s->num_encoded) {
+    enc_drop = static_cast<size_t>(k / shape_.enc.tokens_per_block);
+  } else {
+    enc_drop = s->enc_blocks.size();
+    const int64_t bs = shape_.block_size;
+    plain_drop = std::min(s->blocks.size(), static_cast<size_t>((k - s->num_encoded + bs - 1) / bs));
+  }
+  for (size_t i = 0; i < enc_drop; ++i) DropStreamRef(id, stream_index, /*encoded=*/true, i, s->enc_blocks[i]);
+  for (size_t i = 0; i < plain_drop; ++i) DropStreamRef(id, stream_index, /*encoded=*/false, i, s->blocks[i]);
+  s->enc_blocks.erase(s->enc_blocks.begin(), s->enc_blocks.begin() + static_cast<std::ptrdiff_t>(enc_drop));
+  s->blocks.erase(s->blocks.begin(), s->blocks.begin() + static_cast<std::ptrdiff_t>(plain_drop));
+  s->num_encoded = std::max<int64_t>(0, s->num_encoded - k);
+  s->positions.erase(s->positions.begin(), s->positions.begin() + k);
+  s->score.erase(s->score.begin(), s->score.begin() + k);
+  s->num_tokens -= k;
+  UpdatePeak();
+}
+
+}  // namespace kvlab
