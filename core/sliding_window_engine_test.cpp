@@ -141,6 +141,8 @@ TEST(SlidingWindowEngineTest, WindowsOfTheWrongCountAreAnError) {
   Status s = Engine::Create(o, {PolicySpec{"full", {}, "t"}}, &e);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("layer_sliding_window"), std::string::npos) << s.ToString();
+  o.num_layers = 2;  // a preset cut to 2 layers takes 2 windows
+  EXPECT_TRUE(Engine::Create(o, {PolicySpec{"full", {}, "t"}}, &e).ok());
 }
 
 }  // namespace
