@@ -26,6 +26,10 @@ Status PlanServeCache(const ModelConfig& model, const PolicyStack& stack, int bl
   shape.head_dim = static_cast<int>(model.head_dim);
   shape.block_size = block_size;
   shape.dtype = stack.StorageDType(kv_dtype);
+  shape.layer_window = model.layer_sliding_window;
+  if (shape.layer_window.size() > static_cast<size_t>(shape.num_layers)) {
+    shape.layer_window.resize(static_cast<size_t>(shape.num_layers));
+  }
   int64_t residual = 0;
   shape.encoded = stack.SealedEncoding(shape.head_dim, shape.block_size, &shape.enc, &residual);
   shape.residual = residual;
@@ -177,19 +181,17 @@ class ModelFreeExecutor : public StepExecutor {
   }
 
  private:
-  // As Engine applies a selection policy after each step (scores stay zero).
+  // As Engine applies a selection policy and sliding windows after each step
+  // (scores stay zero).
   void ApplySelection(const std::vector<SeqChunk>& chunks) {
     const KVPolicy* sel = stack_.For(kConcernSelection);
-    if (sel == nullptr) return;
     const CacheShape& shape = cache_->shape();
+    if (sel == nullptr && !shape.HasWindows()) return;
     std::vector<int64_t> keep;
     for (const SeqChunk& c : chunks) {
       for (int l = 0; l < shape.num_layers; ++l) {
         for (int h = 0; h < shape.num_kv_heads; ++h) {
-          const Stream& st = cache_->stream(c.seq, l, h);
-          const StreamState ss = StateOf(st, l, h, len_[c.seq], shape.block_size);
-          keep.clear();
-          if (sel->SelectSlots(ss, &keep)) cache_->Compact(c.seq, l, h, keep);
+          if (cache_->SlotsToKeep(c.seq, l, h, len_[c.seq], sel, &keep)) cache_->Compact(c.seq, l, h, keep);
         }
       }
     }
