@@ -145,7 +145,14 @@ Status LlamaModel::Load(const std::string& dir, std::unique_ptr<LlamaModel>* out
   m->layers_.resize(static_cast<size_t>(c.num_hidden_layers));
   for (const LlamaTensorSpec& spec : LlamaTensorSpecs(c)) {
     TensorView view;
-    Status st = ckpt->GetChecked(spec.name, spec.shape, &view);
+    std::string name = spec.name;
+    // Multimodal gemma3 checkpoints saved by newer transformers put the
+    // language model under "model.language_model." instead.
+    if (!c.spec.tensor_prefix.empty() && !ckpt->Has(name) && name.rfind("language_model.model.", 0) == 0) {
+      const std::string alt = "model.language_model." + name.substr(std::strlen("language_model.model."));
+      if (ckpt->Has(alt)) name = alt;
+    }
+    Status st = ckpt->GetChecked(name, spec.shape, &view);
     if (st.code() == Status::Code::kNotFound) {
       return Status::NotFound(st.message() + ", which a " + c.spec.model_type + " checkpoint of " + dir +
                               "/config.json has");
