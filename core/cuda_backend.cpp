@@ -97,6 +97,7 @@ class CudaBackendImpl : public CudaBackend {
   struct RowLayer {
     int64_t off = 0;
     int64_t plain_total = 0, enc_total = 0;
+    int64_t first_off = -1;  // the row's first_visible in full_ (a window layer), else -1
   };
   struct Row {
     int num_seqs = 0;
@@ -122,7 +123,8 @@ class CudaBackendImpl : public CudaBackend {
   }
   // One PagedDecode; false (and the step's error set) on failure.
   bool Decode(const cuda::PagedDecodePlan& plan, const PagedKV& kv, const EncodedKV* enc, const float* q, float* o,
-              const int64_t* slot_offsets);
+              const int64_t* slot_offsets, const int32_t* first_visible);
+  const int32_t* FirstVisible(const RowLayer& rl) const { return rl.first_off < 0 ? nullptr : I32(rl.first_off); }
   Status GrowWorkspace(int64_t bytes);
 
   CacheShape shape_;
@@ -262,7 +264,8 @@ Status CudaBackendImpl::BeginStep(const PageTable& pt, const std::vector<int32_t
   }
   decode_only_ = max_q == 1;
 
-  // Rows: one per query index r; a multi-row step's arrays go to meta (int64).
+  // Rows: one per query index r; a multi-row step's arrays go to meta (int64),
+  // window layers' first visible slots of each row's streams to full (int32).
   std::vector<int64_t> meta;
   int64_t max_ws = 0;
   for (int r = 0; r < max_q; ++r) {
@@ -281,6 +284,12 @@ Status CudaBackendImpl::BeginStep(const PageTable& pt, const std::vector<int32_t
     for (int l = 0; l < L; ++l) {
       RowLayer rl;
       rl.off = static_cast<int64_t>(meta.size());
+      if (const int32_t* fv = pt.FirstVisible(l)) {  // the cut streams keep their slot numbers
+        rl.first_off = static_cast<int64_t>(full.size());
+        for (int b : sub) {
+          for (int h = 0; h < H; ++h) full.push_back(fv[static_cast<size_t>(qo_indptr[static_cast<size_t>(b)] + r) * H + h]);
+        }
+      }
       // Layout (8n + 2 entries): indptr [n+1], last_block_len [n], plain delta [n],
       // plain count [n], enc indptr [n+1], enc delta [n], enc count [n], slot offsets [n].
       if (!decode_only_) meta.resize(meta.size() + 8 * static_cast<size_t>(n) + 2, 0);
@@ -337,7 +346,8 @@ Status CudaBackendImpl::BeginStep(const PageTable& pt, const std::vector<int32_t
 }
 
 bool CudaBackendImpl::Decode(const cuda::PagedDecodePlan& plan, const PagedKV& kv, const EncodedKV* enc,
-                             const float* q, float* o, const int64_t* slot_offsets) {
+                             const float* q, float* o, const int64_t* slot_offsets,
+                             const int32_t* first_visible) {
   AttentionParams p;
   p.num_seqs = plan.shape.num_seqs;
   p.num_qo_heads = num_qo_heads_;
@@ -346,6 +356,7 @@ bool CudaBackendImpl::Decode(const cuda::PagedDecodePlan& plan, const PagedKV& k
   p.sm_scale = sm_scale_;
   p.q = q;
   p.o = o;
+  p.first_visible = first_visible;
   if (slot_attn_.defined()) {
     p.slot_attn = slot_attn_.data_ptr<float>();
     p.slot_attn_offsets = slot_offsets;
@@ -373,7 +384,7 @@ at::Tensor CudaBackendImpl::Attention(int layer, const at::Tensor& q, const at::
     if (decode_only_) {
       const int64_t* slot = slot_off_.defined() ? slot_off_.data_ptr<int64_t>() + layer * S : nullptr;
       if (!Decode(rows_[0].plan, full_kv, shape_.encoded ? &full_enc : nullptr, q.data_ptr<float>(),
-                  o.data_ptr<float>(), slot)) {
+                  o.data_ptr<float>(), slot, FirstVisible(rows_[0].layers[static_cast<size_t>(layer)]))) {
         return at::zeros_like(q);
       }
       return o;
@@ -411,7 +422,7 @@ at::Tensor CudaBackendImpl::Attention(int layer, const at::Tensor& q, const at::
       at::Tensor o_row = at::empty_like(q_row);
       const int64_t* slot = slot_off_.defined() ? m.data_ptr<int64_t>() + 7 * n + 2 : nullptr;
       if (!Decode(row.plan, kv, shape_.encoded ? &enc : nullptr, q_row.data_ptr<float>(), o_row.data_ptr<float>(),
-                  slot)) {
+                  slot, FirstVisible(rl))) {
         return at::zeros_like(q);
       }
       o.index_copy_(0, q_index, o_row);

@@ -194,6 +194,28 @@ TEST(CudaEngineTest, H2OMatchesCpu) {
   EXPECT_LE(t.slots, 2 * 2 * 2 * 24) << "the script evicted nothing";
 }
 
+// Sliding windows (layer 0: 8 positions, layer 1 global): first_visible in
+// decode and in the prefill rows, and the leading blocks freed on the device
+// as on the CPU; alone, and under h2o (selection within the window).
+TEST(CudaEngineTest, SlidingWindowMatchesCpu) {
+  SKIP_WITHOUT_CUDA();
+  for (const std::vector<PolicySpec>& stack :
+       {std::vector<PolicySpec>{PolicySpec{"full", {}, "t"}}, {PolicySpec{"h2o", {{"budget", "24"}}, "t"}}}) {
+    Trace cpu, gpu;
+    EngineOptions oc = Options("cpu", DType::kF32), og = Options("cuda", DType::kF32);
+    oc.layer_sliding_window = og.layer_sliding_window = {8, 0};
+    Status s = RunScript(oc, stack, &cpu);
+    ASSERT_TRUE(s.ok()) << s.message();
+    s = RunScript(og, stack, &gpu);
+    ASSERT_TRUE(s.ok()) << s.message();
+    ExpectClose(cpu, gpu, DType::kF32, "window 8, " + stack[0].name);
+    // Fewer slots than without the window (sequences of 75 and 14 tokens, 2
+    // layers of 2 heads; h2o: 24 a stream at most).
+    const int64_t no_window = stack[0].name == "full" ? 2 * 2 * (75 + 14) : 2 * 2 * (24 + 14);
+    EXPECT_LT(gpu.slots, no_window);
+  }
+}
+
 TEST(CudaEngineTest, GreedyGenerationMatchesCpu) {
   SKIP_WITHOUT_CUDA();
   GenerateOptions go;

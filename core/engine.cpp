@@ -31,6 +31,15 @@ double MsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// EngineOptions::layer_sliding_window, checked against the model's layers.
+Status WindowOverride(const EngineOptions& options, int64_t num_layers) {
+  if (!options.layer_sliding_window.empty() && static_cast<int64_t>(options.layer_sliding_window.size()) != num_layers) {
+    return Status::InvalidArgument("engine: layer_sliding_window has " + std::to_string(options.layer_sliding_window.size()) +
+                                   " entries; model '" + options.model + "' runs " + std::to_string(num_layers) + " layers");
+  }
+  return Status::OK();
+}
+
 // A preset name builds random weights; anything else is a model directory.
 Status MakeModel(const EngineOptions& options, std::unique_ptr<LlamaModel>* out) {
   ModelConfig preset;
@@ -39,21 +48,14 @@ Status MakeModel(const EngineOptions& options, std::unique_ptr<LlamaModel>* out)
     if (preset.layer_sliding_window.size() > static_cast<size_t>(preset.num_hidden_layers)) {
       preset.layer_sliding_window.resize(static_cast<size_t>(preset.num_hidden_layers));
     }
-    if (!options.layer_sliding_window.empty()) {
-      if (static_cast<int64_t>(options.layer_sliding_window.size()) != preset.num_hidden_layers) {
-        return Status::InvalidArgument("engine: layer_sliding_window has " +
-                                       std::to_string(options.layer_sliding_window.size()) + " entries; preset '" +
-                                       options.model + "' runs " + std::to_string(preset.num_hidden_layers) + " layers");
-      }
-      preset.layer_sliding_window = options.layer_sliding_window;
-    }
+    KVLAB_RETURN_IF_ERROR(WindowOverride(options, preset.num_hidden_layers));
+    if (!options.layer_sliding_window.empty()) preset.layer_sliding_window = options.layer_sliding_window;
     return LlamaModel::Random(preset, options.weight_seed, out);
   }
-  if (!options.layer_sliding_window.empty()) {
-    return Status::InvalidArgument("engine: layer_sliding_window overrides a preset's windows only; '" + options.model +
-                                   "' is a model directory (its config.json states its own)");
-  }
-  return LlamaModel::Load(options.model, out);
+  KVLAB_RETURN_IF_ERROR(LlamaModel::Load(options.model, out));
+  KVLAB_RETURN_IF_ERROR(WindowOverride(options, (*out)->config().num_hidden_layers));
+  if (!options.layer_sliding_window.empty()) (*out)->SetLayerSlidingWindows(options.layer_sliding_window);
+  return Status::OK();
 }
 
 }  // namespace

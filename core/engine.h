@@ -22,9 +22,9 @@ struct EngineOptions {
   std::string model = "small";   // a Hugging Face model directory, or a preset name (random weights)
   uint64_t weight_seed = 0;      // seed of the random weights of a preset
   int num_layers = 0;            // > 0: keep only this many layers of a preset (latency work at real shapes)
-  // Non-empty: a preset's per-layer sliding windows (0: global), replacing
-  // its own (ModelConfig::layer_sliding_window), one entry per layer kept;
-  // for what-if memory runs and tests. A model directory's come from its config.
+  // Non-empty: per-layer sliding windows (0: global) replacing the model's
+  // own (ModelConfig::layer_sliding_window), one entry per layer it runs; for
+  // what-if memory runs and tests. The dense reference (DenseLogits) uses them too.
   std::vector<int64_t> layer_sliding_window;
   int block_size = 16;
   DType kv_dtype = DType::kBF16; // cache storage dtype; compute is fp32

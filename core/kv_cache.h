@@ -304,9 +304,11 @@ class KVCache {
   // position next_pos: on a window layer, slots below FirstInWindow(next_pos)
   // are seen by no later query. The selection policy `sel` (may be null)
   // chooses among the slots the window still shows (it sees only those);
-  // without a choice of its own, a window layer drops the leading blocks that
-  // lie wholly out of the window (Compact then frees them and moves nothing).
-  // False: keep every slot.
+  // when it keeps them all, the out-of-window slots go. Without a selection
+  // policy, a window layer drops only the leading blocks that lie wholly out
+  // of the window (Compact then frees them and moves nothing), so fewer than
+  // a block of out-of-window slots may stay (the kernels skip them by
+  // first_visible). False: keep every slot.
   bool SlotsToKeep(SeqId id, int layer, int head, int64_t next_pos, const KVPolicy* sel,
                    std::vector<int64_t>* keep) const;
 

@@ -82,7 +82,10 @@ bool KVCache::SlotsToKeep(SeqId id, int layer, int head, int64_t next_pos, const
     }
     keep->clear();
   }
-  const int64_t from = UnitFloor(st, alive);
+  // With a selection policy, the stream is compacted whenever it evicts, so
+  // out-of-window slots go exactly (the kept ones move, as after any
+  // eviction); without one, only whole blocks go and nothing moves.
+  const int64_t from = sel != nullptr ? alive : UnitFloor(st, alive);
   if (from == 0) return false;
   for (int64_t t = from; t < st.num_tokens; ++t) keep->push_back(t);
   return true;

@@ -213,10 +213,10 @@ TEST(KVCacheWindowTest, Gemma3PoolsHoldTheWindowOnLocalLayersAndAllOnGlobalOnes)
 }
 
 // Selection within the window: sink (4 sinks + 2000 recent) bounds the global
-// layers and leaves the local ones as the window made them; h2o (budget 256)
-// keeps 256 slots on global layers and at most 256 the window still shows on
-// local ones (plus, when h2o has nothing to drop, fewer than a block of slots
-// the window just left: only whole blocks go without a compaction).
+// layers and leaves the local ones their window (1023 slots once a selection
+// policy compacts them: the out-of-window slots go exactly); h2o (budget 256)
+// keeps 256 slots on global layers and at most 256 that the window still
+// shows on local ones.
 TEST(KVCacheWindowTest, Gemma3WindowComposesWithSelectionPolicies) {
   PolicyStack sink, h2o;
   ASSERT_TRUE(PolicyStack::Create({PolicySpec{"sink", {{"n_sink", "4"}, {"window", "2000"}}, "t"}}, &sink).ok());
@@ -242,14 +242,14 @@ TEST(KVCacheWindowTest, Gemma3WindowComposesWithSelectionPolicies) {
           continue;
         }
         local_blocks += static_cast<int64_t>(s.blocks.size());
+        EXPECT_EQ(KVCache::FirstInWindow(s, S, kWindow), 0) << "layer " << l;  // only what the window shows
+        EXPECT_EQ(s.blocks.size(), static_cast<size_t>(CeilDiv(s.num_tokens, kBlock)));
         if (is_sink) {
-          EXPECT_EQ(s.blocks.size(), static_cast<size_t>(PlainBlocks(S, false))) << "layer " << l;
+          EXPECT_EQ(s.num_tokens, kWindow - 1) << "layer " << l;
           continue;
         }
-        const int64_t dead = KVCache::FirstInWindow(s, S, kWindow);
-        EXPECT_LT(dead, kBlock) << "layer " << l;
-        EXPECT_LE(s.num_tokens - dead, 256) << "layer " << l;
-        EXPECT_GE(s.num_tokens - dead, 200) << "layer " << l;
+        EXPECT_LE(s.num_tokens, 256) << "layer " << l;
+        EXPECT_GE(s.num_tokens, 200) << "layer " << l;
       }
     }
     EXPECT_EQ(c->pool().bytes_in_use(), block_bytes * (8 * kHeads * global_blocks + local_blocks));

@@ -70,6 +70,9 @@ class LlamaModel {
   Status Save(const std::string& dir) const;
 
   const ModelConfig& config() const { return config_; }
+  // Replaces the per-layer sliding windows (EngineOptions::layer_sliding_window).
+  // REQUIRES: one entry per layer.
+  void SetLayerSlidingWindows(std::vector<int64_t> w) { config_.layer_sliding_window = std::move(w); }
   // Stored KV heads (< num_key_value_heads when heads are merged for sharing).
   int stored_kv_heads() const { return stored_kv_heads_; }
   // Merges each group of num_key_value_heads / n adjacent K/V heads into one

@@ -425,6 +425,7 @@ cudaError_t PagedDecode(const PagedDecodePlan& plan, const PagedKV& kv, const En
   }
   a.slot_attn = p.slot_attn;
   a.slot_offsets = p.slot_attn_offsets;
+  a.first_visible = p.first_visible;
   a.num_kv_heads = sh.num_kv_heads;
   a.num_qo_heads = sh.num_qo_heads;
   a.group = sh.num_qo_heads / sh.num_kv_heads;

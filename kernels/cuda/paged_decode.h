@@ -80,7 +80,9 @@ std::string PagedDecodeCheck(const PagedDecodePlan& plan, const PagedKV& kv, con
 // indices, p.q/p.o ([num_seqs, num_qo_heads, head_dim] fp32) and, when set,
 // p.slot_attn/p.slot_attn_offsets. p.qo_indptr is ignored (decode: sequence i
 // owns query row i). Stream s's slots are enc first (enc->StreamTokens(s))
-// then plain (kv.StreamLength(s)); the query attends to all of them.
+// then plain (kv.StreamLength(s)); the query attends to all of them, or,
+// when p.first_visible (a DEVICE pointer) is set, to slots
+// [p.first_visible[s], len) (decode: query i of head h is entry i * hkv + h = s).
 // p.slot_attn, when set, is ADDED to (summed over the group's query heads) by a
 // second pass that re-reads the keys.
 // p.rope_inv_freq must be null (cudaErrorNotSupported otherwise).

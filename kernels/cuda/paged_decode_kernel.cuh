@@ -68,6 +68,7 @@ struct DecodeArgs : PageTableArgs<const uint8_t> {  // the plain segment's page 
   float* lse;      // [rows]: final log2-sum-exp2 of the scaled scores
   float* slot_attn;
   const int64_t* slot_offsets;
+  const int32_t* first_visible;  // [streams] or null: the query's first visible slot (a sliding window)
   int num_kv_heads, num_qo_heads, group;
   int head_slices, rows, tile;
   int chunk, max_splits;
@@ -287,9 +288,10 @@ __device__ __forceinline__ void AttendRows(const Rows& src, int row_begin, int r
 }
 
 // slot_attn pass over rows [0, row_end) of a tile: each row group writes
-// sum_j exp2(s_j - lse_j) over its heads into part[hs * part_stride + row].
+// sum_j exp2(s_j - lse_j) over its heads into part[hs * part_stride + row]
+// (0 for rows before row_lo, outside the query's window).
 template <int D, int VEC, int GPT, class Rows>
-__device__ __forceinline__ void SlotRows(const Rows& src, int row_end, int r, int rows, int c,
+__device__ __forceinline__ void SlotRows(const Rows& src, int row_lo, int row_end, int r, int rows, int c,
                                          const float (&q)[GPT][VEC], const float (&lse)[GPT], float scale_log2,
                                          float* part) {
   for (int base = 0; base < row_end; base += rows * kRowsPerThread) {
@@ -302,7 +304,7 @@ __device__ __forceinline__ void SlotRows(const Rows& src, int row_end, int r, in
         float sum = 0.0f;
 #pragma unroll
         for (int j = 0; j < GPT; ++j) sum += exp2f(s[k][j] - lse[j]);
-        part[row] = sum;
+        part[row] = row < row_lo ? 0.0f : sum;
       }
     }
   }
@@ -376,16 +378,22 @@ struct TileLoader {
   }
 };
 
-// One tile's rows through the attention (or the slot_attn) pass.
+// One tile's rows through the attention (or the slot_attn) pass; rows before
+// row_lo are outside the query's window.
 template <int D, int VEC, int GPT, class Rows>
-__device__ __forceinline__ void TileRows(const Rows& src, int nrows, const DecodeArgs& a, int r, int c,
+__device__ __forceinline__ void TileRows(const Rows& src, int row_lo, int nrows, const DecodeArgs& a, int r, int c,
                                          const float (&q)[GPT][VEC], const float (&lse)[GPT], float* part,
                                          SoftmaxState<GPT, VEC>& st) {
   if (a.slot_pass) {
-    SlotRows<D, VEC, GPT>(src, nrows, r, a.rows, c, q, lse, a.scale_log2, part);
+    SlotRows<D, VEC, GPT>(src, row_lo, nrows, r, a.rows, c, q, lse, a.scale_log2, part);
   } else {
-    AttendRows<D, VEC, GPT>(src, 0, nrows, r, a.rows, c, q, a.scale_log2, st);
+    AttendRows<D, VEC, GPT>(src, row_lo, nrows, r, a.rows, c, q, a.scale_log2, st);
   }
+}
+
+// The first row of a tile starting at slot tok0 (nrows rows) that the query sees.
+__device__ __forceinline__ int RowLo(int64_t first, int64_t tok0, int nrows) {
+  return static_cast<int>(min(static_cast<int64_t>(nrows), max(static_cast<int64_t>(0), first - tok0)));
 }
 
 template <typename T, int D, int GPT, int ENC = kEncKivi>
@@ -418,8 +426,10 @@ __global__ void __launch_bounds__(kMaxThreads, 1) PagedDecodeKernel(const __grid
   const int64_t start = static_cast<int64_t>(split) * a.chunk;
   // The last split takes everything left, so a stale plan loses no tokens.
   const int64_t end = split == a.max_splits - 1 ? len : min(len, start + a.chunk);
+  const int64_t first = a.first_visible != nullptr ? a.first_visible[s] : 0;
 
-  if (start >= end) {  // empty split (or empty stream): mark it for the merge
+  // Empty split (or empty stream, or a split wholly before the window): mark it for the merge.
+  if (start >= end || end <= first) {
     if (a.slot_pass || r != 0) return;
 #pragma unroll
     for (int j = 0; j < GPT; ++j) {
@@ -488,32 +498,34 @@ __global__ void __launch_bounds__(kMaxThreads, 1) PagedDecodeKernel(const __grid
       const int j0 = i * a.enc_tile_blocks;
       tok0 = start + static_cast<int64_t>(j0) * a.enc_tpb;
       nrows = min(a.enc_tile_blocks, n_enc_blocks - j0) * a.enc_tpb;
+      const int lo = RowLo(first, tok0, nrows);
       if constexpr (ENC == kEncKivi) {
         if (a.enc_bits == 2) {
           KiviRows<D, VEC, 2> src;
           src.Init(stage, a);
-          TileRows<D, VEC, GPT>(src, nrows, a, r, c, q, lse, hs_part, st);
+          TileRows<D, VEC, GPT>(src, lo, nrows, a, r, c, q, lse, hs_part, st);
         } else {
           KiviRows<D, VEC, 4> src;
           src.Init(stage, a);
-          TileRows<D, VEC, GPT>(src, nrows, a, r, c, q, lse, hs_part, st);
+          TileRows<D, VEC, GPT>(src, lo, nrows, a, r, c, q, lse, hs_part, st);
         }
       } else {
         if (a.enc_kind == static_cast<int>(EncodingKind::kFp8)) {
           Quant8Rows<D, VEC, true> src;
           src.Init(stage, a);
-          TileRows<D, VEC, GPT>(src, nrows, a, r, c, q, lse, hs_part, st);
+          TileRows<D, VEC, GPT>(src, lo, nrows, a, r, c, q, lse, hs_part, st);
         } else {
           Quant8Rows<D, VEC, false> src;
           src.Init(stage, a);
-          TileRows<D, VEC, GPT>(src, nrows, a, r, c, q, lse, hs_part, st);
+          TileRows<D, VEC, GPT>(src, lo, nrows, a, r, c, q, lse, hs_part, st);
         }
       }
     } else {
       tok0 = plain_start + static_cast<int64_t>(i - n_enc_tiles) * a.tile;
       nrows = static_cast<int>(min(static_cast<int64_t>(a.tile), end - tok0));
+      const int lo = RowLo(first, tok0, nrows);
       PlainRows<T, D> src{stage, stage + static_cast<int64_t>(a.tile) * D * sizeof(T)};
-      TileRows<D, VEC, GPT>(src, nrows, a, r, c, q, lse, hs_part, st);
+      TileRows<D, VEC, GPT>(src, lo, nrows, a, r, c, q, lse, hs_part, st);
     }
     if (a.slot_pass) {
       __syncthreads();  // partials of every head slice are in

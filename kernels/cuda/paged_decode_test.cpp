@@ -46,6 +46,10 @@ struct DecodeCase {
   bool slot_attn = false;
   float q_scale = 1.0f;
   int stale_plan_divisor = 1;  // > 1: plan with lengths / this (the cache grew since planning)
+  // > 0: a sliding window (AttentionParams::first_visible): stream s's query
+  // sees its last `window` slots, minus (s % 5) * window / 8 (different
+  // starts per stream; 0 past the start of the stream).
+  int window = 0;
 };
 
 void PrintTo(const DecodeCase& c, std::ostream* os) { *os << c.name; }
@@ -384,6 +388,72 @@ std::vector<DecodeCase> DecodeCases() {
     c.expect_split = true;
     add(c);
   }
+  // Sliding windows (first_visible): smaller than, equal to and larger than a
+  // block; splits wholly before the window and split starting inside it;
+  // over encoded segments (KIVI, int8) and their plain residual.
+  {
+    DecodeCase c;
+    c.name = "bf16_bs16_gqa4_d128_window5";
+    c.dtype = DType::kBF16, c.block_size = 16, c.hq = 16, c.hkv = 4, c.d = 128;
+    c.lens = {1, 15, 16, 17, 300};
+    c.window = 5;
+    c.slot_attn = true;
+    c.q_scale = 4.0f;
+    add(c);
+  }
+  {
+    DecodeCase c;
+    c.name = "f32_bs1_gqa1_d64_window16";
+    c.dtype = DType::kF32, c.block_size = 1, c.hq = 4, c.hkv = 4, c.d = 64;
+    c.lens = {7, 33, 100};
+    c.window = 16;
+    c.slot_attn = true;
+    add(c);
+  }
+  {
+    DecodeCase c;
+    c.name = "f16_bs16_gqa8_d128_window1000_split";
+    c.dtype = DType::kF16, c.block_size = 16, c.hq = 32, c.hkv = 4, c.d = 128;
+    c.lens = {5000, 1234, 77, 257};
+    c.force_chunk = 256;
+    c.expect_split = true;
+    c.window = 1000;
+    c.slot_attn = true;
+    add(c);
+  }
+  {
+    DecodeCase c;
+    c.name = "bf16_bs16_gqa4_d128_window4096_long32k";
+    c.dtype = DType::kBF16, c.block_size = 16, c.hq = 8, c.hkv = 2, c.d = 128;
+    c.lens = {32768, 20001};
+    c.expect_split = true;
+    c.window = 4096;
+    add(c);
+  }
+  {
+    DecodeCase c;
+    c.name = "kivi2_bf16_gqa4_d128_window100_split";
+    c.dtype = DType::kBF16, c.block_size = 16, c.hq = 8, c.hkv = 2, c.d = 128;
+    c.kivi_bits = 2;
+    c.lens = {20, 40, 100};
+    c.enc_blocks = {3, 10, 1};
+    c.force_chunk = 64;
+    c.window = 100;
+    c.slot_attn = true;
+    add(c);
+  }
+  {
+    DecodeCase c;
+    c.name = "int8_f16_gqa8_d64_window40";
+    c.dtype = DType::kF16, c.block_size = 16, c.hq = 8, c.hkv = 1, c.d = 64;
+    c.q8 = EncodingKind::kInt8;
+    c.lens = {9, 50};
+    c.enc_blocks = {12, 3};
+    c.force_chunk = 128;
+    c.window = 40;
+    c.slot_attn = true;
+    add(c);
+  }
   return cs;
 }
 
@@ -438,6 +508,12 @@ TEST_P(PagedDecodeCudaTest, MatchesReference) {
     p.slot_attn = want_slots.data();
     p.slot_attn_offsets = slot_offsets.data();
   }
+  std::vector<int32_t> first_visible;
+  for (int s = 0; c.window > 0 && s < S; ++s) {
+    const int64_t visible = c.window - (s % 5) * c.window / 8;
+    first_visible.push_back(static_cast<int32_t>(std::max<int64_t>(0, total_len[s] - visible)));
+  }
+  if (c.window > 0) p.first_visible = first_visible.data();
   const PagedKV host_kv = HostView(hc, c.dtype, c.block_size, c.d);
   EncodedKV host_enc;
   if (HasEncoded(c)) {
@@ -500,7 +576,12 @@ TEST_P(PagedDecodeCudaTest, MatchesReference) {
     enc.indptr = d_enc_indptr.as<int32_t>();
     enc.indices = d_enc_indices.as<int32_t>();
   }
+  DeviceBuffer d_first;
   AttentionParams dp = p;
+  if (c.window > 0) {
+    CUDA_ASSERT(d_first.Upload(first_visible));
+    dp.first_visible = d_first.as<int32_t>();
+  }
   dp.qo_indptr = nullptr;  // decode: ignored by the CUDA backend
   dp.q = d_q.as<float>();
   dp.o = d_o.as<float>();
