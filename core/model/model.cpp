@@ -145,7 +145,14 @@ Status LlamaModel::Load(const std::string& dir, std::unique_ptr<LlamaModel>* out
   m->layers_.resize(static_cast<size_t>(c.num_hidden_layers));
   for (const LlamaTensorSpec& spec : LlamaTensorSpecs(c)) {
     TensorView view;
-    Status st = ckpt->GetChecked(spec.name, spec.shape, &view);
+    std::string name = spec.name;
+    // Multimodal gemma3 checkpoints saved by newer transformers put the
+    // language model under "model.language_model." instead.
+    if (!c.spec.tensor_prefix.empty() && !ckpt->Has(name) && name.rfind("language_model.model.", 0) == 0) {
+      const std::string alt = "model.language_model." + name.substr(std::strlen("language_model.model."));
+      if (ckpt->Has(alt)) name = alt;
+    }
+    Status st = ckpt->GetChecked(name, spec.shape, &view);
     if (st.code() == Status::Code::kNotFound) {
       return Status::NotFound(st.message() + ", which a " + c.spec.model_type + " checkpoint of " + dir +
                               "/config.json has");
@@ -263,12 +270,11 @@ Status LlamaModel::CheckPagedSupport(bool encoded, bool cuda) const {
                                    "(attn_logit_softcapping) is computed on the CPU over plain blocks only, not with " +
                                    where);
   }
-  for (int64_t l = 0; l < config_.num_hidden_layers && cuda; ++l) {
-    if (config_.LayerWindow(l) > 0) {
-      return Status::InvalidArgument("model '" + config_.name + "': sliding-window layers (layer " +
-                                     std::to_string(l) + ", window " + std::to_string(config_.LayerWindow(l)) +
-                                     ") are computed on the CPU only, not with " + where);
-    }
+  if (cuda && std::abs(AttentionScale() * std::sqrt(static_cast<double>(config_.head_dim)) - 1.0) > 1e-12) {
+    return Status::InvalidArgument("model '" + config_.name + "': the CUDA attention scales by head_dim^-1/2; this " +
+                                   config_.spec.model_type + " scales by query_pre_attn_scalar^-1/2 (" +
+                                   std::to_string(config_.spec.query_pre_attn_scalar) + ", head_dim " +
+                                   std::to_string(config_.head_dim) + ")");
   }
   return Status::OK();
 }

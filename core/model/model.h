@@ -85,8 +85,8 @@ class LlamaModel {
   Status SetKeysBeforeRope(bool on);
   // Whether the paged engine can run this model with a sealed-block encoding
   // or on CUDA: logit soft-capping (gemma2) is computed only by the model's
-  // own libtorch attention over plain blocks, and sliding windows by the CPU
-  // kernels only. InvalidArgument naming why.
+  // own libtorch attention over plain blocks, and the CUDA attention scales
+  // by head_dim^-1/2 only. InvalidArgument naming why.
   Status CheckPagedSupport(bool encoded, bool cuda) const;
   // LongRoPE (phi3) picks its short or long factors by the request's length:
   // set here to the longest context a caller will run (the engine's
