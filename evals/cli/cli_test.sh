@@ -56,6 +56,10 @@ expect_out "memory 70b scenario 8-bit" "4.92 GB at 30,000 tokens" "32.8% of a 15
   "$KVLAB" memory --model llama-3.1-70b --tokens 30000 --bits 8 --pool-gb 15
 expect_out "models" "llama-3.1-70b" "327,680" "mistral-7b" -- "$KVLAB" models
 expect_out "policies" "full" -- "$KVLAB" policies
+expect_out "policies print each parameter's valid values" "in (0, 1]" ">= 1" "one of 2, 4" "one of mean, first" -- \
+  "$KVLAB" policies
+expect_err "a value outside its declared range" "policy 'h2o' parameter 'ratio' must be in (0, 1], got 1.5" -- \
+  "$KVLAB" generate --policy h2o:ratio=1.5
 
 # --- a good checkpoint, then broken copies of it ---
 "$KVLAB" init --model small --out "$T/ok" --seed 3 >/dev/null || { fail "init"; exit 1; }
