@@ -58,20 +58,15 @@ void RegisterGqaReusePolicy(PolicyRegistry* registry) {
       {"group", ParamSpec::Type::kInt, "2",
        "adjacent model KV heads merged into one stored stream; must divide the model's KV heads "
        "(group = H_kv gives MQA, 1 leaves the heads as they are)",
-       {}},
+       {},
+       // The upper end is above any model's KV head count and keeps the narrowing to int exact.
+       ParamRange::Closed(1, 1 << 20)},
       {"merge", ParamSpec::Type::kString, "mean",
        "how a group becomes one head: \"mean\" of its K/V projections (the paper's best) or its \"first\" head",
        {"mean", "first"}},
   };
   info.create = [](PolicyParams p, std::unique_ptr<KVPolicy>* out) {
     const int64_t group = p.GetInt("group");
-    if (group < 1) {
-      return Status::InvalidArgument("policy 'gqa-reuse' parameter 'group' must be >= 1, got " + std::to_string(group));
-    }
-    if (group > (1 << 20)) {  // also keeps the narrowing to int below exact
-      return Status::InvalidArgument("policy 'gqa-reuse' parameter 'group' = " + std::to_string(group) +
-                                     " is larger than any model's KV head count");
-    }
     const HeadMerge merge = p.GetString("merge") == "first" ? HeadMerge::kFirst : HeadMerge::kMean;
     out->reset(new GqaReusePolicy(std::move(p), static_cast<int>(group), merge));
     return Status::OK();

@@ -89,29 +89,20 @@ void RegisterH2OPolicy(PolicyRegistry* registry) {
   info.paper = "Zhang et al. 2023, H2O: Heavy-Hitter Oracle for Efficient Generative Inference of LLMs";
   info.concerns = kConcernSelection;
   info.params = {
-      {"budget", ParamSpec::Type::kInt, "0", "slots kept per stream; 0 = ratio x the sequence's length so far", {}},
+      {"budget", ParamSpec::Type::kInt, "0", "slots kept per stream; 0 = ratio x the sequence's length so far", {},
+       ParamRange::AtLeast(0)},
       {"ratio", ParamSpec::Type::kFloat, "0.2",
-       "budget as a fraction of the sequence's length so far, in (0, 1] (the paper: 0.2); used when budget = 0", {}},
+       "budget as a fraction of the sequence's length so far (the paper: 0.2); used when budget = 0", {},
+       ParamRange::OpenClosed(0, 1)},
       {"heavy_fraction", ParamSpec::Type::kFloat, "0.5",
-       "share of the budget given to heavy hitters, in [0, 1]; the rest goes to the most recent slots "
+       "share of the budget given to heavy hitters; the rest goes to the most recent slots "
        "(the paper: 0.5, i.e. 10% heavy + 10% recent)",
-       {}},
+       {}, ParamRange::Closed(0, 1)},
   };
   info.create = [](PolicyParams p, std::unique_ptr<KVPolicy>* out) {
     const int64_t budget = p.GetInt("budget");
     const double ratio = p.GetFloat("ratio");
     const double heavy_fraction = p.GetFloat("heavy_fraction");
-    if (budget < 0) {
-      return Status::InvalidArgument("policy 'h2o' parameter 'budget' must be >= 0 (0 = use ratio), got " +
-                                     std::to_string(budget));
-    }
-    if (!(ratio > 0.0 && ratio <= 1.0)) {
-      return Status::InvalidArgument("policy 'h2o' parameter 'ratio' must be in (0, 1], got " + p.values().at("ratio"));
-    }
-    if (!(heavy_fraction >= 0.0 && heavy_fraction <= 1.0)) {
-      return Status::InvalidArgument("policy 'h2o' parameter 'heavy_fraction' must be in [0, 1], got " +
-                                     p.values().at("heavy_fraction"));
-    }
     out->reset(new H2OPolicy(std::move(p), budget, ratio, heavy_fraction));
     return Status::OK();
   };

@@ -66,9 +66,11 @@ void RegisterKiviPolicy(PolicyRegistry* registry) {
   info.paper = "Liu et al. 2024, KIVI: A Tuning-Free Asymmetric 2bit Quantization for KV Cache";
   info.concerns = kConcernRepresentation;
   info.params = {
-      {"bits", ParamSpec::Type::kInt, "2", "bits per number: 2 or 4", {}},
-      {"group", ParamSpec::Type::kInt, "32", "tokens per key group / channels per value group", {}},
-      {"residual", ParamSpec::Type::kInt, "128", "most recent tokens kept at full precision", {}},
+      {"bits", ParamSpec::Type::kInt, "2", "bits per number", {"2", "4"}},
+      {"group", ParamSpec::Type::kInt, "32", "tokens per key group / channels per value group", {},
+       ParamRange::AtLeast(1)},
+      {"residual", ParamSpec::Type::kInt, "128", "most recent tokens kept at full precision", {},
+       ParamRange::AtLeast(0)},
       {"key_axis", ParamSpec::Type::kString, "channel", "key statistics per channel (over tokens) or per token",
        {"channel", "token"}},
       {"value_axis", ParamSpec::Type::kString, "token", "value statistics per token (over channels) or per channel",
@@ -79,10 +81,6 @@ void RegisterKiviPolicy(PolicyRegistry* registry) {
        {"exact", "int8"}},
   };
   info.create = [](PolicyParams p, std::unique_ptr<KVPolicy>* out) {
-    const int64_t bits = p.GetInt("bits"), group = p.GetInt("group"), residual = p.GetInt("residual");
-    if (bits != 2 && bits != 4) return Status::InvalidArgument("kivi: 'bits' must be 2 or 4, got " + std::to_string(bits));
-    if (group <= 0) return Status::InvalidArgument("kivi: 'group' must be positive, got " + std::to_string(group));
-    if (residual < 0) return Status::InvalidArgument("kivi: 'residual' must be >= 0, got " + std::to_string(residual));
     out->reset(new KiviPolicy(std::move(p)));
     return Status::OK();
   };

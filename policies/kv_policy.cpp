@@ -1,5 +1,7 @@
 #include "policies/kv_policy.h"
 
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 #include "policies/registry.h"
@@ -22,6 +24,72 @@ std::string ConcernList(uint32_t concerns) {
     if (concerns & c) out += (out.empty() ? "" : "+") + std::string(ConcernName(c));
   }
   return out.empty() ? "none" : out;
+}
+
+ParamRange ParamRange::AtLeast(double lo) {
+  ParamRange r;
+  r.has_min = true;
+  r.min = lo;
+  return r;
+}
+
+ParamRange ParamRange::Above(double lo) {
+  ParamRange r = AtLeast(lo);
+  r.min_open = true;
+  return r;
+}
+
+ParamRange ParamRange::Closed(double lo, double hi) {
+  ParamRange r = AtLeast(lo);
+  r.has_max = true;
+  r.max = hi;
+  return r;
+}
+
+ParamRange ParamRange::OpenClosed(double lo, double hi) {
+  ParamRange r = Closed(lo, hi);
+  r.min_open = true;
+  return r;
+}
+
+bool ParamRange::Contains(double v) const {
+  if (has_min && (min_open ? !(v > min) : !(v >= min))) return false;
+  if (has_max && (max_open ? !(v < max) : !(v <= max))) return false;
+  return true;
+}
+
+namespace {
+
+// A bound as a person writes it: integers without a decimal point.
+std::string BoundText(double v) {
+  char buf[32];
+  if (v == std::floor(v) && std::fabs(v) < 1e15) {
+    std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(v));
+  } else {
+    std::snprintf(buf, sizeof buf, "%g", v);
+  }
+  return buf;
+}
+
+}  // namespace
+
+std::string ParamRange::ToString() const {
+  if (has_min && has_max) {
+    return std::string("in ") + (min_open ? "(" : "[") + BoundText(min) + ", " + BoundText(max) + (max_open ? ")" : "]");
+  }
+  if (has_min) return (min_open ? "> " : ">= ") + BoundText(min);
+  if (has_max) return (max_open ? "< " : "<= ") + BoundText(max);
+  return "";
+}
+
+std::string ParamSpec::ValidValues() const {
+  if (!choices.empty()) {
+    std::string out;
+    for (const auto& c : choices) out += (out.empty() ? "" : ", ") + c;
+    return "one of " + out;
+  }
+  if (type == Type::kInt || type == Type::kFloat) return range.ToString();
+  return "";
 }
 
 // Getters: values were validated against the specs when the params were

@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/base/dtype.h"
@@ -45,14 +46,50 @@ struct PlacementOptions {
   std::string disk_path;            // directory for the disk tier's files ("" = system temp)
 };
 
-// A declared parameter of a policy: its name, type, default and meaning.
+// The valid values of a number parameter: an interval whose ends may each be
+// absent (unbounded), closed or open. Declared once in the ParamSpec; the
+// registry checks every value given against it, so a policy's `create`
+// never repeats the check.
+struct ParamRange {
+  bool has_min = false, has_max = false;
+  bool min_open = false, max_open = false;  // open: the end itself is not valid
+  double min = 0.0, max = 0.0;
+
+  static ParamRange AtLeast(double lo);                // [lo, inf)
+  static ParamRange Above(double lo);                  // (lo, inf)
+  static ParamRange Closed(double lo, double hi);      // [lo, hi]
+  static ParamRange OpenClosed(double lo, double hi);  // (lo, hi]
+  bool bounded() const { return has_min || has_max; }
+  bool Contains(double v) const;
+  // ">= 0", "> 0", "in [1, 1048576]", "in (0, 1]"; "" when unbounded.
+  std::string ToString() const;
+};
+
+// A declared parameter of a policy: its name, type, default, meaning and
+// valid values, written once where the policy registers.
 struct ParamSpec {
   enum class Type { kInt, kFloat, kBool, kString };
+  ParamSpec(std::string name_, Type type_, std::string default_value_, std::string help_,
+            std::vector<std::string> choices_ = {}, ParamRange range_ = {})
+      : name(std::move(name_)),
+        type(type_),
+        default_value(std::move(default_value_)),
+        help(std::move(help_)),
+        choices(std::move(choices_)),
+        range(range_) {}
+
   std::string name;
   Type type = Type::kInt;
   std::string default_value;
   std::string help;
-  std::vector<std::string> choices;  // for kString: the allowed values (empty = any)
+  // For kString and kInt: the allowed values, an int's in canonical form
+  // ("2", "4"); empty = any.
+  std::vector<std::string> choices;
+  ParamRange range;  // for kInt and kFloat: the valid interval (default: any)
+
+  // What a valid value is, for error messages and `kvlab policies`:
+  // "one of 2, 4", "in (0, 1]", ">= 0"; "" when any value of the type is.
+  std::string ValidValues() const;
 };
 
 // Resolved parameters of one policy instance: every declared parameter, with

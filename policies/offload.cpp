@@ -56,16 +56,17 @@ void RegisterOffloadPolicy(PolicyRegistry* registry) {
   info.paper = "Sheng et al. 2023, FlexGen; Zhang et al. 2023, H2O (offloading setting)";
   info.concerns = kConcernPlacement;
   info.params = {
-      {"device_budget", ParamSpec::Type::kInt, "268435456", "KV bytes resident on the device after each step", {}},
-      {"host_budget", ParamSpec::Type::kInt, "1073741824", "KV bytes in host memory before blocks go to disk", {}},
+      {"device_budget", ParamSpec::Type::kInt, "268435456", "KV bytes resident on the device after each step", {},
+       ParamRange::AtLeast(0)},
+      {"host_budget", ParamSpec::Type::kInt, "1073741824", "KV bytes in host memory before blocks go to disk", {},
+       ParamRange::AtLeast(0)},
       {"disk_dir", ParamSpec::Type::kString, "", "directory of the disk tier's (unlinked) file; empty: system temp", {}},
-      {"keep_sinks", ParamSpec::Type::kInt, "4", "blocks holding the first this-many tokens stay on the device", {}},
-      {"keep_recent", ParamSpec::Type::kInt, "256", "blocks holding the last this-many slots stay on the device", {}},
+      {"keep_sinks", ParamSpec::Type::kInt, "4", "blocks holding the first this-many tokens stay on the device", {},
+       ParamRange::AtLeast(0)},
+      {"keep_recent", ParamSpec::Type::kInt, "256", "blocks holding the last this-many slots stay on the device", {},
+       ParamRange::AtLeast(0)},
   };
   info.create = [](PolicyParams p, std::unique_ptr<KVPolicy>* out) {
-    for (const char* k : {"device_budget", "host_budget", "keep_sinks", "keep_recent"}) {
-      if (p.GetInt(k) < 0) return Status::InvalidArgument(std::string("offload: '") + k + "' must be >= 0");
-    }
     out->reset(new OffloadPolicy(std::move(p)));
     return Status::OK();
   };

@@ -62,6 +62,81 @@ TEST(PolicyRegistryTest, ParametersAreTypedDefaultedAndCanonical) {
   EXPECT_FALSE(s.ok());
 }
 
+// Ranges and allowed values are declared in the ParamSpec and checked by the
+// registry: one message naming where, the policy, the parameter, the value
+// and the valid range, and `create` never sees a value outside them.
+TEST(PolicyRegistryTest, RangesAreCheckedBeforeCreate) {
+  PolicyRegistry r;
+  PolicyInfo info;
+  info.name = "probe";
+  info.concerns = kConcernSelection;
+  info.params = {{"n", ParamSpec::Type::kInt, "4", "", {}, ParamRange::AtLeast(1)},
+                 {"frac", ParamSpec::Type::kFloat, "0.5", "", {}, ParamRange::OpenClosed(0, 1)},
+                 {"share", ParamSpec::Type::kFloat, "0.5", "", {}, ParamRange::Closed(0, 1)},
+                 {"big", ParamSpec::Type::kInt, "2", "", {}, ParamRange::Closed(1, 1 << 20)},
+                 {"bits", ParamSpec::Type::kInt, "2", "", {"2", "4"}}};
+  auto created = std::make_shared<int>(0);
+  info.create = [created](PolicyParams p, std::unique_ptr<KVPolicy>* out) {
+    ++*created;
+    out->reset(new ProbePolicy(std::move(p)));
+    return Status::OK();
+  };
+  r.Register(info);
+  std::unique_ptr<KVPolicy> p;
+  Status s = r.Create(PolicySpec{"probe", {{"n", "0"}}, "x.toml:2:1"}, &p);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.message(), "x.toml:2:1: policy 'probe' parameter 'n' must be >= 1, got 0");
+  s = r.Create(PolicySpec{"probe", {{"frac", "0"}}, "t"}, &p);
+  EXPECT_EQ(s.message(), "t: policy 'probe' parameter 'frac' must be in (0, 1], got 0");
+  s = r.Create(PolicySpec{"probe", {{"frac", "1.0001"}}, "t"}, &p);
+  EXPECT_EQ(s.message(), "t: policy 'probe' parameter 'frac' must be in (0, 1], got 1.0001");
+  s = r.Create(PolicySpec{"probe", {{"share", "-0.01"}}, "t"}, &p);
+  EXPECT_EQ(s.message(), "t: policy 'probe' parameter 'share' must be in [0, 1], got -0.01");
+  s = r.Create(PolicySpec{"probe", {{"big", "99999999999"}}, "t"}, &p);
+  EXPECT_EQ(s.message(), "t: policy 'probe' parameter 'big' must be in [1, 1048576], got 99999999999");
+  s = r.Create(PolicySpec{"probe", {{"bits", "3"}}, "t"}, &p);
+  EXPECT_EQ(s.message(), "t: policy 'probe' parameter 'bits' expects one of 2, 4, got '3'");
+  s = r.Create(PolicySpec{"probe", {{"bits", "two"}}, "t"}, &p);
+  EXPECT_EQ(s.message(), "t: policy 'probe' parameter 'bits' expects one of 2, 4, got 'two'");
+  EXPECT_EQ(*created, 0) << "create saw a value outside its ParamSpec";
+  // The ends themselves, as declared open or closed; ints by canonical value.
+  ASSERT_TRUE(r.Create(PolicySpec{"probe", {{"n", "1"}, {"frac", "1"}, {"share", "0"}, {"bits", "+4"}}, "t"}, &p).ok());
+  EXPECT_EQ(p->params().GetString("bits"), "4");
+  ASSERT_TRUE(r.Create(PolicySpec{"probe", {{"share", "1"}, {"big", "1048576"}}, "t"}, &p).ok());
+  EXPECT_EQ(*created, 2);
+
+  EXPECT_EQ(ParamRange::Above(0).ToString(), "> 0");
+  EXPECT_FALSE(ParamRange::Above(0).Contains(0));
+  EXPECT_TRUE(ParamRange::Above(0).Contains(1e-9));
+  EXPECT_EQ(ParamRange().ToString(), "");
+  EXPECT_TRUE(ParamRange().Contains(-1e300));
+  EXPECT_EQ(ParamRange::Closed(0.25, 0.75).ToString(), "in [0.25, 0.75]");
+}
+
+// The built-in policies' ranges reach their messages (the checks their
+// create functions used to repeat by hand).
+TEST(PolicyRegistryTest, BuiltinRangeMessages) {
+  const std::vector<std::pair<PolicySpec, std::string>> cases = {
+      {{"h2o", {{"ratio", "1.5"}}, "t"}, "t: policy 'h2o' parameter 'ratio' must be in (0, 1], got 1.5"},
+      {{"h2o", {{"heavy_fraction", "-0.1"}}, "t"}, "t: policy 'h2o' parameter 'heavy_fraction' must be in [0, 1], got -0.1"},
+      {{"h2o", {{"budget", "-1"}}, "t"}, "t: policy 'h2o' parameter 'budget' must be >= 0, got -1"},
+      {{"random", {{"ratio", "0"}}, "t"}, "t: policy 'random' parameter 'ratio' must be in (0, 1], got 0"},
+      {{"sink", {{"window", "0"}}, "t"}, "t: policy 'sink' parameter 'window' must be >= 1, got 0"},
+      {{"sink", {{"n_sink", "-1"}}, "t"}, "t: policy 'sink' parameter 'n_sink' must be >= 0, got -1"},
+      {{"window", {{"window", "-1"}}, "t"}, "t: policy 'window' parameter 'window' must be >= 1, got -1"},
+      {{"gqa-reuse", {{"group", "0"}}, "t"}, "t: policy 'gqa-reuse' parameter 'group' must be in [1, 1048576], got 0"},
+      {{"kivi", {{"bits", "3"}}, "t"}, "t: policy 'kivi' parameter 'bits' expects one of 2, 4, got '3'"},
+      {{"kivi", {{"group", "0"}}, "t"}, "t: policy 'kivi' parameter 'group' must be >= 1, got 0"},
+      {{"kivi", {{"residual", "-1"}}, "t"}, "t: policy 'kivi' parameter 'residual' must be >= 0, got -1"},
+      {{"offload", {{"keep_recent", "-2"}}, "t"}, "t: policy 'offload' parameter 'keep_recent' must be >= 0, got -2"},
+  };
+  for (const auto& [spec, message] : cases) {
+    std::unique_ptr<KVPolicy> p;
+    const Status s = PolicyRegistry::Global().Create(spec, &p);
+    EXPECT_EQ(s.message(), message);
+  }
+}
+
 // kivi's `attention`: a bad value is rejected naming the parameter; int8 only
 // sets KvEncoding::int8_attention (same format and block bytes as exact).
 TEST(PolicyRegistryTest, KiviAttentionParameter) {
@@ -132,6 +207,13 @@ TEST(PolicyConformanceTest, EveryRegisteredPolicy) {
     }
     for (const ParamSpec& ps : info.params) {
       EXPECT_FALSE(ps.help.empty()) << ps.name;
+      // Defaults skip the registry's check, so each must pass it: in range,
+      // among the choices, already canonical ("" is a string's "none").
+      if (ps.type == ParamSpec::Type::kString && ps.default_value.empty()) continue;
+      std::string canon;
+      const Status st = CheckParamValue(info.name, ps, ps.default_value, &canon);
+      EXPECT_TRUE(st.ok()) << st.message();
+      EXPECT_EQ(canon, ps.default_value) << ps.name;
     }
     if (!(p->Concerns() & kConcernHeadSharing)) {
       EXPECT_EQ(p->StoredKvHeads(8), 8);

@@ -86,21 +86,15 @@ void RegisterRandomPolicy(PolicyRegistry* registry) {
   info.paper = "Zhang et al. 2023, H2O: Heavy-Hitter Oracle for Efficient Generative Inference of LLMs (random baseline)";
   info.concerns = kConcernSelection;
   info.params = {
-      {"budget", ParamSpec::Type::kInt, "0", "slots kept per stream; 0 = ratio x the sequence's length so far", {}},
-      {"ratio", ParamSpec::Type::kFloat, "0.2",
-       "budget as a fraction of the sequence's length so far, in (0, 1]; used when budget = 0", {}},
+      {"budget", ParamSpec::Type::kInt, "0", "slots kept per stream; 0 = ratio x the sequence's length so far", {},
+       ParamRange::AtLeast(0)},
+      {"ratio", ParamSpec::Type::kFloat, "0.2", "budget as a fraction of the sequence's length so far; used when budget = 0",
+       {}, ParamRange::OpenClosed(0, 1)},
       {"seed", ParamSpec::Type::kInt, "0", "seed of the random choice (same seed, same choice on every run)", {}},
   };
   info.create = [](PolicyParams p, std::unique_ptr<KVPolicy>* out) {
     const int64_t budget = p.GetInt("budget");
     const double ratio = p.GetFloat("ratio");
-    if (budget < 0) {
-      return Status::InvalidArgument("policy 'random' parameter 'budget' must be >= 0 (0 = use ratio), got " +
-                                     std::to_string(budget));
-    }
-    if (!(ratio > 0.0 && ratio <= 1.0)) {
-      return Status::InvalidArgument("policy 'random' parameter 'ratio' must be in (0, 1], got " + p.values().at("ratio"));
-    }
     const uint64_t seed = static_cast<uint64_t>(p.GetInt("seed"));
     out->reset(new RandomEvictPolicy(std::move(p), budget, ratio, seed));
     return Status::OK();

@@ -1,5 +1,6 @@
 #include "policies/registry.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -61,7 +62,7 @@ const char* TypeName(ParamSpec::Type t) {
   return "?";
 }
 
-// Checks `text` against the spec and writes its canonical form to *canon.
+// Checks `text` against the spec's type and writes its canonical form to *canon.
 bool Canonicalise(const ParamSpec& spec, const std::string& text, std::string* canon) {
   if (text.empty()) return false;
   char* end = nullptr;
@@ -84,11 +85,6 @@ bool Canonicalise(const ParamSpec& spec, const std::string& text, std::string* c
       *canon = text;
       return true;
     case ParamSpec::Type::kString:
-      if (!spec.choices.empty()) {
-        bool found = false;
-        for (const auto& c : spec.choices) found = found || c == text;
-        if (!found) return false;
-      }
       *canon = text;
       return true;
   }
@@ -96,6 +92,23 @@ bool Canonicalise(const ParamSpec& spec, const std::string& text, std::string* c
 }
 
 }  // namespace
+
+Status CheckParamValue(const std::string& policy, const ParamSpec& spec, const std::string& text, std::string* canon) {
+  const std::string what = "policy '" + policy + "' parameter '" + spec.name + "'";
+  bool valid = Canonicalise(spec, text, canon);
+  if (valid && !spec.choices.empty()) {
+    valid = std::find(spec.choices.begin(), spec.choices.end(), *canon) != spec.choices.end();
+  }
+  if (!valid) {
+    const std::string expected = spec.choices.empty() ? TypeName(spec.type) : spec.ValidValues();
+    return Status::InvalidArgument(what + " expects " + expected + ", got '" + text + "'");
+  }
+  const bool number = spec.type == ParamSpec::Type::kInt || spec.type == ParamSpec::Type::kFloat;
+  if (number && !spec.range.Contains(std::strtod(canon->c_str(), nullptr))) {
+    return Status::InvalidArgument(what + " must be " + spec.range.ToString() + ", got " + *canon);
+  }
+  return Status::OK();
+}
 
 Status PolicyRegistry::Create(const PolicySpec& spec, std::unique_ptr<KVPolicy>* out) const {
   const std::string where = spec.source.empty() ? std::string("policy") : spec.source;
@@ -116,12 +129,8 @@ Status PolicyRegistry::Create(const PolicySpec& spec, std::unique_ptr<KVPolicy>*
                                      "'; valid parameters: " + JoinNames(valid));
     }
     std::string canon;
-    if (!Canonicalise(*ps, kv.second, &canon)) {
-      std::string expected = TypeName(ps->type);
-      if (!ps->choices.empty()) expected = "one of " + JoinNames(ps->choices);
-      return Status::InvalidArgument(where + ": policy '" + spec.name + "' parameter '" + kv.first + "' expects " +
-                                     expected + ", got '" + kv.second + "'");
-    }
+    const Status st = CheckParamValue(spec.name, *ps, kv.second, &canon);
+    if (!st.ok()) return Status::InvalidArgument(where + ": " + st.message());
     params.values_[kv.first] = canon;
   }
   for (const ParamSpec& p : info->params) {

@@ -24,8 +24,10 @@ struct PolicyInfo {
   // tokens of a small model), for the engine conformance test; defaults
   // where empty. Not a different policy: only budgets scaled down.
   std::map<std::string, std::string> test_params;
-  // Builds an instance from validated params; may reject combinations of
-  // values with an error naming the parameter.
+  // Builds an instance from params already typed, defaulted and checked
+  // against each ParamSpec's choices and range (so it repeats none of those
+  // checks); may reject combinations of values with an error naming the
+  // parameters.
   std::function<Status(PolicyParams, std::unique_ptr<KVPolicy>*)> create;
 };
 
@@ -40,12 +42,18 @@ class PolicyRegistry {
   const std::vector<PolicyInfo>& infos() const { return infos_; }
 
   // Validates raw parameters against the policy's specs (unknown names and
-  // bad values are errors listing what is valid) and creates the policy.
+  // bad values, by CheckParamValue, are errors listing what is valid) and
+  // creates the policy.
   Status Create(const PolicySpec& spec, std::unique_ptr<KVPolicy>* out) const;
 
  private:
   std::vector<PolicyInfo> infos_;
 };
+
+// Checks one raw value against its spec (type, choices, range) and writes its
+// canonical text to *canon. The error names the policy, the parameter, the
+// value and what is valid.
+Status CheckParamValue(const std::string& policy, const ParamSpec& spec, const std::string& text, std::string* canon);
 
 void RegisterBuiltinPolicies(PolicyRegistry* registry);
 

@@ -47,14 +47,6 @@ class SinkWindowPolicy : public KVPolicy {
   bool cache_positions_;
 };
 
-Status CheckWindow(const char* policy, int64_t window) {
-  if (window <= 0) {
-    return Status::InvalidArgument(std::string("policy '") + policy + "' parameter 'window' must be positive (a budget of " +
-                                   "zero keeps nothing), got " + std::to_string(window));
-  }
-  return Status::OK();
-}
-
 ParamSpec PositionsSpec() {
   return {"positions", ParamSpec::Type::kString, "cache", kPositionsHelp, {"cache", "original"}};
 }
@@ -68,17 +60,16 @@ void RegisterSinkPolicy(PolicyRegistry* registry) {
   info.paper = "Xiao et al. 2023, Efficient Streaming Language Models with Attention Sinks (StreamingLLM)";
   info.concerns = kConcernSelection;
   info.params = {
-      {"n_sink", ParamSpec::Type::kInt, "4", "initial slots kept as attention sinks (the paper: 4)", {}},
-      {"window", ParamSpec::Type::kInt, "1020", "most recent slots kept (the paper: 1020, for a cache of 1024)", {}},
+      {"n_sink", ParamSpec::Type::kInt, "4", "initial slots kept as attention sinks (the paper: 4)", {},
+       ParamRange::AtLeast(0)},
+      // A window of zero would keep nothing of the step just computed.
+      {"window", ParamSpec::Type::kInt, "1020", "most recent slots kept (the paper: 1020, for a cache of 1024)", {},
+       ParamRange::AtLeast(1)},
       PositionsSpec(),
   };
   info.create = [](PolicyParams p, std::unique_ptr<KVPolicy>* out) {
     const int64_t n_sink = p.GetInt("n_sink");
     const int64_t window = p.GetInt("window");
-    if (n_sink < 0) {
-      return Status::InvalidArgument("policy 'sink' parameter 'n_sink' must be >= 0, got " + std::to_string(n_sink));
-    }
-    KVLAB_RETURN_IF_ERROR(CheckWindow("sink", window));
     const bool cache_positions = p.GetString("positions") == "cache";
     out->reset(new SinkWindowPolicy("sink", std::move(p), n_sink, window, cache_positions));
     return Status::OK();
@@ -94,12 +85,12 @@ void RegisterWindowPolicy(PolicyRegistry* registry) {
   info.paper = "Xiao et al. 2023, Efficient Streaming Language Models with Attention Sinks (window baseline)";
   info.concerns = kConcernSelection;
   info.params = {
-      {"window", ParamSpec::Type::kInt, "1024", "most recent slots kept (the paper's baseline: 1024)", {}},
+      {"window", ParamSpec::Type::kInt, "1024", "most recent slots kept (the paper's baseline: 1024)", {},
+       ParamRange::AtLeast(1)},
       PositionsSpec(),
   };
   info.create = [](PolicyParams p, std::unique_ptr<KVPolicy>* out) {
     const int64_t window = p.GetInt("window");
-    KVLAB_RETURN_IF_ERROR(CheckWindow("window", window));
     const bool cache_positions = p.GetString("positions") == "cache";
     out->reset(new SinkWindowPolicy("window", std::move(p), 0, window, cache_positions));
     return Status::OK();

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "kernels/cuda/append_kv.h"
+#include "kernels/cuda/compact.h"
 #include "kernels/cuda/paged_decode.h"
 
 namespace kvlab {
@@ -147,8 +148,11 @@ class CudaBackendImpl : public CudaBackend {
   at::Tensor meta_;   // int64: per (row, layer) arrays of multi-row steps
   at::Tensor slot_attn_, slot_off_;  // float [total], int64 [L * num_streams]
 
-  // Queued compaction moves: rows (block * 2 * block_size + slot, K and V) of the plain arena.
-  std::vector<int64_t> move_src_, move_dst_;
+  // Queued compactions, one CompactStreams call per step: per stream, its
+  // block list as it was before KVCache::Compact freed the tail (a PagedKV
+  // over those lists) and its kept slots (cuda::KeptSlots).
+  std::vector<int32_t> cmp_indptr_{0}, cmp_indices_, cmp_last_len_, cmp_kept_, cmp_num_kept_;
+  std::vector<int64_t> cmp_kept_off_;
 };
 
 cuda::PagedDecodeShape CudaBackendImpl::DecodeShape(int num_seqs) const {
@@ -458,40 +462,65 @@ Status CudaBackendImpl::Compact(int64_t seq, int layer, int head, const std::vec
     return Status::InvalidArgument("cuda engine: compacting a stream with encoded blocks is not implemented on the device");
   }
   const std::vector<int32_t> blocks = st.blocks;  // before Compact frees the tail
+  const int64_t length = st.num_tokens;
   KVLAB_RETURN_IF_ERROR(cache_->Compact(seq, layer, head, keep));
-  const int64_t bs = shape_.block_size;
-  for (size_t i = 0; i < keep.size(); ++i) {
-    const int64_t src = keep[i], dst = static_cast<int64_t>(i);
-    if (src == dst) continue;
-    const int64_t src_row = blocks[static_cast<size_t>(src / bs)] * 2 * bs + src % bs;
-    const int64_t dst_row = blocks[static_cast<size_t>(dst / bs)] * 2 * bs + dst % bs;
-    move_src_.push_back(src_row);
-    move_dst_.push_back(dst_row);
-    move_src_.push_back(src_row + bs);  // V
-    move_dst_.push_back(dst_row + bs);
-  }
+  bool moves = false;  // a kept prefix 0..k-1 stays where it is
+  for (size_t i = 0; i < keep.size() && !moves; ++i) moves = keep[i] != static_cast<int64_t>(i);
+  if (!moves || blocks.empty()) return Status::OK();
+  cmp_indices_.insert(cmp_indices_.end(), blocks.begin(), blocks.end());
+  cmp_indptr_.push_back(static_cast<int32_t>(cmp_indices_.size()));
+  cmp_last_len_.push_back(static_cast<int32_t>(length - static_cast<int64_t>(blocks.size() - 1) * shape_.block_size));
+  cmp_kept_off_.push_back(static_cast<int64_t>(cmp_kept_.size()));
+  for (int64_t k : keep) cmp_kept_.push_back(static_cast<int32_t>(k));
+  cmp_num_kept_.push_back(static_cast<int32_t>(keep.size()));
   return Status::OK();
 }
 
-// All queued moves at once: every kept row is gathered before any is written,
-// so overlapping moves within a stream are safe.
+// Every queued stream in one cuda::CompactStreams call (kernels/cuda/compact.h):
+// it gathers all kept rows before writing any, so overlapping moves within a
+// stream are safe. The host's books were done by KVCache::Compact; the
+// kernel's CompactResult (the same lengths and freed blocks) is not needed.
 Status CudaBackendImpl::FinishCompaction() {
-  if (move_src_.empty()) return Status::OK();
+  if (cmp_num_kept_.empty()) return Status::OK();
+  Status st;
   try {
-    const BlockPool& pool = cache_->pool();
-    const int64_t row_bytes = static_cast<int64_t>(shape_.head_dim) * DTypeBytes(shape_.dtype);
-    at::Tensor rows = at::from_blob(pool.device_data(), {pool.num_blocks() * 2 * shape_.block_size, row_bytes},
-                                    at::TensorOptions().dtype(at::kByte).device(device_));
-    at::Tensor src = Upload(move_src_, at::kLong), dst = Upload(move_dst_, at::kLong);
-    rows.index_copy_(0, dst, rows.index_select(0, src));
+    const at::Tensor indptr = Upload(cmp_indptr_, at::kInt), indices = Upload(cmp_indices_, at::kInt);
+    const at::Tensor last_len = Upload(cmp_last_len_, at::kInt), kept = Upload(cmp_kept_, at::kInt);
+    const at::Tensor kept_off = Upload(cmp_kept_off_, at::kLong), num_kept = Upload(cmp_num_kept_, at::kInt);
+    PagedKV kv;
+    kv.base = static_cast<uint8_t*>(cache_->pool().device_data());
+    kv.block_bytes = shape_.BlockBytes();
+    kv.dtype = shape_.dtype;
+    kv.block_size = shape_.block_size;
+    kv.head_dim = shape_.head_dim;
+    kv.num_streams = static_cast<int>(cmp_num_kept_.size());
+    kv.indptr = indptr.data_ptr<int32_t>();
+    kv.indices = indices.data_ptr<int32_t>();
+    kv.last_block_len = last_len.data_ptr<int32_t>();
+    cuda::KeptSlots ks;
+    ks.slots = kept.data_ptr<int32_t>();
+    ks.offsets = kept_off.data_ptr<int64_t>();
+    ks.num_kept = num_kept.data_ptr<int32_t>();
+    ks.capacity = static_cast<int64_t>(cmp_kept_.size());
+    size_t temp_bytes = 0;
+    cudaError_t e = cuda::CompactStreams(nullptr, &temp_bytes, kv, ks, nullptr, nullptr, {}, /*stream=*/nullptr);
+    // The decode workspace is free between steps; the next step's kernels are queued after these.
+    if (e == cudaSuccess) st = GrowWorkspace(static_cast<int64_t>(temp_bytes));
+    if (e == cudaSuccess && st.ok()) {
+      e = cuda::CompactStreams(workspace_, &temp_bytes, kv, ks, nullptr, nullptr, {}, /*stream=*/nullptr);
+    }
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      st = Status::Internal("cuda engine: CompactStreams: " + CudaErrorText(e) + " " +
+                            cuda::CompactStreamsCheck(kv, ks, nullptr, nullptr));
+    }
   } catch (const c10::Error& e) {
-    move_src_.clear();
-    move_dst_.clear();
-    return Status::Internal(std::string("cuda engine: compaction: ") + e.what_without_backtrace());
+    st = Status::Internal(std::string("cuda engine: compaction: ") + e.what_without_backtrace());
   }
-  move_src_.clear();
-  move_dst_.clear();
-  return Status::OK();
+  cmp_indptr_.assign(1, 0);
+  for (auto* v : {&cmp_indices_, &cmp_last_len_, &cmp_kept_, &cmp_num_kept_}) v->clear();
+  cmp_kept_off_.clear();
+  return st;
 }
 
 Status CudaBackendImpl::Seal(const std::vector<int64_t>& seqs) {

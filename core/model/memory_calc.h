@@ -1,4 +1,4 @@
-// The seed article's KV-cache calculator: bytes per token and per sequence,
+// The KV-cache size calculator: bytes per token and per sequence,
 // 2 * L * H_kv * d_h * S * b, for any model config, storage width and policy
 // stack whose effect is fixed by its parameters (head sharing, storage dtype);
 // sliding-window layers hold at most their window.

@@ -15,8 +15,9 @@ MemoryEstimate Estimate(const std::string& preset, int64_t tokens, int bits) {
   return e;
 }
 
-// The seed article's table, exactly.
-TEST(MemoryCalcTest, SeedArticleTable) {
+// The worked examples of the formula (8B at 8K = 1 GiB, 70B at 32K = 10 GiB,
+// Llama 2 7B at 4K = 2 GiB), exactly.
+TEST(MemoryCalcTest, WorkedExamplesTable) {
   MemoryEstimate e = Estimate("llama-3.1-8b", 8192, 16);
   EXPECT_EQ(e.bytes_per_token, 131072);
   EXPECT_EQ(BinaryUnits(e.bytes_per_token), "128 KiB");

@@ -2,8 +2,8 @@
 // model (as Engine::Create builds it), pool sizes from a byte budget, and a
 // StepExecutor over a memory-only KVCache (no storage, real model shapes such
 // as llama-3.1-70b) that emits dummy tokens. The scheduler and pools are the
-// ones the engine uses, so the seed article's serving scenario can be
-// replayed at real shapes on any machine. Torch-free.
+// ones the engine uses, so a serving scenario (such as a 70B model's
+// conversation in a 15 GB pool) can be replayed at real shapes on any machine. Torch-free.
 #pragma once
 
 #include <cstdint>

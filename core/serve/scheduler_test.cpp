@@ -1,8 +1,8 @@
 // The scheduler over model-free pools: block accounting under random
 // operations (with and without prefix caching, selection stacks sharing
 // cached blocks by copy on write included), preemption order, chunked
-// prefill with decode, admission errors, and the seed article's serving
-// figures at llama-3.1-70b shapes. Prefix caching's own cases are in
+// prefill with decode, admission errors, and the serving scenario's
+// figures at llama-3.1-70b shapes (a 30,000-token conversation in a 15 GB pool). Prefix caching's own cases are in
 // scheduler_prefix_test.cpp.
 #include "core/serve/scheduler.h"
 
@@ -309,7 +309,7 @@ TEST(SchedulerTest, AbortsARequestThatOutgrowsThePoolAlone) {
   EXPECT_EQ(ex->cache().BytesInUse(), 0);
 }
 
-// --- The seed article's scenario at llama-3.1-70b shapes ---
+// --- The 70B serving scenario: llama-3.1-70b shapes, a 15 GB pool, 30,000 tokens ---
 
 ModelConfig Llama70B() {
   ModelConfig m;

@@ -40,7 +40,7 @@ SWEEPS = ("model-card", "retrieval")
 # Held-out bits per byte on each held-out text alone (bpb only).
 TEXT_SWEEPS = (("model-card-kjv", "King James (7 held-out books)"),
                ("model-card-brown", "Brown Corpus (50 held-out documents)"))
-# The language bar of issue 4: held-out bits per byte at most this.
+# The language target of the tiny models: held-out bits per byte at most this.
 BPB_BAR = 2.0
 
 

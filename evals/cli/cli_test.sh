@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The kvlab CLI as a user meets it: the seed article's memory table, and bad
+# The kvlab CLI as a user meets it: the KV-cache size table, and bad
 # input (checkpoints, configs, arguments) giving one clear error that names
 # the file and the key or tensor, a non-zero exit and no crash.
 # Usage: cli_test.sh PATH/TO/kvlab
@@ -44,7 +44,7 @@ expect_err() {
   pass "$name"
 }
 
-# --- the seed article's table ---
+# --- the KV-cache size table: 2 x layers x KV heads x head_dim x tokens x bytes ---
 expect_out "memory llama-3.1-8b" "131,072 B = 128 KiB" "1,073,741,824 B = 1 GiB" "overstates the uncompressed cache by 4.00x" -- \
   "$KVLAB" memory --model llama-3.1-8b --tokens 8192
 expect_out "memory llama-3.1-70b" "327,680 B = 320 KiB" "= 10 GiB" "overstates the uncompressed cache by 8.00x" -- \
@@ -56,6 +56,10 @@ expect_out "memory 70b scenario 8-bit" "4.92 GB at 30,000 tokens" "32.8% of a 15
   "$KVLAB" memory --model llama-3.1-70b --tokens 30000 --bits 8 --pool-gb 15
 expect_out "models" "llama-3.1-70b" "327,680" "mistral-7b" -- "$KVLAB" models
 expect_out "policies" "full" -- "$KVLAB" policies
+expect_out "policies print each parameter's valid values" "in (0, 1]" ">= 1" "one of 2, 4" "one of mean, first" -- \
+  "$KVLAB" policies
+expect_err "a value outside its declared range" "policy 'h2o' parameter 'ratio' must be in (0, 1], got 1.5" -- \
+  "$KVLAB" generate --policy h2o:ratio=1.5
 
 # --- a good checkpoint, then broken copies of it ---
 "$KVLAB" init --model small --out "$T/ok" --seed 3 >/dev/null || { fail "init"; exit 1; }

@@ -166,7 +166,7 @@ Command AddLogitsCommand(CLI::App& app) {
 
 Command AddMemoryCommand(CLI::App& app) {
   auto a = std::make_shared<MemoryArgs>();
-  CLI::App* mem = app.add_subcommand("memory", "KV-cache size calculator (the seed article's formula)");
+  CLI::App* mem = app.add_subcommand("memory", "KV-cache size calculator: 2 x layers x KV heads x head_dim x tokens x bytes");
   mem->add_option("--model", a->model, "Preset, config.json or model directory")->capture_default_str();
   mem->add_option("--tokens", a->tokens, "Sequence length S")->capture_default_str();
   mem->add_option("--bits", a->bits, "Bits per stored number (32, 16, 8, 4, 2)")->capture_default_str();

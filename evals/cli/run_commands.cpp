@@ -77,8 +77,15 @@ int RunPolicies() {
     std::printf("%s  [%s]\n  %s\n", i.name.c_str(), ConcernList(i.concerns).c_str(), i.summary.c_str());
     if (i.paper != "-") std::printf("  paper: %s\n", i.paper.c_str());
     for (const ParamSpec& p : i.params) {
-      std::printf("    %-15s default %-11s %s\n", p.name.c_str(),
-                  p.default_value.empty() ? "\"\"" : p.default_value.c_str(), p.help.c_str());
+      std::string valid = p.ValidValues();
+      if (valid.empty()) {
+        valid = p.type == ParamSpec::Type::kInt     ? "any integer"
+                : p.type == ParamSpec::Type::kFloat ? "any number"
+                : p.type == ParamSpec::Type::kBool  ? "true or false"
+                                                    : "any string";
+      }
+      std::printf("    %-15s default %-11s %-23s %s\n", p.name.c_str(),
+                  p.default_value.empty() ? "\"\"" : p.default_value.c_str(), valid.c_str(), p.help.c_str());
     }
   }
   return 0;

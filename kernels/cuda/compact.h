@@ -1,9 +1,10 @@
 // CompactStreams: the cache side of an eviction on the device. Moves each
-// stream's kept K/V rows (KeptSlots, e.g. from SelectTopK) to the front of its
-// page table, in order, and compacts the slot_attn accumulator the same way;
-// the blocks left empty at the tail are reported for the host to free. Plain
-// structs and raw device pointers, no libtorch; returns a cudaError_t and
-// never throws.
+// stream's kept K/V rows (KeptSlots: the selection policy's keep lists) to the
+// front of its page table, in order, and compacts the slot_attn accumulator
+// the same way; the blocks left empty at the tail are reported for the host to
+// free. Called by the CUDA engine (core/engine/cuda_backend.cpp,
+// FinishCompaction) after KVCache::Compact has done the books. Plain structs
+// and raw device pointers, no libtorch; returns a cudaError_t and never throws.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -11,11 +12,19 @@
 #include <cstdint>
 #include <string>
 
-#include "kernels/cuda/select_topk.h"
 #include "kernels/paged_kv.h"
 
 namespace kvlab {
 namespace cuda {
+
+// The kept slots, per stream: slots + offsets[s] holds num_kept[s] slot
+// indices in ascending order.
+struct KeptSlots {
+  int32_t* slots = nullptr;          // DEVICE
+  const int64_t* offsets = nullptr;  // DEVICE [num_streams]
+  int32_t* num_kept = nullptr;       // DEVICE [num_streams]
+  int64_t capacity = 0;              // HOST: entries of slots; every offsets[s] + num_kept[s] <= this
+};
 
 // What the host needs to shrink its page tables (DEVICE arrays
 // [num_streams], each optional). After the call stream s has length

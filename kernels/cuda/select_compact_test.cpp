@@ -1,10 +1,9 @@
-// SelectTopK and CompactStreams against the CPU: SelectTopK against H2O's
-// rule (policies/h2o.cpp), slot for slot; CompactStreams byte for byte
-// against a gather on a host copy of the pool. (The offload moves, built into
-// the same test programs: offload_test.cpp.) Device tests skip without a GPU;
-// argument checks run anywhere. The same file runs on the CPU emulation of
-// CUDA (select_compact_emu_test), where the CUB sort inside SelectTopK is
-// replaced by a host sort (select_topk.h).
+// CompactStreams against the CPU, byte for byte against a gather on a host
+// copy of the pool, with kept sets that include H2O's (policies/h2o.cpp's
+// rule, copied below). (The offload moves, built into the same test
+// programs: offload_test.cpp.) Device tests skip without a GPU; argument
+// checks run anywhere. The same file runs on the CPU emulation of CUDA
+// (select_compact_emu_test).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -20,14 +19,13 @@
 
 #include "kernels/cuda/compact.h"
 #include "kernels/cuda/cuda_test_util.h"
-#include "kernels/cuda/select_topk.h"
 
 namespace kvlab {
 namespace cuda_test {
 namespace {
 
-// H2OPolicy::SelectSlots (policies/h2o.cpp, not a free function) with heavy
-// and recent given: the recent last slots plus the heavy highest-scored
+// A kept set as H2O chooses it: H2OPolicy::SelectSlots (policies/h2o.cpp,
+// not a free function) with heavy and recent given: the recent last slots plus the heavy highest-scored
 // others, NaN as -inf, ties to the lower slot; everything when n <= heavy +
 // recent. Same comparator and the same nth_element + sort.
 std::vector<int32_t> H2OKeepReference(const float* score, int64_t n, int64_t heavy, int64_t recent) {
@@ -58,152 +56,6 @@ std::vector<int32_t> H2OKeepReference(const float* score, int64_t n, int64_t hea
   for (int64_t c : cand) keep.push_back(static_cast<int32_t>(c));
   for (int64_t i = older; i < n; ++i) keep.push_back(static_cast<int32_t>(i));
   return keep;
-}
-
-// --- SelectTopK ---
-
-enum class Scores { kRandom, kFewValues, kSpecial, kNull };
-
-struct SelectCase {
-  const char* name;
-  Scores scores;
-  bool one_long_stream;
-};
-
-void PrintTo(const SelectCase& c, std::ostream* os) { *os << c.name; }
-
-class SelectTopKCudaTest : public ::testing::TestWithParam<SelectCase> {};
-
-TEST_P(SelectTopKCudaTest, MatchesH2OPolicy) {
-  SKIP_WITHOUT_GPU();
-  const SelectCase& c = GetParam();
-  std::mt19937 rng(11);
-  std::vector<int32_t> len, heavy, recent;
-  if (c.one_long_stream) {
-    len = {5000};
-    heavy = {1000};
-    recent = {100};
-  } else {
-    // Chunk edges of the 256-thread scan (255, 256, 257); heavy = older - 1
-    // (257: 255 + 1); budgets above n (kept whole); negative parameters (0).
-    len = {0, 1, 2, 7, 64, 255, 256, 257, 600, 1500, 40, 33};
-    heavy = {2, 0, 1, 4, 0, 100, 128, 255, 300, 300, -1, 10};
-    recent = {2, 0, 0, 0, 4, 20, 64, 1, 1000, 1, 3, -2};
-  }
-  const int ns = static_cast<int>(len.size());
-  // Streams' score arrays and kept lists lie apart, with gaps.
-  std::vector<int64_t> attn_off, out_off;
-  int64_t attn_size = 3, out_size = 5;
-  for (int s = 0; s < ns; ++s) {
-    attn_off.push_back(attn_size);
-    attn_size += len[static_cast<size_t>(s)] + 3;
-    out_off.push_back(out_size);
-    out_size += len[static_cast<size_t>(s)] + 5;
-  }
-  std::vector<float> attn(static_cast<size_t>(attn_size), 1e30f);  // gaps: would win if read
-  std::uniform_real_distribution<float> u(0.0f, 4.0f);
-  std::uniform_int_distribution<int> few(0, 3), pick(0, 9);
-  const float special[] = {std::nanf(""), -0.0f, 0.0f, std::numeric_limits<float>::infinity(),
-                           -std::numeric_limits<float>::infinity(), 1.0f, -1.0f, 2.0f, 1e-40f, -1e-40f};
-  for (int s = 0; s < ns; ++s) {
-    for (int32_t i = 0; i < len[static_cast<size_t>(s)]; ++i) {
-      float& x = attn[static_cast<size_t>(attn_off[static_cast<size_t>(s)] + i)];
-      switch (c.scores) {
-        case Scores::kRandom: x = u(rng); break;
-        case Scores::kFewValues: x = static_cast<float>(few(rng)); break;  // many ties
-        case Scores::kSpecial: x = special[pick(rng)]; break;
-        case Scores::kNull: x = u(rng); break;  // not passed
-      }
-    }
-  }
-  const bool null_scores = c.scores == Scores::kNull;
-
-  DeviceBuffer d_attn, d_attn_off, d_len, d_heavy, d_recent, d_out, d_out_off, d_num;
-  CUDA_ASSERT(d_attn.Upload(attn));
-  CUDA_ASSERT(d_attn_off.Upload(attn_off));
-  CUDA_ASSERT(d_len.Upload(len));
-  CUDA_ASSERT(d_heavy.Upload(heavy));
-  CUDA_ASSERT(d_recent.Upload(recent));
-  CUDA_ASSERT(d_out.Upload(std::vector<int32_t>(static_cast<size_t>(out_size), -7)));
-  CUDA_ASSERT(d_out_off.Upload(out_off));
-  CUDA_ASSERT(d_num.Upload(std::vector<int32_t>(static_cast<size_t>(ns), -7)));
-
-  cuda::TopKInput in;
-  in.num_streams = ns;
-  in.slot_attn = null_scores ? nullptr : d_attn.as<float>();
-  in.slot_attn_offsets = d_attn_off.as<int64_t>();
-  in.slot_attn_size = attn_size;
-  in.length = d_len.as<int32_t>();
-  in.heavy = d_heavy.as<int32_t>();
-  in.recent = d_recent.as<int32_t>();
-  cuda::KeptSlots out;
-  out.slots = d_out.as<int32_t>();
-  out.offsets = d_out_off.as<int64_t>();
-  out.num_kept = d_num.as<int32_t>();
-  out.capacity = out_size;
-  ASSERT_EQ(cuda::SelectTopKCheck(in, out), "");
-  size_t temp_bytes = 0;
-  CUDA_ASSERT(cuda::SelectTopK(nullptr, &temp_bytes, in, out, nullptr));
-  ASSERT_GT(temp_bytes, 0u);
-  DeviceBuffer temp;
-  CUDA_ASSERT(temp.Alloc(temp_bytes));
-  CUDA_ASSERT(cudaMemset(temp.as<void>(), 0xff, temp_bytes));  // stale keys must not matter
-  size_t too_small = temp_bytes - 1;
-  EXPECT_EQ(cuda::SelectTopK(temp.as<void>(), &too_small, in, out, nullptr), cudaErrorInvalidValue);
-  CUDA_ASSERT(cuda::SelectTopK(temp.as<void>(), &temp_bytes, in, out, nullptr));
-  CUDA_ASSERT(cudaDeviceSynchronize());
-
-  std::vector<int32_t> got, num;
-  CUDA_ASSERT(d_out.Download(&got));
-  CUDA_ASSERT(d_num.Download(&num));
-  for (int s = 0; s < ns; ++s) {
-    const size_t su = static_cast<size_t>(s);
-    SCOPED_TRACE("stream " + std::to_string(s) + " length " + std::to_string(len[su]) + " heavy " +
-                 std::to_string(heavy[su]) + " recent " + std::to_string(recent[su]));
-    const std::vector<int32_t> want = H2OKeepReference(null_scores ? nullptr : attn.data() + attn_off[su], len[su],
-                                                       heavy[su], recent[su]);
-    ASSERT_EQ(num[su], static_cast<int32_t>(want.size()));
-    const std::vector<int32_t> have(got.begin() + out_off[su], got.begin() + out_off[su] + num[su]);
-    EXPECT_EQ(have, want);
-    // Nothing written past the kept slots (up to the next stream's gap).
-    for (int64_t i = out_off[su] + num[su]; i < out_off[su] + len[su] + 5; ++i) {
-      EXPECT_EQ(got[static_cast<size_t>(i)], -7) << "entry " << i;
-    }
-  }
-  for (int64_t i = 0; i < 5; ++i) EXPECT_EQ(got[static_cast<size_t>(i)], -7);
-}
-
-INSTANTIATE_TEST_SUITE_P(Scores, SelectTopKCudaTest,
-                         ::testing::Values(SelectCase{"random", Scores::kRandom, false},
-                                           SelectCase{"ties", Scores::kFewValues, false},
-                                           SelectCase{"nan_inf_signed_zeros", Scores::kSpecial, false},
-                                           SelectCase{"null_scores", Scores::kNull, false},
-                                           SelectCase{"long_stream", Scores::kRandom, true},
-                                           SelectCase{"long_stream_ties", Scores::kFewValues, true}),
-                         [](const ::testing::TestParamInfo<SelectCase>& i) { return std::string(i.param.name); });
-
-TEST(SelectTopKCheckTest, RejectsBadArguments) {
-  cuda::TopKInput in;
-  cuda::KeptSlots out;
-  EXPECT_EQ(cuda::SelectTopKCheck(in, out), "");  // no streams: nothing to do
-  size_t bytes = 123;
-  EXPECT_EQ(cuda::SelectTopK(nullptr, &bytes, in, out, nullptr), cudaSuccess);
-  EXPECT_EQ(bytes, 0u);
-  in.num_streams = 2;
-  EXPECT_NE(cuda::SelectTopKCheck(in, out), "");
-  EXPECT_EQ(cuda::SelectTopK(nullptr, &bytes, in, out, nullptr), cudaErrorInvalidValue);
-  int32_t i32[4] = {};
-  int64_t i64[4] = {};
-  in.slot_attn_offsets = i64;
-  in.length = in.heavy = in.recent = i32;
-  EXPECT_NE(cuda::SelectTopKCheck(in, out), "");  // out is null
-  out.slots = out.num_kept = i32;
-  out.offsets = i64;
-  EXPECT_EQ(cuda::SelectTopKCheck(in, out), "");
-  in.slot_attn_size = -1;
-  EXPECT_NE(cuda::SelectTopKCheck(in, out), "");
-  in.num_streams = -1;
-  EXPECT_NE(cuda::SelectTopKCheck(in, out), "");
 }
 
 // --- CompactStreams ---
@@ -376,84 +228,6 @@ INSTANTIATE_TEST_SUITE_P(DTypesBlocks, CompactCudaTest,
                            return std::string(DTypeName(i.param.dtype)) + "_bs" + std::to_string(i.param.block_size) +
                                   "_d" + std::to_string(i.param.head_dim);
                          });
-
-// SelectTopK's output fed to CompactStreams on the device: an H2O eviction.
-TEST(SelectThenCompactCudaTest, EvictsLikeThePolicy) {
-  SKIP_WITHOUT_GPU();
-  const DType dtype = DType::kBF16;
-  const int bs = 16, d = 64;
-  std::mt19937 rng(3);
-  const std::vector<int64_t> lens = {300, 17, 0, 64, 129};
-  const std::vector<int32_t> len32(lens.begin(), lens.end()), heavy = {40, 4, 4, 0, 60}, recent = {24, 4, 4, 32, 8};
-  HostCache hc = MakePlainCache(dtype, bs, d, lens, &rng);
-  const int ns = static_cast<int>(lens.size());
-  std::vector<int64_t> off;
-  int64_t total = 0;
-  for (int64_t n : lens) {
-    off.push_back(total);
-    total += n;
-  }
-  std::vector<float> attn(static_cast<size_t>(total));
-  std::uniform_int_distribution<int> few(0, 20);
-  for (float& x : attn) x = static_cast<float>(few(rng)) / 8.0f;  // ties
-  std::vector<std::vector<int32_t>> want_kept;
-  for (int s = 0; s < ns; ++s) {
-    const size_t su = static_cast<size_t>(s);
-    want_kept.push_back(H2OKeepReference(attn.data() + off[su], lens[su], heavy[su], recent[su]));
-  }
-  const CompactExpected want = CompactOnHost(hc, dtype, bs, d, want_kept, attn, off);
-
-  DeviceCache dc;
-  CUDA_ASSERT(dc.Upload(hc));
-  DeviceBuffer d_attn, d_off, d_len, d_heavy, d_recent, d_slots, d_num, d_last, d_freed;
-  CUDA_ASSERT(d_attn.Upload(attn));
-  CUDA_ASSERT(d_off.Upload(off));
-  CUDA_ASSERT(d_len.Upload(len32));
-  CUDA_ASSERT(d_heavy.Upload(heavy));
-  CUDA_ASSERT(d_recent.Upload(recent));
-  CUDA_ASSERT(d_slots.Alloc(static_cast<size_t>(total) * 4));
-  CUDA_ASSERT(d_num.Alloc(static_cast<size_t>(ns) * 4));
-  CUDA_ASSERT(d_last.Alloc(static_cast<size_t>(ns) * 4));
-  CUDA_ASSERT(d_freed.Alloc(static_cast<size_t>(ns) * 4));
-  cuda::TopKInput in;
-  in.num_streams = ns;
-  in.slot_attn = d_attn.as<float>();
-  in.slot_attn_offsets = d_off.as<int64_t>();
-  in.slot_attn_size = total;
-  in.length = d_len.as<int32_t>();
-  in.heavy = d_heavy.as<int32_t>();
-  in.recent = d_recent.as<int32_t>();
-  cuda::KeptSlots ks;  // the same layout as slot_attn
-  ks.slots = d_slots.as<int32_t>();
-  ks.offsets = d_off.as<int64_t>();
-  ks.num_kept = d_num.as<int32_t>();
-  ks.capacity = total;
-  const PagedKV kv = dc.View(hc, dtype, bs, d);
-  cuda::CompactResult res{d_last.as<int32_t>(), d_freed.as<int32_t>()};
-  size_t select_bytes = 0, compact_bytes = 0;
-  CUDA_ASSERT(cuda::SelectTopK(nullptr, &select_bytes, in, ks, nullptr));
-  CUDA_ASSERT(cuda::CompactStreams(nullptr, &compact_bytes, kv, ks, d_attn.as<float>(), d_off.as<int64_t>(), res,
-                                   nullptr));
-  size_t temp_bytes = std::max(select_bytes, compact_bytes);
-  DeviceBuffer temp;
-  CUDA_ASSERT(temp.Alloc(temp_bytes));
-  CUDA_ASSERT(cuda::SelectTopK(temp.as<void>(), &temp_bytes, in, ks, nullptr));
-  CUDA_ASSERT(cuda::CompactStreams(temp.as<void>(), &temp_bytes, kv, ks, d_attn.as<float>(), d_off.as<int64_t>(), res,
-                                   nullptr));
-  CUDA_ASSERT(cudaDeviceSynchronize());
-  std::vector<uint8_t> pool;
-  std::vector<float> got_attn;
-  std::vector<int32_t> last, freed;
-  CUDA_ASSERT(dc.pool.Download(&pool));
-  CUDA_ASSERT(d_attn.Download(&got_attn));
-  CUDA_ASSERT(d_last.Download(&last));
-  CUDA_ASSERT(d_freed.Download(&freed));
-  ExpectSameBytes(pool, want.pool, "the pool");
-  EXPECT_EQ(got_attn, want.attn);
-  EXPECT_EQ(last, want.last);
-  EXPECT_EQ(freed, want.freed);
-  EXPECT_EQ(freed, (std::vector<int32_t>{15, 1, 0, 2, 4}));  // blocks 19 -> 4, 2 -> 1, 0, 4 -> 2, 9 -> 5
-}
 
 TEST(CompactStreamsCheckTest, RejectsBadArgumentsAndSizesTemp) {
   PagedKV kv;
