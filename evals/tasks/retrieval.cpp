@@ -125,9 +125,9 @@ Status RunRetrieval(TaskContext* ctx, const SweepPoint& p, const SweepTaskOption
     std::string why = ts.message();
     const size_t hint = why.find("; give token ids");
     if (hint != std::string::npos) why.resize(hint);
-    return Status::InvalidArgument("task '" + p.task + "' builds text prompts with the model's tokenizer, and model '" +
-                                   p.model_label + "' has none: " + why +
-                                   " (add the checkpoint's tokenizer.json or tokenizer.model)");
+    return Status::InvalidArgument("task '" + p.task + "' needs the tokenizer of model '" + p.model_label +
+                                   "' for its text prompts: " + why +
+                                   "; add the checkpoint's tokenizer.json or tokenizer.model");
   }
   json by_depth = json::object();
   double correct = 0, chars = 0;
