@@ -12,6 +12,7 @@
 //   name = "quickstart"                 # default: the file's stem
 //   models = ["../../datasets/models/tiny-gqa"]   # paths relative to the config; or presets
 //   tasks = ["bpb", "passkey", "latency"]        # bpb | bpb-recompute | passkey | multi-needle | recall | latency | paging
+//                                       # (the registry, evals/tasks/task.h; docs/sweeps.md "Adding a task")
 //   lengths = [512, 1024]
 //   batch_sizes = [1]                   # latency task only; accuracy tasks run one sequence
 //   seeds = [0]

@@ -3,16 +3,20 @@
 
 #include <chrono>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "evals/sweep.h"
+#include "evals/tasks/task.h"
 
 namespace kvlab {
 
-class SweepRunner {
+// Runs points through the task registry (evals/tasks/task.h), lending each
+// task the caches below.
+class SweepRunner final : public TaskContext {
  public:
   explicit SweepRunner(const SweepConfig& config) : config_(config) {}
   // The point's metrics (a JSON object), or the error that stopped it.
@@ -20,21 +24,18 @@ class SweepRunner {
   // "sha256:..." of model.safetensors, or the preset's name.
   std::string CheckpointHash(const std::string& model);
 
+  // TaskContext
+  const SweepConfig& config() const override { return config_; }
+  Status Tokens(const SweepPoint& p, const std::string& path, const TaskTokens** out) override;
+  Status ModelTokenizer(const SweepPoint& p, const Tokenizer** out) override;
+  std::map<std::string, std::vector<float>>* logits_cache() override { return &baseline_logits_; }
+
  private:
   Status CachedText(const std::string& path, std::string* out);
-  // A task's text as token ids of the point's model, without BOS: a token-id
-  // file's ids (path ends in .ids), or the text (the file's; the built-in one
-  // when path is empty) encoded by the model's tokenizer (LoadTokenizer).
-  struct TaskTokens {
-    std::vector<int32_t> ids;
-    int32_t bos = -1;          // what a window starts with; -1: nothing
-    std::string unit = "byte"; // what one id is: "byte" (byte tokenizer) or "token"
-  };
-  Status CachedTokens(const SweepPoint& p, const std::string& path, const TaskTokens** out);
-  Status Paging(const SweepPoint& p, const SweepTaskOptions& o, nlohmann::ordered_json* m);
   const SweepConfig& config_;
   std::map<std::string, std::string> texts_, hashes_;
   std::map<std::string, TaskTokens> tokens_;  // by model and path
+  std::map<std::string, std::unique_ptr<Tokenizer>> tokenizers_;  // by model
   std::map<std::string, std::vector<float>> baseline_logits_;
 };
 

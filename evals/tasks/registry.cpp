@@ -1,0 +1,87 @@
+#include "evals/tasks/task.h"
+
+#include <algorithm>
+
+namespace kvlab {
+
+void RegisterBuiltinSweepTasks(SweepTaskRegistry* registry) {
+  // One line per task file; the order is the order `valid: ...` lists them in.
+  RegisterBpbTasks(registry);
+  RegisterRetrievalTasks(registry);
+  RegisterLatencyTask(registry);
+  RegisterPagingTask(registry);
+}
+
+SweepTaskRegistry& SweepTaskRegistry::Global() {
+  static SweepTaskRegistry* registry = [] {
+    auto* r = new SweepTaskRegistry();
+    RegisterBuiltinSweepTasks(r);
+    return r;
+  }();
+  return *registry;
+}
+
+void SweepTaskRegistry::Register(SweepTaskInfo info) { infos_.push_back(std::move(info)); }
+
+const SweepTaskInfo* SweepTaskRegistry::Find(const std::string& name) const {
+  for (const SweepTaskInfo& i : infos_) {
+    if (i.name == name) return &i;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> SweepTaskRegistry::Names() const {
+  std::vector<std::string> names;
+  for (const SweepTaskInfo& i : infos_) names.push_back(i.name);
+  return names;
+}
+
+std::vector<std::string> SweepTaskRegistry::OptionNames() const {
+  std::vector<std::string> names;
+  for (const SweepTaskInfo& i : infos_) {
+    for (const std::string& o : i.options) {
+      if (std::find(names.begin(), names.end(), o) == names.end()) names.push_back(o);
+    }
+  }
+  return names;
+}
+
+Status PointModelConfig(const SweepPoint& p, ModelConfig* out) {
+  if (PresetConfig(p.model, out).ok()) return Status::OK();
+  return LoadModelConfig(p.model + "/config.json", out);
+}
+
+EngineOptions PointEngineOptions(const SweepConfig& c, const SweepPoint& p, int64_t max_context, int64_t seqs) {
+  EngineOptions o;
+  o.model = p.model;
+  o.kv_dtype = c.kv_dtype;
+  o.block_size = c.block_size;
+  o.max_seqs = seqs;
+  o.max_context = max_context;
+  o.num_threads = static_cast<int>(c.threads);
+  return o;
+}
+
+nlohmann::ordered_json MemoryJson(const MemoryStats& m) {
+  nlohmann::ordered_json j;
+  j["kv_bytes_end"] = m.bytes_in_use;
+  j["kv_bytes_per_token"] = m.tokens_seen > 0 ? static_cast<double>(m.bytes_in_use) / static_cast<double>(m.tokens_seen) : 0.0;
+  j["peak_kv_bytes"] = m.peak_bytes_in_use;
+  j["blocks_in_use"] = m.blocks_in_use;
+  j["slots_in_use"] = m.slots_in_use;
+  j["tokens_seen"] = m.tokens_seen;
+  j["device_bytes"] = m.device_bytes;
+  j["peak_device_bytes"] = m.peak_device_bytes;
+  j["host_bytes"] = m.host_bytes;
+  j["disk_bytes"] = m.disk_bytes;
+  j["kv_bytes_reserved"] = m.bytes_reserved;
+  return j;
+}
+
+std::string JoinNames(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+}  // namespace kvlab

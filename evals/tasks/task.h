@@ -1,0 +1,107 @@
+// The sweep's tasks, by name: what a point measures (bpb, passkey, latency,
+// paging, ...). Called by the sweep harness (evals/sweep_*.cpp) only.
+//
+// Each task file defines a Register*() function; RegisterBuiltinSweepTasks()
+// (evals/tasks/registry.cpp) calls them, one line per file. Explicit calls
+// instead of static initialisers, so a static library link can never silently
+// drop a task (as policies/registry.h does for policies). Adding a task:
+// docs/sweeps.md, "Adding a task".
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/engine/engine.h"
+#include "core/model/model_config.h"
+#include "core/model/tokenizer.h"
+#include "evals/sweep.h"
+
+namespace kvlab {
+
+// A task's text as token ids of the point's model, without BOS: a token-id
+// file's ids (path ends in .ids), or the text (the file's; the built-in one
+// when path is empty) encoded by the model's tokenizer (LoadTokenizer).
+struct TaskTokens {
+  std::vector<int32_t> ids;
+  int32_t bos = -1;           // what a window starts with; -1: nothing
+  std::string unit = "byte";  // what one id is: "byte" (byte tokenizer) or "token"
+};
+
+// What the sweep runner lends a task while it runs a point: the config, and
+// caches that live as long as the sweep. Not thread-safe (points run one at a time).
+class TaskContext {
+ public:
+  virtual ~TaskContext() = default;
+  virtual const SweepConfig& config() const = 0;
+  // The text at `path` (empty: the built-in text) as the point's model's tokens.
+  virtual Status Tokens(const SweepPoint& p, const std::string& path, const TaskTokens** out) = 0;
+  // The point's model's tokenizer (LoadTokenizer); its error names the model.
+  virtual Status ModelTokenizer(const SweepPoint& p, const Tokenizer** out) = 0;
+  // Logits kept across points by a key the task chooses (the baseline's, so
+  // that every stack of a window compares against one computation).
+  virtual std::map<std::string, std::vector<float>>* logits_cache() = 0;
+};
+
+// The per-token costs a task's estimate is made of, from the model's shape
+// (on a CPU like the 2-core machine; rough by design).
+struct TaskCost {
+  double token_s = 0;          // one token through the weights
+  double attention_s = 0;      // one token attending to one position
+  double step_overhead_s = 0;  // one engine step's fixed cost
+};
+
+struct SweepTaskInfo {
+  std::string name;     // as written in `tasks = [...]`
+  std::string summary;  // one line: what it measures
+  // The [task.NAME] keys it reads (docs and the parser's list of valid keys).
+  std::vector<std::string> options;
+  bool batched = false;  // runs once per batch size (batch_sizes); else one sequence
+  // Adds the options that are part of a point's identity to its key (resume
+  // and merge match on the key's text, so the order of insertion is fixed).
+  std::function<void(const SweepTaskOptions&, nlohmann::ordered_json* key)> key_options;
+  // Rough seconds for a point.
+  std::function<double(const TaskCost&, const SweepPoint&, const SweepTaskOptions&)> estimate;
+  // Runs the point: its metrics (a JSON object), or the error that stopped it.
+  std::function<Status(TaskContext*, const SweepPoint&, const SweepTaskOptions&, nlohmann::ordered_json*)> run;
+};
+
+class SweepTaskRegistry {
+ public:
+  // The process-wide registry, with the built-in tasks registered.
+  static SweepTaskRegistry& Global();
+
+  void Register(SweepTaskInfo info);
+  const SweepTaskInfo* Find(const std::string& name) const;
+  std::vector<std::string> Names() const;  // in registration order
+  // Every task's options, each once, in registration order.
+  std::vector<std::string> OptionNames() const;
+
+ private:
+  std::vector<SweepTaskInfo> infos_;
+};
+
+void RegisterBuiltinSweepTasks(SweepTaskRegistry* registry);
+
+// One registration function per task file.
+void RegisterBpbTasks(SweepTaskRegistry* registry);        // bpb.cpp: bpb, bpb-recompute
+void RegisterRetrievalTasks(SweepTaskRegistry* registry);  // retrieval.cpp: passkey, multi-needle, recall
+void RegisterLatencyTask(SweepTaskRegistry* registry);     // latency.cpp
+void RegisterPagingTask(SweepTaskRegistry* registry);      // paging.cpp
+
+// ---- helpers the task files share (registry.cpp) ----
+
+// The point's model config: a preset's, or MODEL/config.json.
+Status PointModelConfig(const SweepPoint& p, ModelConfig* out);
+// Engine options of a point: its model, the sweep's dtype, block size and threads.
+EngineOptions PointEngineOptions(const SweepConfig& c, const SweepPoint& p, int64_t max_context, int64_t seqs);
+// metrics.memory of a record (docs/sweeps.md, "memory, in every record").
+nlohmann::ordered_json MemoryJson(const MemoryStats& m);
+// "a, b, c"
+std::string JoinNames(const std::vector<std::string>& names);
+
+}  // namespace kvlab
