@@ -94,6 +94,9 @@ struct SweepConfig {
   DType kv_dtype = DType::kBF16;
   int block_size = 16;
   bool baseline = true;
+  // Run past the models' max_position_embeddings (EngineOptions::allow_long_context);
+  // recorded in every record.
+  bool allow_long_context = false;
   std::map<std::string, SweepTaskOptions> task_options;
   std::vector<std::vector<PolicySpec>> stacks;  // expanded grids and points, baseline first
 };

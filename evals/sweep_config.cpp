@@ -225,6 +225,9 @@ Status ParseSweepConfig(const std::string& text, const std::string& path, const 
     } else if (key == "baseline") {
       if (!n.is_boolean()) return Where(path, n, "'baseline' must be true or false");
       c.baseline = n.as_boolean()->get();
+    } else if (key == "allow_long_context") {
+      if (!n.is_boolean()) return Where(path, n, "'allow_long_context' must be true or false");
+      c.allow_long_context = n.as_boolean()->get();
     } else if (key == "task") {
       const toml::table* t = n.as_table();
       if (t == nullptr) return Where(path, n, "'task' must be a table of [task.NAME] tables");
@@ -299,7 +302,7 @@ Status ParseSweepConfig(const std::string& text, const std::string& path, const 
       }
     } else {
       return Where(path, n, "unknown key '" + key + "'; valid keys: name, models, tasks, lengths, batch_sizes, seeds, "
-                            "repetitions, kv_dtype, block_size, threads, baseline, task, sweep, point");
+                            "repetitions, kv_dtype, block_size, threads, baseline, allow_long_context, task, sweep, point");
     }
   }
   if (!have_models) return Status::InvalidArgument(path + ": missing key 'models'");

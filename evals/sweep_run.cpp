@@ -23,6 +23,7 @@
 #include "core/model/tokenizer.h"
 #include "evals/sweep.h"
 #include "evals/sweep_internal.h"
+#include "evals/tasks/task.h"
 
 namespace kvlab {
 
@@ -377,6 +378,8 @@ Status RunSweep(const SweepConfig& config, const RunSweepOptions& opts, std::str
       ++failures;
     }
     r["model"] = p->model_label;
+    ModelConfig point_model;
+    if (PointModelConfig(*p, &point_model).ok()) r["model_type"] = point_model.spec.model_type;
     r["checkpoint"] = runner.CheckpointHash(p->model);
     r["stack"] = p->stack_label;
     json stack = json::array();
@@ -397,6 +400,7 @@ Status RunSweep(const SweepConfig& config, const RunSweepOptions& opts, std::str
     r["repetition"] = p->repetition;
     r["kv_dtype"] = DTypeName(config.kv_dtype);
     r["block_size"] = config.block_size;
+    if (config.allow_long_context) r["allow_long_context"] = true;
     r["metrics"] = s.ok() ? metrics : json::object();
     r["git_revision"] = rev;
     r["machine"] = machine;

@@ -59,6 +59,7 @@ EngineOptions PointEngineOptions(const SweepConfig& c, const SweepPoint& p, int6
   o.max_seqs = seqs;
   o.max_context = max_context;
   o.num_threads = static_cast<int>(c.threads);
+  o.allow_long_context = c.allow_long_context;
   return o;
 }
 
