@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Writes the random-weight Qwen3-shaped checkpoint of config.json (seed 0) with
-# Qwen3's tokenizer files, then runs sweep.toml into results/qwen3-random/.
-#   bash evals/configs/qwen3-random/run.sh [path/to/kvlab]
+# Qwen3's tokenizer files, then runs sweep.toml (into results/qwen3-random/,
+# or OUT).
+#   bash evals/configs/qwen3-random/run.sh [path/to/kvlab [OUT]]
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 KVLAB=${1:-build/kvlab}
@@ -12,4 +13,4 @@ if [ ! -f "$model/model.safetensors" ]; then
   "$KVLAB" init --model evals/configs/qwen3-random/config.json --out "$model" --seed 0
   cp "$tok/tokenizer.json" "$tok/tokenizer_config.json" "$model/"
 fi
-"$KVLAB" run evals/configs/qwen3-random/sweep.toml --no-progress
+"$KVLAB" run evals/configs/qwen3-random/sweep.toml --no-progress ${2:+--out "$2"}
