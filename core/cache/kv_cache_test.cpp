@@ -6,17 +6,12 @@
 #include <numeric>
 #include <random>
 
+#include "core/cache/cache_test_util.h"
 #include "kernels/append_kv.h"
 #include "policies/kv_policy.h"
 
 namespace kvlab {
 namespace {
-
-std::vector<int32_t> Iota(int64_t start, int64_t n) {
-  std::vector<int32_t> v(static_cast<size_t>(n));
-  std::iota(v.begin(), v.end(), static_cast<int32_t>(start));
-  return v;
-}
 
 CacheShape SmallShape(int block_size, DType dtype = DType::kF32) {
   CacheShape s;

@@ -6,18 +6,13 @@
 #include <random>
 
 #include "core/cache/kv_cache.h"
+#include "core/cache/cache_test_util.h"
 #include "core/model/model_config.h"
 #include "kernels/append_kv.h"
 #include "policies/kv_policy.h"
 
 namespace kvlab {
 namespace {
-
-std::vector<int32_t> Iota(int64_t start, int64_t n) {
-  std::vector<int32_t> v(static_cast<size_t>(n));
-  std::iota(v.begin(), v.end(), static_cast<int32_t>(start));
-  return v;
-}
 
 // The engine's pools hold exactly 2*L*H_kv*d_h*S*b for the full policy when
 // S is a multiple of block_size, and only the unfilled part of the last

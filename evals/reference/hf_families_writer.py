@@ -16,6 +16,8 @@ def encode(a, dtype):
     a32 = np.ascontiguousarray(a, dtype=np.float32)
     if dtype == "F32":
         return a32.astype("<f4").tobytes()
+    if dtype == "F16":
+        return a32.astype("<f2").tobytes()
     assert dtype == "BF16", dtype  # round to nearest even on the f32 bits (inputs hold no NaN)
     u = a32.view(np.uint32).astype(np.uint64)
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype("<u2").tobytes()

@@ -24,37 +24,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import llama_numpy as ref  # noqa: E402
+from hf_families_writer import encode, write_safetensors  # noqa: E402,F401
 
 TOLERANCE = 1e-4
 NUM_TOKENS = 40
-
-
-def encode(a, dtype):
-    a32 = np.ascontiguousarray(a, dtype=np.float32)
-    if dtype == "F32":
-        return a32.astype("<f4").tobytes()
-    if dtype == "F16":
-        return a32.astype("<f2").tobytes()
-    assert dtype == "BF16"  # round to nearest even on the f32 bits (inputs hold no NaN)
-    u = a32.view(np.uint32).astype(np.uint64)
-    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype("<u2").tobytes()
-
-
-def write_safetensors(path, tensors):
-    """tensors: [(name, dtype, array)], laid out in order; header padded to 8 bytes."""
-    header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
-    for name, dtype, a in tensors:
-        b = encode(a, dtype)
-        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [offset, offset + len(b)]}
-        blobs.append(b)
-        offset += len(b)
-    h = json.dumps(header).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(len(h).to_bytes(8, "little"))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
 
 
 def make_model(model_dir, *, layers, hidden, heads, kv_heads, inter, vocab, tied, rope_scaling=None,
