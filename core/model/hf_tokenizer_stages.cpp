@@ -406,6 +406,23 @@ Status GetChar(const Json& j, const char* key, const std::string& dflt, const Wh
   return Status::OK();
 }
 
+// A "Sequence" stage: its `key` list parsed by `make` (the list's own parser),
+// the null entries dropped.
+template <typename Seq, typename Stage>
+Status ParseSequence(const Json& j, const char* key, const Where& w,
+                     Status (*make)(const Json&, const Where&, std::unique_ptr<Stage>*), std::unique_ptr<Stage>* out) {
+  const Json* list = nullptr;
+  KVLAB_RETURN_IF_ERROR(GetList(j, key, w, &list));
+  auto seq = std::make_unique<Seq>();
+  for (size_t i = 0; i < list->size(); ++i) {
+    std::unique_ptr<Stage> p;
+    KVLAB_RETURN_IF_ERROR(make((*list)[i], w.At(key).Index(i), &p));
+    if (p) seq->parts.push_back(std::move(p));
+  }
+  *out = std::move(seq);
+  return Status::OK();
+}
+
 }  // namespace
 
 Status NewNormalizer(const Json& j, const Where& w, std::unique_ptr<Normalizer>* out) {
@@ -414,15 +431,7 @@ Status NewNormalizer(const Json& j, const Where& w, std::unique_ptr<Normalizer>*
   std::string type;
   KVLAB_RETURN_IF_ERROR(GetType(j, w, &type));
   if (type == "Sequence") {
-    const Json* list = nullptr;
-    KVLAB_RETURN_IF_ERROR(GetList(j, "normalizers", w, &list));
-    auto seq = std::make_unique<SequenceNormalizer>();
-    for (size_t i = 0; i < list->size(); ++i) {
-      std::unique_ptr<Normalizer> p;
-      KVLAB_RETURN_IF_ERROR(NewNormalizer((*list)[i], w.At("normalizers").Index(i), &p));
-      if (p) seq->parts.push_back(std::move(p));
-    }
-    *out = std::move(seq);
+    return ParseSequence<SequenceNormalizer>(j, "normalizers", w, &NewNormalizer, out);
   } else if (type == "Replace") {
     auto r = std::make_unique<ReplaceNormalizer>();
     KVLAB_RETURN_IF_ERROR(Pattern::Parse(Field(j, "pattern"), w.At("pattern"), &r->pattern));
@@ -451,15 +460,7 @@ Status NewPreTokenizer(const Json& j, const Where& w, std::unique_ptr<PreTokeniz
   std::string type;
   KVLAB_RETURN_IF_ERROR(GetType(j, w, &type));
   if (type == "Sequence") {
-    const Json* list = nullptr;
-    KVLAB_RETURN_IF_ERROR(GetList(j, "pretokenizers", w, &list));
-    auto seq = std::make_unique<SequencePreTokenizer>();
-    for (size_t i = 0; i < list->size(); ++i) {
-      std::unique_ptr<PreTokenizer> p;
-      KVLAB_RETURN_IF_ERROR(NewPreTokenizer((*list)[i], w.At("pretokenizers").Index(i), &p));
-      if (p) seq->parts.push_back(std::move(p));
-    }
-    *out = std::move(seq);
+    return ParseSequence<SequencePreTokenizer>(j, "pretokenizers", w, &NewPreTokenizer, out);
   } else if (type == "Split") {
     auto s = std::make_unique<SplitPreTokenizer>();
     KVLAB_RETURN_IF_ERROR(Pattern::Parse(Field(j, "pattern"), w.At("pattern"), &s->pattern));
@@ -500,15 +501,7 @@ Status NewDecoder(const Json& j, const Where& w, std::unique_ptr<Decoder>* out) 
   std::string type;
   KVLAB_RETURN_IF_ERROR(GetType(j, w, &type));
   if (type == "Sequence") {
-    const Json* list = nullptr;
-    KVLAB_RETURN_IF_ERROR(GetList(j, "decoders", w, &list));
-    auto seq = std::make_unique<SequenceDecoder>();
-    for (size_t i = 0; i < list->size(); ++i) {
-      std::unique_ptr<Decoder> p;
-      KVLAB_RETURN_IF_ERROR(NewDecoder((*list)[i], w.At("decoders").Index(i), &p));
-      if (p) seq->parts.push_back(std::move(p));
-    }
-    *out = std::move(seq);
+    return ParseSequence<SequenceDecoder>(j, "decoders", w, &NewDecoder, out);
   } else if (type == "ByteLevel") {
     *out = std::make_unique<ByteLevelDecoder>();
   } else if (type == "Replace") {
