@@ -20,16 +20,15 @@ or the file and key.
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_families as ref  # noqa: E402
 import hf_families_writer as wr  # noqa: E402
+from check_util import run_checks  # noqa: E402
 from llama_numpy import load_checkpoint  # noqa: E402
 
 TOLERANCE = 1e-4  # relative to max |reference logit|
@@ -75,16 +74,6 @@ CASES = {
         layer_types=["full_attention", "sliding_attention", "sliding_attention", "full_attention"],
         final_logit_softcapping=3.0))),
 }
-
-
-class Checker:
-    def __init__(self):
-        self.failures = []
-
-    def check(self, ok, what):
-        print(("ok    " if ok else "FAIL  ") + what, flush=True)
-        if not ok:
-            self.failures.append(what)
 
 
 def tokens_for(vocab, n=NUM_TOKENS, seed=11):
@@ -187,23 +176,9 @@ def main():
     if args.kvlab and not os.access(args.kvlab, os.X_OK):
         print(f"FAIL: kvlab binary {args.kvlab} does not exist or is not executable", file=sys.stderr)
         return 1
-    tmp = tempfile.mkdtemp(prefix="kvlab_hf_families_")
-    c = Checker()
-    try:
-        if args.self_check:
-            self_check(tmp, c)
-        else:
-            end_to_end(tmp, args.kvlab, c, args.only)
-    finally:
-        if args.keep:
-            print(f"checkpoints kept in {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
-    if c.failures:
-        print(f"\n{len(c.failures)} check(s) failed:\n  " + "\n  ".join(f[:300] for f in c.failures), file=sys.stderr)
-        return 1
-    print("all checks passed")
-    return 0
+    if args.self_check:
+        return run_checks("kvlab_hf_families_", args.keep, self_check)
+    return run_checks("kvlab_hf_families_", args.keep, lambda tmp, c: end_to_end(tmp, args.kvlab, c, args.only))
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import llama_numpy as ref  # noqa: E402
 from hf_families_writer import encode, write_safetensors  # noqa: E402,F401
+from check_util import run_checks  # noqa: E402
 
 TOLERANCE = 1e-4
 NUM_TOKENS = 40
@@ -94,16 +95,6 @@ CASES = {
     "explicit_head_dim": dict(layers=2, hidden=96, heads=4, kv_heads=2, head_dim=32, inter=160, vocab=290,
                               tied=False, dtypes=("F32",), seed=4),
 }
-
-
-class Checker:
-    def __init__(self):
-        self.failures = []
-
-    def check(self, ok, what):
-        print(("ok    " if ok else "FAIL  ") + what, flush=True)
-        if not ok:
-            self.failures.append(what)
 
 
 def self_check(tmp, c):
@@ -254,23 +245,12 @@ def main():
     if args.kvlab and not os.access(args.kvlab, os.X_OK):
         print(f"FAIL: kvlab binary {args.kvlab} does not exist or is not executable", file=sys.stderr)
         return 1
-    tmp = tempfile.mkdtemp(prefix="kvlab_numpy_ref_")
-    c = Checker()
-    try:
+    def body(tmp, c):
         self_check(tmp, c)
         if not args.self_check:
             end_to_end(tmp, args.kvlab, c)
             committed_models(args.kvlab, c)
-    finally:
-        if args.keep:
-            print(f"checkpoints kept in {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
-    if c.failures:
-        print(f"\n{len(c.failures)} check(s) failed:\n  " + "\n  ".join(f[:300] for f in c.failures), file=sys.stderr)
-        return 1
-    print("all checks passed")
-    return 0
+    return run_checks("kvlab_numpy_ref_", args.keep, body)
 
 
 if __name__ == "__main__":
