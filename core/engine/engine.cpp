@@ -4,6 +4,7 @@
 #include <chrono>
 #include <filesystem>
 #include <future>
+#include <limits>
 #include <map>
 #include <thread>
 
@@ -199,6 +200,15 @@ bool Engine::CanForward(const std::vector<SeqChunk>& chunks) const {
   return need <= impl_->cache->AvailableBlocks();
 }
 
+Status CheckContextLength(const ModelConfig& config, int64_t have, int64_t add, bool allow, const std::string& what) {
+  const int64_t max_pos = config.max_position_embeddings;
+  if (allow || max_pos <= 0 || add <= max_pos - have) return Status::OK();
+  const std::string total = add > std::numeric_limits<int64_t>::max() - have ? "more than 2^63" : std::to_string(have + add);
+  return Status::InvalidArgument(what + " would reach " + total + " tokens, past the model's max_position_embeddings of " +
+                                 std::to_string(max_pos) +
+                                 " (--allow-long-context, or allow_long_context = true in a config, runs past it)");
+}
+
 Status Engine::Forward(const std::vector<SeqChunk>& chunks, bool all_logits,
                        std::vector<std::vector<float>>* logits) {
   Impl& s = *impl_;
@@ -220,13 +230,8 @@ Status Engine::Forward(const std::vector<SeqChunk>& chunks, bool all_logits,
     }
     seqs.push_back(c.seq);
     const int64_t start = s.seq_len[c.seq];
-    const int64_t max_pos = s.model->config().max_position_embeddings;
-    if (!s.options.allow_long_context && max_pos > 0 && start + static_cast<int64_t>(c.tokens.size()) > max_pos) {
-      return Status::InvalidArgument(
-          "sequence " + std::to_string(c.seq) + " would reach " + std::to_string(start + c.tokens.size()) +
-          " tokens, past the model's max_position_embeddings of " + std::to_string(max_pos) +
-          " (allow_long_context / --allow-long-context runs past it)");
-    }
+    KVLAB_RETURN_IF_ERROR(CheckContextLength(s.model->config(), start, static_cast<int64_t>(c.tokens.size()),
+                                             s.options.allow_long_context, "sequence " + std::to_string(c.seq)));
     for (size_t i = 0; i < c.tokens.size(); ++i) {
       tokens.push_back(c.tokens[i]);
       positions.push_back(static_cast<int32_t>(start + static_cast<int64_t>(i)));

@@ -138,6 +138,12 @@ class Engine {
   std::unique_ptr<Impl> impl_;
 };
 
+// The context-length rule every entry point applies: OK when `allow`
+// (EngineOptions::allow_long_context), when the config states no
+// max_position_embeddings, or when `have` + `add` tokens fit in it; else
+// InvalidArgument naming `what`, the total and the limit.
+Status CheckContextLength(const ModelConfig& config, int64_t have, int64_t add, bool allow, const std::string& what);
+
 // The dense reference path on one sequence: a contiguous per-sequence cache
 // and plain libtorch attention, fed one token per step (nocache: the whole
 // list at once, no cache). Writes next-token logits [tokens, vocab].

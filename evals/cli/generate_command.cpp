@@ -79,14 +79,10 @@ int RunGenerate(GenerateArgs& a) {
   if (!s.ok()) return Fail(s);
   if (a.go.max_new_tokens < 0) return Fail(Status::InvalidArgument("--max-new-tokens must be >= 0"));
   if (a.allow_long_context) a.eo.allow_long_context = true;
-  const int64_t max_pos = mc.max_position_embeddings;
-  if (!a.eo.allow_long_context && max_pos > 0 &&
-      a.go.max_new_tokens > max_pos - static_cast<int64_t>(ids.size())) {
-    return Fail(Status::InvalidArgument(
-        "the prompt's " + std::to_string(ids.size()) + " tokens plus --max-new-tokens " +
-        std::to_string(a.go.max_new_tokens) + " exceed the model's max_position_embeddings of " +
-        std::to_string(max_pos) + " (--allow-long-context, or allow_long_context = true in a run config, runs past it)"));
-  }
+  s = CheckContextLength(mc, static_cast<int64_t>(ids.size()), a.go.max_new_tokens, a.eo.allow_long_context,
+                         "the prompt's " + std::to_string(ids.size()) + " tokens plus --max-new-tokens " +
+                             std::to_string(a.go.max_new_tokens));
+  if (!s.ok()) return Fail(s);
   a.eo.max_seqs = a.batch;
   a.eo.max_context = static_cast<int64_t>(ids.size()) + a.go.max_new_tokens;
   std::unique_ptr<Engine> engine;

@@ -62,10 +62,8 @@ int RunLogits(const LogitsArgs& a) {
   if (!s.ok()) return Fail(s);
   o.max_context = static_cast<int64_t>(ids.size());
   o.allow_long_context = a.allow_long_context;
-  if (!a.allow_long_context && mc.max_position_embeddings > 0 && o.max_context > mc.max_position_embeddings) {
-    return Fail(Status::InvalidArgument(std::to_string(ids.size()) + " tokens exceed the model's max_position_embeddings of " +
-                                        std::to_string(mc.max_position_embeddings) + " (--allow-long-context runs past it)"));
-  }
+  s = CheckContextLength(mc, 0, o.max_context, a.allow_long_context, "the token list");
+  if (!s.ok()) return Fail(s);
   std::vector<float> out;
   if (a.mode == "prefill" || a.mode == "decode") {
     s = EngineLogits(o, ids, a.mode == "decode", a.chunk, &out);
