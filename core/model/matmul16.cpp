@@ -1,5 +1,7 @@
 #include "core/model/matmul16.h"
 
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 
 #include "kernels/linear_bf16.h"
@@ -41,19 +43,26 @@ at::Tensor MatMul16(const at::Tensor& x, const at::Tensor& w, const at::Tensor& 
                y.data_ptr<float>());
     return AddBias(y.view(out_shape), b);
   }
-  const int64_t chunk = std::max<int64_t>(1, widen_chunk_bytes / (K * 4));
-  at::Tensor wide = at::empty({std::min(chunk, N), K}, x2.options());
-  if (chunk >= N) {
-    Widen(w, wide);
-    return AddBias(at::linear(x2, wide).view(out_shape), b);
-  }
+  // Chunks of weight rows small enough to stay in a core's L2 once widened,
+  // one chunk per task: each thread widens its chunk into its own buffer and
+  // multiplies it with BLAS single-threaded (libtorch runs ops inside
+  // parallel_for serially), so the widened weights are never written to
+  // memory and the row tile of x is shared by every chunk.
+  // Many rows (a prefill chunk): larger chunks, which BLAS multiplies more
+  // efficiently, while widening stays a small share of the arithmetic.
+  const int64_t scale = std::clamp<int64_t>(rows / 32, 1, 16);
+  const int64_t chunk = std::max<int64_t>(1, widen_chunk_bytes * scale / (K * 4));
+  const int64_t num_chunks = (N + chunk - 1) / chunk;
   at::Tensor y = at::empty({rows, N}, x2.options());
-  for (int64_t r0 = 0; r0 < N; r0 += chunk) {
-    const int64_t n = std::min(chunk, N - r0);
-    at::Tensor wn = wide.narrow(0, 0, n);
-    Widen(w.narrow(0, r0, n), wn);
-    y.narrow(1, r0, n).copy_(at::linear(x2, wn));
-  }
+  at::parallel_for(0, num_chunks, 1, [&](int64_t c0, int64_t c1) {
+    at::Tensor wide = at::empty({std::min(chunk, N), K}, x2.options());
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t r0 = c * chunk, n = std::min(chunk, N - r0);
+      at::Tensor wn = wide.narrow(0, 0, n);
+      Widen(w.narrow(0, r0, n), wn);
+      y.narrow(1, r0, n).copy_(at::linear(x2, wn));
+    }
+  });
   return AddBias(y.view(out_shape), b);
 }
 

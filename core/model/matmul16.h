@@ -15,11 +15,11 @@ namespace kvlab {
 // through BLAS on the weights widened a chunk at a time. math16 true: x is
 // rounded to w's dtype and libtorch multiplies in it (CUDA's tensor cores;
 // on CPUs with AVX512-BF16/AMX, oneDNN), about 3 significant digits.
-// widen_chunk_bytes: fp32 bytes of weight rows widened at once on the
-// many-rows path (enough rows that BLAS runs at full speed, few enough that
-// the transient copy is small beside the model: an 8B model's LM head would
-// be 2.1 GB at once); tests make it small to cross chunks.
-constexpr int64_t kWidenChunkBytes = int64_t{64} << 20;
+// widen_chunk_bytes: fp32 bytes of weight rows one thread widens and
+// multiplies at once on the many-rows path (a share of a core's L2, so the
+// widened rows are read back from cache; enough rows for BLAS to run well);
+// tests make it small to cross chunks.
+constexpr int64_t kWidenChunkBytes = int64_t{1} << 20;
 at::Tensor MatMul16(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, bool math16,
                     int64_t widen_chunk_bytes = kWidenChunkBytes);
 

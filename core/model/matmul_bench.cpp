@@ -5,7 +5,7 @@
 //                   (per-layer conversion)
 //   MatMul16F32     kvlab's fp32 arithmetic on bf16 weights (matmul16.h: a
 //                   decode step's rows through LinearBf16, more through BLAS on
-//                   chunks widened 64 MiB at a time) — the default
+//                   chunks widened 1 MiB at a time per thread) — the default
 //   MatMul16Bf16    activations rounded to bf16, libtorch's bf16 product
 //                   (--matmul weights)
 // The argument is the rows of x (1: batch-1 decode; 512: a prefill chunk).
@@ -23,6 +23,7 @@
 
 #include "core/model/matmul16.h"
 #include "kernels/bench_memory.h"
+#include "kernels/linear_bf16.h"
 
 namespace kvlab {
 namespace {
@@ -70,8 +71,19 @@ void BM_MatMul16Bf16(benchmark::State& s) {
   Run(s, at::kBFloat16, [](const at::Tensor& x, const at::Tensor& w) { return MatMul16(x, w, at::Tensor(), true); });
 }
 
+// LinearBf16 alone at every row count (MatMul16 uses it up to
+// kMatMul16SmallRows): where BLAS on widened chunks starts to win.
+void BM_LinearBf16(benchmark::State& s) {
+  Run(s, at::kBFloat16, [](const at::Tensor& x, const at::Tensor& w) {
+    at::Tensor y = at::empty({x.size(0), w.size(0)});
+    LinearBf16(x.data_ptr<float>(), x.size(0), x.size(1), reinterpret_cast<const uint16_t*>(w.data_ptr()), w.size(0),
+               y.data_ptr<float>());
+    return y;
+  });
+}
+
 void Rows(benchmark::internal::Benchmark* b) {
-  for (int64_t r : {1, 4, 8, 16, 512}) b->Arg(r);
+  for (int64_t r : {1, 4, 8, 16, 32, 64, 512}) b->Arg(r);
   b->Unit(benchmark::kMillisecond)->UseRealTime();
 }
 
@@ -79,6 +91,7 @@ BENCHMARK(BM_F32Weights)->Apply(Rows);
 BENCHMARK(BM_WidenEachCall)->Apply(Rows);
 BENCHMARK(BM_MatMul16F32)->Apply(Rows);
 BENCHMARK(BM_MatMul16Bf16)->Apply(Rows);
+BENCHMARK(BM_LinearBf16)->Apply(Rows);
 
 }  // namespace
 }  // namespace kvlab
