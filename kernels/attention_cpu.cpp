@@ -114,11 +114,6 @@ struct Scratch : ScratchBase {
   }
 };
 
-Scratch& ThreadScratch() {
-  static thread_local Scratch sc;
-  return sc;
-}
-
 // PrepareQueries (attention_cpu_run.h), the queries then rotated to their
 // positions when keys are stored before RoPE.
 template <DType DT>
@@ -274,13 +269,8 @@ void Run(const PagedKV& kv, const AttentionParams& p, const CpuDecodePlan& plan)
   if (p.slot_attn != nullptr) lse2.resize(static_cast<size_t>(p.qo_indptr[p.num_seqs]) * p.num_qo_heads);
   float* lse2_ptr = lse2.empty() ? nullptr : lse2.data();
   const int max_vecs = plan.q_tile * plan.group;
-  RunPlan<DT>(
-      plan, p, lse2_ptr,
-      [&]() -> Scratch& {
-        Scratch& sc = ThreadScratch();
-        sc.Reserve(max_vecs, sh.d);
-        return sc;
-      },
+  RunPlan<DT, Scratch>(
+      plan, p, lse2_ptr, [&](Scratch* sc) { sc->Reserve(max_vecs, sh.d); },
       [&](const CpuDecodePlan::Tile& tile, int part, Scratch* sc) { RunJob<DT>(kv, p, sh, tile, part, sc); },
       [&](const CpuDecodePlan::SlotJob& job, Scratch* sc) { SlotAttnJob<DT>(kv, p, plan, sh, job, lse2_ptr, sc); });
 }

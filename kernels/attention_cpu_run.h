@@ -163,15 +163,15 @@ inline float* Workspace(int64_t floats) {
   return ws.data();
 }
 
-// Runs the plan's jobs on a team of up to plan.threads threads:
-//   Scratch& scratch()                        the thread's scratch, ready for the plan's tiles;
-//   run_job(tile, part, &scratch)             leaves (m, l, acc) of the tile's vectors for the part;
-//   slot_job(slot_job, &scratch)              (only with p.slot_attn) after every output and lse2
-//                                             is written.
+// Runs the plan's jobs on a team of up to plan.threads threads, each with its
+// own Scratch (a ScratchBase kept between calls):
+//   reserve(&scratch)               makes it ready for the plan's tiles;
+//   run_job(tile, part, &scratch)   leaves (m, l, acc) of the tile's vectors for the part;
+//   slot_job(slot_job, &scratch)    (only with p.slot_attn) after every output and lse2 is written.
 // Barriers only where a later step reads an earlier one's results: a thread
 // that is descheduled at a barrier stalls the whole call.
-template <DType DT, class GetScratch, class RunJobFn, class SlotJobFn>
-void RunPlan(const CpuDecodePlan& plan, const AttentionParams& p, float* lse2, GetScratch scratch, RunJobFn run_job,
+template <DType DT, class Scratch, class ReserveFn, class RunJobFn, class SlotJobFn>
+void RunPlan(const CpuDecodePlan& plan, const AttentionParams& p, float* lse2, ReserveFn reserve, RunJobFn run_job,
              SlotJobFn slot_job) {
   if (plan.jobs.empty()) return;
   float* parts = Workspace(plan.workspace_floats);
@@ -181,7 +181,8 @@ void RunPlan(const CpuDecodePlan& plan, const AttentionParams& p, float* lse2, G
   const int d = p.head_dim;
 #pragma omp parallel num_threads(team)
   {
-    auto& sc = scratch();
+    static thread_local Scratch sc;
+    reserve(&sc);
 #pragma omp for schedule(dynamic, 1) nowait
     for (size_t j = 0; j < plan.jobs.size(); ++j) {
       const CpuDecodePlan::Job& job = plan.jobs[j];

@@ -1,9 +1,10 @@
 // Layout of the work (planned in attention_cpu_plan.h and run by
 // attention_cpu_run.h, as for attention_cpu.cpp): a job is (stream, tile of
 // query vectors, range of the stream's units), where the stream's units are
-// its encoded blocks (G tokens each) followed by its plain blocks. The query vectors of a job are all heads of the stream's GQA group
-// for a few consecutive queries, so every code a job unpacks serves every
-// query head that reads it. Rows are processed kTile at a time with an online
+// its encoded blocks (G tokens each) followed by its plain blocks. The query
+// vectors of a job are all heads of the stream's GQA group for a few
+// consecutive queries, so every code a job unpacks serves every query head
+// that reads it. Rows are processed kTile at a time with an online
 // softmax; jobs that cover only part of a stream (split-K) leave (max, sum,
 // acc) partials that a second step merges by log-sum-exp.
 //
@@ -200,11 +201,6 @@ struct Scratch : ScratchBase {
     Grow(&iraw, static_cast<size_t>(4 * 64));
   }
 };
-
-Scratch& ThreadScratch() {
-  static thread_local Scratch sc;
-  return sc;
-}
 
 // PrepareQueries (attention_cpu_run.h), plus the queries in channel order
 // (qn) for the int8 path.
@@ -525,13 +521,8 @@ void Run(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p, cons
   static_assert(kivi_int8::kDim == 128 && kivi_int8::kRows == 32, "KvEncoding::Int8AttentionShape names this shape");
   sh.int8 = kivi_int8::kAvailable && enc.enc.int8_attention && enc.enc.Int8AttentionShape();
   const int max_vecs = plan.q_tile * plan.group;
-  RunPlan<DT>(
-      plan, p, nullptr,
-      [&]() -> Scratch& {
-        Scratch& sc = ThreadScratch();
-        sc.Reserve(max_vecs, sh.d, sh.ng, sh.zlen, sh.int8);
-        return sc;
-      },
+  RunPlan<DT, Scratch>(
+      plan, p, nullptr, [&](Scratch* sc) { sc->Reserve(max_vecs, sh.d, sh.ng, sh.zlen, sh.int8); },
       [&](const CpuDecodePlan::Tile& tile, int part, Scratch* sc) { RunJob<BITS, DT>(kv, enc, p, sh, tile, part, sc); },
       [](const CpuDecodePlan::SlotJob&, Scratch*) {});  // KiviCpuSupports excludes slot_attn
 }

@@ -271,7 +271,8 @@ void PlannedCpu(const PagedKV& kv, const AttentionParams& p) {
   std::vector<int64_t> len(static_cast<size_t>(kv.num_streams));
   for (int s = 0; s < kv.num_streams; ++s) {
     const int seq = s / p.num_kv_heads, q_len = p.qo_indptr[seq + 1] - p.qo_indptr[seq];
-    len[static_cast<size_t>(s)] = s % 2 == 0 ? std::max<int64_t>(q_len, kv.StreamLength(s) / 2) : 2 * kv.StreamLength(s);
+    const int64_t own = kv.StreamLength(s);
+    len[static_cast<size_t>(s)] = s % 2 == 0 ? std::max<int64_t>(q_len, own / 2) : 2 * own;
   }
   CpuDecodePlan plan;
   PlanCpuDecode(CpuDecodeShape{p.num_seqs, p.num_qo_heads, p.num_kv_heads, p.head_dim}, p.qo_indptr, len.data(),

@@ -504,9 +504,8 @@ TEST(KiviCpuPlanTest, PlanMadeForOtherLengthsServesTheLayer) {
     for (int i = 0; window > 0 && i < num_seqs; ++i) {
       for (int j = 0; j < qo[i + 1] - qo[i]; ++j) {
         const int64_t slot = lens[static_cast<size_t>(i)] - (qo[i + 1] - qo[i]) + j;
-        for (int h = 0; h < hkv; ++h) {
-          first[static_cast<size_t>((qo[i] + j) * hkv + h)] = static_cast<int32_t>(std::max<int64_t>(0, slot - window + 1));
-        }
+        const int32_t f = static_cast<int32_t>(std::max<int64_t>(0, slot - window + 1));
+        for (int h = 0; h < hkv; ++h) first[static_cast<size_t>((qo[i] + j) * hkv + h)] = f;
       }
     }
     if (window > 0) p.first_visible = first.data();
