@@ -143,6 +143,22 @@ TensorT& SpecTensor(LayersT& layers, TensorT& embed, TensorT& final_norm, Tensor
   return spec.role == LlamaTensor::kEmbed ? embed : spec.role == LlamaTensor::kFinalNorm ? final_norm : lm_head;
 }
 
+// The CPU kernels' split for a step, planned once over every layer's longest
+// streams (FlashInfer's plan/run split) and run by each layer.
+void PlanCpuStep(const PageTable& pt, int num_layers, const std::vector<int32_t>& qo_indptr,
+                 const CpuDecodeShape& shape, CpuDecodePlan* plan) {
+  std::vector<int64_t> longest(static_cast<size_t>(shape.num_seqs) * shape.num_kv_heads, 0);
+  for (int li = 0; li < num_layers; ++li) {
+    const PagedKV kv = pt.Layer(li);
+    const EncodedKV* enc = pt.Encoded(li);
+    for (int s = 0; s < static_cast<int>(longest.size()); ++s) {
+      const int64_t len = kv.StreamLength(s) + (enc == nullptr ? 0 : enc->StreamTokens(s));
+      longest[static_cast<size_t>(s)] = std::max(longest[static_cast<size_t>(s)], len);
+    }
+  }
+  PlanCpuDecode(shape, qo_indptr.data(), longest.data(), nullptr, 0, plan);
+}
+
 }  // namespace
 
 int64_t DenseKVCache::bytes() const {
@@ -525,6 +541,11 @@ at::Tensor LlamaModel::ForwardPaged(const PagedForward& in) const {
   RopeCache rc;
   RopeTables(*in.positions, &rc);
   at::Tensor x = Embed(tokens);
+  CpuDecodePlan cpu_plan;
+  if (in.backend == AttentionBackend::kCpu && !in.attention) {
+    PlanCpuStep(*in.page_table, static_cast<int>(layers_.size()), qo_indptr,
+                CpuDecodeShape{B, static_cast<int>(Hq), stored_kv_heads_, static_cast<int>(d)}, &cpu_plan);
+  }
   for (size_t li = 0; li < layers_.size(); ++li) {
     const Layer& l = layers_[li];
     at::Tensor q, k, v;
@@ -575,12 +596,12 @@ at::Tensor LlamaModel::ForwardPaged(const PagedForward& in) const {
         if (in.backend == AttentionBackend::kReference) {
           PagedAttentionEncodedReference(kv, *enc, p);
         } else {
-          PagedAttentionEncodedCpu(kv, *enc, p);
+          PagedAttentionEncodedCpu(kv, *enc, p, cpu_plan);
         }
       } else if (in.backend == AttentionBackend::kReference) {
         PagedAttentionReference(kv, p);
       } else {
-        PagedAttentionCpu(kv, p);
+        PagedAttentionCpu(kv, p, cpu_plan);
       }
     }
     x = FinishLayer(l, x, o.view({T, Hq * d}));
