@@ -6,10 +6,29 @@
 #include <set>
 #include <sstream>
 
+#include "core/base/untrusted.h"
+
 namespace kvlab {
 
 std::string TomlWhere(const std::string& path, const toml::source_region& src) {
   return path + ":" + std::to_string(src.begin.line) + ":" + std::to_string(src.begin.column);
+}
+
+Status ReadTomlFile(const std::string& path, const char* what, std::string* text) {
+  const Status s = ReadFileBounded(path, kMaxConfigBytes, text);
+  if (s.code() == Status::Code::kNotFound) return Status::IOError(path + ": cannot open " + what);
+  return s;
+}
+
+Status ParseTomlText(const std::string& text, const std::string& path, toml::table* root) {
+  // toml++ builds (and destroys) nested tables recursively: bound the depth first.
+  KVLAB_RETURN_IF_ERROR(CheckTomlText(text, path, kMaxConfigBytes));
+  try {
+    *root = toml::parse(text, path);
+  } catch (const toml::parse_error& err) {
+    return Status::InvalidArgument(TomlWhere(path, err.source()) + ": " + QuoteBytes(err.description(), 240));
+  }
+  return Status::OK();
 }
 
 // Canonical text of a scalar TOML value, or false if it is not a scalar.
@@ -78,11 +97,7 @@ Status PolicySpecsFromToml(const toml::node& node, const std::string& path, std:
 
 Status ParseRunConfig(const std::string& text, const std::string& path, RunConfig* out) {
   toml::table root;
-  try {
-    root = toml::parse(text, path);
-  } catch (const toml::parse_error& err) {
-    return Status::InvalidArgument(TomlWhere(path, err.source()) + ": " + std::string(err.description()));
-  }
+  KVLAB_RETURN_IF_ERROR(ParseTomlText(text, path, &root));
   RunConfig cfg;
   const std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
   for (const auto& kv : root) {
@@ -174,6 +189,7 @@ Status ApplyTomlOverride(const std::string& item, toml::table* root) {
   if (eq == std::string::npos || eq == 0) return Status::InvalidArgument("--set " + item + ": expected KEY=VALUE");
   const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
   toml::table parsed;
+  KVLAB_RETURN_IF_ERROR(CheckTomlText("v = " + value, "--set " + key, kMaxConfigBytes));
   try {
     parsed = toml::parse("v = " + value, "--set " + key);
   } catch (const toml::parse_error&) {
@@ -185,6 +201,10 @@ Status ApplyTomlOverride(const std::string& item, toml::table* root) {
   std::stringstream ss(key);
   std::string part;
   while (std::getline(ss, part, '.')) parts.push_back(part);
+  if (parts.size() > static_cast<size_t>(kMaxNestingDepth)) {
+    return Status::InvalidArgument("--set " + QuoteBytes(key) + ": " + std::to_string(parts.size()) +
+                                   " dotted parts, more than " + std::to_string(kMaxNestingDepth));
+  }
   // Task names hold dashes, not dots, so a plain split is enough.
   toml::table* t = root;
   for (size_t i = 0; i + 1 < parts.size(); ++i) {
@@ -201,11 +221,9 @@ Status ApplyTomlOverride(const std::string& item, toml::table* root) {
 }
 
 Status LoadRunConfig(const std::string& path, RunConfig* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::IOError(path + ": cannot open config file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ParseRunConfig(ss.str(), path, out);
+  std::string text;
+  KVLAB_RETURN_IF_ERROR(ReadTomlFile(path, "config file", &text));
+  return ParseRunConfig(text, path, out);
 }
 
 }  // namespace kvlab
