@@ -170,11 +170,7 @@ std::string StackLabel(const std::vector<PolicySpec>& stack) {
 Status ParseSweepConfig(const std::string& text, const std::string& path, const std::vector<std::string>& overrides,
                         SweepConfig* out) {
   toml::table root;
-  try {
-    root = toml::parse(text, path);
-  } catch (const toml::parse_error& err) {
-    return Status::InvalidArgument(TomlWhere(path, err.source()) + ": " + std::string(err.description()));
-  }
+  KVLAB_RETURN_IF_ERROR(ParseTomlText(text, path, &root));
   for (const std::string& o : overrides) KVLAB_RETURN_IF_ERROR(ApplyTomlOverride(o, &root));
   const std::string dir = Dir(path);
   SweepConfig c;
@@ -194,7 +190,10 @@ Status ParseSweepConfig(const std::string& text, const std::string& path, const 
     if (key == "name") {
       if (!n.is_string()) return Where(path, n, "'name' must be a string");
       c.name = n.as_string()->get();
-      if (c.name.empty() || c.name.find('/') != std::string::npos) return Where(path, n, "'name' must be a non-empty word");
+      // The name is a directory under results/: "." or ".." would write elsewhere.
+      if (c.name.empty() || c.name.find('/') != std::string::npos || c.name == "." || c.name == "..") {
+        return Where(path, n, "'name' must be a non-empty word (not '.' or '..', no '/'): it names results/NAME");
+      }
     } else if (key == "models" || key == "model") {
       KVLAB_RETURN_IF_ERROR(List<std::string>(path, n, key, "strings (model directories or presets)", GetString, &c.models));
       have_models = true;
@@ -346,11 +345,9 @@ Status ParseSweepConfig(const std::string& text, const std::string& path, const 
 }
 
 Status LoadSweepConfig(const std::string& path, const std::vector<std::string>& overrides, SweepConfig* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::IOError(path + ": cannot open sweep config");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ParseSweepConfig(ss.str(), path, overrides, out);
+  std::string text;
+  KVLAB_RETURN_IF_ERROR(ReadTomlFile(path, "sweep config", &text));
+  return ParseSweepConfig(text, path, overrides, out);
 }
 
 std::vector<SweepPoint> ExpandPoints(const SweepConfig& c) {

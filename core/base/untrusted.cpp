@@ -10,8 +10,8 @@
 namespace kvlab {
 namespace {
 
-int64_t LineAt(std::string_view text, size_t pos) {
-  int64_t line = 1;
+int64_t LineAt(std::string_view text, size_t pos, int64_t first_line = 1) {
+  int64_t line = first_line;
   for (size_t i = 0; i < pos && i < text.size(); ++i) line += text[i] == '\n';
   return line;
 }
@@ -21,8 +21,9 @@ Status TooLarge(const std::string& file, const char* kind, uint64_t bytes, uint6
                                  std::to_string(max_bytes) + " kvlab reads for this file; refused");
 }
 
-Status TooDeep(const std::string& file, const char* kind, std::string_view text, size_t pos, int max_depth) {
-  return Status::InvalidArgument(file + ":" + std::to_string(LineAt(text, pos)) + ": " + kind +
+Status TooDeep(const std::string& file, const char* kind, std::string_view text, size_t pos, int max_depth,
+               int64_t first_line = 1) {
+  return Status::InvalidArgument(file + ":" + std::to_string(LineAt(text, pos, first_line)) + ": " + kind +
                                  " nested deeper than " + std::to_string(max_depth) +
                                  " levels; refused (kvlab's limit for untrusted files)");
 }
@@ -71,7 +72,8 @@ size_t SkipTomlString(std::string_view t, size_t i) {
 
 }  // namespace
 
-Status CheckJsonText(std::string_view text, const std::string& file, uint64_t max_bytes, int max_depth) {
+Status CheckJsonText(std::string_view text, const std::string& file, uint64_t max_bytes, int max_depth,
+                     int64_t first_line) {
   if (text.size() > max_bytes) return TooLarge(file, "JSON", text.size(), max_bytes);
   int depth = 0;
   for (size_t i = 0; i < text.size(); ++i) {
@@ -79,7 +81,7 @@ Status CheckJsonText(std::string_view text, const std::string& file, uint64_t ma
     if (c == '"') {
       for (++i; i < text.size() && text[i] != '"'; ++i) i += text[i] == '\\';
     } else if (c == '[' || c == '{') {
-      if (++depth > max_depth) return TooDeep(file, "JSON", text, i, max_depth);
+      if (++depth > max_depth) return TooDeep(file, "JSON", text, i, max_depth, first_line);
     } else if ((c == ']' || c == '}') && depth > 0) {
       --depth;
     }
@@ -155,18 +157,25 @@ Status CheckTomlText(std::string_view t, const std::string& file, uint64_t max_b
 }
 
 Status ReadFileBounded(const std::string& path, uint64_t max_bytes, std::string* out) {
+  const auto too_large = [&](uint64_t bytes, const char* at_least) {
+    return Status::InvalidArgument(path + ": " + at_least + std::to_string(bytes) + " bytes, more than the " +
+                                   std::to_string(max_bytes) + " kvlab reads for this file; refused");
+  };
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return Status::NotFound(path + ": cannot open: " + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(path + ": not a regular file");
-  if (static_cast<uint64_t>(st.st_size) > max_bytes) {
-    return Status::InvalidArgument(path + ": " + std::to_string(st.st_size) + " bytes, more than the " +
-                                   std::to_string(max_bytes) + " kvlab reads for this file; refused");
-  }
+  if (S_ISDIR(st.st_mode)) return Status::InvalidArgument(path + ": is a directory, not a file");
+  // A regular file is judged by its size before a byte is read; a pipe
+  // (`--config <(...)`) by what it yields.
+  if (S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) > max_bytes) return too_large(st.st_size, "");
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::NotFound(path + ": cannot open: " + std::strerror(errno));
-  out->assign(static_cast<size_t>(st.st_size), '\0');
-  in.read(out->data(), static_cast<std::streamsize>(out->size()));
-  out->resize(static_cast<size_t>(in.gcount()));
+  out->clear();
+  std::vector<char> buf(1 << 16);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    out->append(buf.data(), static_cast<size_t>(in.gcount()));
+    if (out->size() > max_bytes) return too_large(out->size(), "at least ");
+  }
   if (in.bad()) return Status::IOError(path + ": read failed");
   return Status::OK();
 }

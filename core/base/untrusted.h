@@ -27,10 +27,11 @@ constexpr uint64_t kMaxResultsBytes = uint64_t{4} << 30;      // a whole results
 
 // OK when `text` is at most max_bytes long and no array or object in it nests
 // deeper than max_depth; else InvalidArgument naming `file`, the limit and the
-// line. Strings are skipped; the text need not be valid JSON (the parser that
-// runs next reports syntax errors).
+// line (counted from first_line: a record of a .jsonl file is its line). Strings
+// are skipped; the text need not be valid JSON (the parser that runs next
+// reports syntax errors).
 Status CheckJsonText(std::string_view text, const std::string& file, uint64_t max_bytes,
-                     int max_depth = kMaxNestingDepth);
+                     int max_depth = kMaxNestingDepth, int64_t first_line = 1);
 
 // The same for TOML: the depth counts the components of a [table.header], of a
 // dotted.key and the inline arrays and tables of its value.

@@ -99,3 +99,41 @@ TEST(RunConfigTest, MissingFileIsAnError) {
 
 }  // namespace
 }  // namespace kvlab
+
+namespace kvlab {
+namespace {
+
+std::string Times(const std::string& s, int n) {
+  std::string out;
+  for (int i = 0; i < n; ++i) out += s;
+  return out;
+}
+
+// Deeply nested TOML (toml++ builds and destroys nested tables recursively) is
+// refused before parsing, with the file and line, in every config kvlab reads.
+TEST(RunConfigTest, DeeplyNestedTomlIsOneErrorNamingTheFile) {
+  const int n = 100000;
+  const std::string shapes[] = {
+      "tokens = " + Times("[", n) + Times("]", n) + "\n",                       // arrays
+      "seed = 1\nx = " + Times("{a = ", n) + "1" + Times("}", n) + "\n",        // inline tables
+      "seed = 1\n[" + Times("t.", n) + "t]\n",                                  // a table header
+      "seed = 1\n[[" + Times("t.", n) + "t]]\n",                                // an array of tables
+      Times("k.", n) + "k = 1\n",                                               // a dotted key
+  };
+  for (const std::string& text : shapes) {
+    RunConfig rc;
+    const Status s = ParseRunConfig(text, "deep.toml", &rc);
+    ASSERT_FALSE(s.ok()) << text.substr(0, 30);
+    EXPECT_NE(s.message().find("deep.toml:"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("nested deeper than 128 levels"), std::string::npos) << s.message();
+  }
+  toml::table root;
+  const Status set = ApplyTomlOverride("lengths=" + Times("[", n) + Times("]", n), &root);
+  EXPECT_NE(set.message().find("--set lengths:1: TOML values nested deeper than 128"), std::string::npos)
+      << set.message();
+  const Status key = ApplyTomlOverride(Times("a.", 1000) + "b=1", &root);
+  EXPECT_NE(key.message().find("1001 dotted parts, more than 128"), std::string::npos) << key.message();
+}
+
+}  // namespace
+}  // namespace kvlab
