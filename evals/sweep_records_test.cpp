@@ -198,3 +198,43 @@ TEST(SweepConfigNameTest, DotDotIsNotASweepName) {
 
 }  // namespace
 }  // namespace kvlab
+
+namespace kvlab {
+namespace {
+
+// Sizes a sweep config gives are bounded at parse time, before any point runs:
+// one error at FILE:LINE:COL naming the key and both numbers.
+TEST(SweepLimitsTest, SizesAndNumbersNameTheKeyAndBothNumbers) {
+  const std::string dir = sweep_test::TempDir("sweep_records_test", "limits");
+  const std::string head = "models = [\"small\"]\ntasks = [\"bpb\", \"passkey\", \"paging\", \"latency\"]\n";
+  const std::pair<std::string, std::string> cases[] = {
+      {"lengths = [9223372036854775807]\n", ":3:11: 'lengths' entry is 9223372036854775807, more than 16777216"},
+      {"batch_sizes = [1, 100000000]\n", "'batch_sizes' entry is 100000000, more than 65536"},
+      {"block_size = 4294967312\n", "'block_size' is 4294967312, more than 4096"},  // not wrapped to 16
+      {"threads = 100000\n", "'threads' is 100000, more than 1024"},
+      {"repetitions = 9223372036854775807\n", "'repetitions' is 9223372036854775807, more than 1048576"},
+      {"[task.passkey]\ndepths = [0.5, nan]\n", "'task.passkey.depths' entry is nan; expected a finite number in [0, 1]"},
+      {"[task.paging]\nsigma = inf\n", "'task.paging.sigma' is inf; expected a finite number in [0, 4]"},
+      {"[task.paging]\nrequests = 9223372036854775807\n", "'task.paging.requests' is 9223372036854775807, more than"},
+      {"[task.paging]\nblock_sizes = [16, 4294967312]\n", "'task.paging.block_sizes' entry is 4294967312, more than 4096"},
+      {"[task.latency]\ndecode_tokens = 9223372036854775807\n", "'task.latency.decode_tokens' is 9223372036854775807"},
+  };
+  for (const auto& [text, want] : cases) {
+    std::ofstream(dir + "/s.toml", std::ios::trunc) << head << text;
+    SweepConfig c;
+    const Status s = LoadSweepConfig(dir + "/s.toml", {}, &c);
+    ASSERT_FALSE(s.ok()) << text;
+    EXPECT_NE(s.message().find(dir + "/s.toml:"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find(want), std::string::npos) << s.message();
+  }
+  // The same through --set.
+  std::ofstream(dir + "/s.toml", std::ios::trunc) << head;
+  SweepConfig c;
+  const Status set = LoadSweepConfig(dir + "/s.toml", {"lengths=[1099511627776]"}, &c);
+  EXPECT_NE(set.message().find("'lengths' entry is 1099511627776, more than 16777216"), std::string::npos)
+      << set.message();
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace kvlab

@@ -3,6 +3,8 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <vector>
@@ -154,6 +156,22 @@ Status CheckTomlText(std::string_view t, const std::string& file, uint64_t max_b
     ++i;
   }
   return Status::OK();
+}
+
+Status CheckIntIn(const std::string& what, int64_t v, int64_t lo, int64_t hi) {
+  if (v < lo) return Status::InvalidArgument(what + " is " + std::to_string(v) + ", less than " + std::to_string(lo));
+  if (v > hi) {
+    return Status::InvalidArgument(what + " is " + std::to_string(v) + ", more than " + std::to_string(hi) +
+                                   " (kvlab's limit)");
+  }
+  return Status::OK();
+}
+
+Status CheckFiniteIn(const std::string& what, double v, double lo, double hi) {
+  if (std::isfinite(v) && v >= lo && v <= hi) return Status::OK();
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), " is %.17g; expected a finite number in [%.17g, %.17g]", v, lo, hi);
+  return Status::InvalidArgument(what + buf);
 }
 
 Status ReadFileBounded(const std::string& path, uint64_t max_bytes, std::string* out) {

@@ -25,6 +25,21 @@ constexpr uint64_t kMaxTokenizerBytes = uint64_t{256} << 20;  // tokenizer.json 
 constexpr uint64_t kMaxRecordBytes = uint64_t{16} << 20;      // one line of results.jsonl
 constexpr uint64_t kMaxResultsBytes = uint64_t{4} << 30;      // a whole results.jsonl
 
+// Bounds on the sizes a user or a file gives (lengths, batches, counts), so
+// that a typo or a hostile file is an error before work starts, not a 5 GB
+// allocation, a wrapped integer or a hang. Generous: far past real use.
+constexpr int64_t kMaxContextTokens = int64_t{1} << 24;  // positions in one sequence (16,777,216)
+constexpr int64_t kMaxBatch = int64_t{1} << 16;          // sequences in one batch
+constexpr int64_t kMaxBlockSize = 4096;                  // tokens per KV block
+constexpr int64_t kMaxThreads = 1024;                    // threads for one process
+constexpr int64_t kMaxCount = int64_t{1} << 20;          // requests, samples, repetitions, ...
+
+// OK when lo <= v <= hi; else InvalidArgument "WHAT is V, more than HI" (or
+// "less than LO"), naming both numbers.
+Status CheckIntIn(const std::string& what, int64_t v, int64_t lo, int64_t hi);
+// The same for a number, which must also be finite (NaN and Inf are refused).
+Status CheckFiniteIn(const std::string& what, double v, double lo, double hi);
+
 // OK when `text` is at most max_bytes long and no array or object in it nests
 // deeper than max_depth; else InvalidArgument naming `file`, the limit and the
 // line (counted from first_line: a record of a .jsonl file is its line). Strings

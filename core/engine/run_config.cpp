@@ -1,5 +1,6 @@
 #include "core/engine/run_config.h"
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -12,6 +13,21 @@ namespace kvlab {
 
 std::string TomlWhere(const std::string& path, const toml::source_region& src) {
   return path + ":" + std::to_string(src.begin.line) + ":" + std::to_string(src.begin.column);
+}
+
+Status CheckEngineOptions(const EngineOptions& o) {
+  constexpr int64_t kAny = INT64_MIN;  // lower bounds: the engine's own checks and messages
+  KVLAB_RETURN_IF_ERROR(CheckIntIn("threads (--threads)", o.num_threads, 0, kMaxThreads));
+  KVLAB_RETURN_IF_ERROR(CheckIntIn("block_size (--block-size)", o.block_size, kAny, kMaxBlockSize));
+  KVLAB_RETURN_IF_ERROR(CheckIntIn("the context (prompt + new tokens)", o.max_context, kAny, kMaxContextTokens));
+  KVLAB_RETURN_IF_ERROR(CheckIntIn("sequences at once (batch)", o.max_seqs, kAny, kMaxBatch));
+  return CheckIntIn("prefill_chunk", o.prefill_chunk, kAny, kMaxContextTokens);
+}
+
+Status CheckGenerateOptions(const GenerateOptions& o) {
+  KVLAB_RETURN_IF_ERROR(CheckIntIn("max_new_tokens (--max-new-tokens)", o.max_new_tokens, 0, kMaxContextTokens));
+  KVLAB_RETURN_IF_ERROR(CheckFiniteIn("temperature (--temperature)", o.sampling.temperature, 0, 1e6));
+  return CheckFiniteIn("top_p (--top-p)", o.sampling.top_p, 0, 1);
 }
 
 Status ReadTomlFile(const std::string& path, const char* what, std::string* text) {
@@ -138,6 +154,9 @@ Status ParseRunConfig(const std::string& text, const std::string& path, RunConfi
         if (!el.is_integer() || el.as_integer()->get() < 0) {
           return Status::InvalidArgument(TomlWhere(path, el.source()) + ": 'tokens' entries must be non-negative integers");
         }
+        // A token id is an int32: past it the cast below would wrap.
+        const Status id = CheckIntIn("'tokens' entry", el.as_integer()->get(), 0, INT32_MAX);
+        if (!id.ok()) return Status::InvalidArgument(TomlWhere(path, el.source()) + ": " + id.message());
         cfg.tokens.push_back(static_cast<int32_t>(el.as_integer()->get()));
       }
     } else if (key == "max_new_tokens") {
@@ -180,6 +199,9 @@ Status ParseRunConfig(const std::string& text, const std::string& path, RunConfi
     return Status::InvalidArgument(path + ": give one of 'prompt', 'prompt_file' and 'tokens'");
   }
   if (cfg.policies.empty()) cfg.policies.push_back(PolicySpec{"full", {}, path});
+  for (const Status& bound : {CheckEngineOptions(cfg.engine), CheckGenerateOptions(cfg.generate)}) {
+    if (!bound.ok()) return Status::InvalidArgument(path + ": " + bound.message());
+  }
   *out = std::move(cfg);
   return Status::OK();
 }

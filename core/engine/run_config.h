@@ -41,6 +41,14 @@ struct RunConfig {
 };
 
 Status LoadRunConfig(const std::string& path, RunConfig* out);
+
+// The upper bounds of core/base/untrusted.h on an engine's and a generation's
+// options (threads, block size, context, batch; finite sampling numbers), each
+// error naming the option and both numbers. Engine::Create and Engine::Generate
+// check them before any work, so every front end (kvlab generate, sweeps,
+// serve-bench) gets the same errors. Lower bounds stay with their own checks.
+Status CheckEngineOptions(const EngineOptions& o);
+Status CheckGenerateOptions(const GenerateOptions& o);
 // Parses TOML from a string (`path` is used in messages only).
 Status ParseRunConfig(const std::string& text, const std::string& path, RunConfig* out);
 

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 namespace kvlab {
 namespace {
 
@@ -133,6 +135,48 @@ TEST(RunConfigTest, DeeplyNestedTomlIsOneErrorNamingTheFile) {
       << set.message();
   const Status key = ApplyTomlOverride(Times("a.", 1000) + "b=1", &root);
   EXPECT_NE(key.message().find("1001 dotted parts, more than 128"), std::string::npos) << key.message();
+}
+
+}  // namespace
+}  // namespace kvlab
+
+namespace kvlab {
+namespace {
+
+// Sizes and numbers a user gives are bounded before work starts: one error
+// naming the key and both numbers (core/base/untrusted.h).
+TEST(RunConfigTest, LimitsNameTheKeyAndBothNumbers) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"max_new_tokens = 9223372036854775807\n",
+       "max_new_tokens (--max-new-tokens) is 9223372036854775807, more than 16777216"},
+      {"temperature = nan\n", "temperature (--temperature) is nan; expected a finite number in [0, 1000000]"},
+      {"temperature = inf\n", "temperature (--temperature) is inf"},
+      {"top_p = -inf\n", "top_p (--top-p) is -inf; expected a finite number in [0, 1]"},
+      {"tokens = [1, 4294967297]\n", "r.toml:1:14: 'tokens' entry is 4294967297, more than 2147483647"},
+      {"block_size = 4294967312\n", "'block_size' must be in [1, 4096]"},  // not wrapped to 16
+      {"prefill_chunk = 9223372036854775807\n", "prefill_chunk is 9223372036854775807, more than 16777216"},
+  };
+  for (const auto& [text, want] : cases) {
+    RunConfig rc;
+    const Status s = ParseRunConfig(text, "r.toml", &rc);
+    ASSERT_FALSE(s.ok()) << text;
+    EXPECT_NE(s.message().find(want), std::string::npos) << s.message();
+  }
+  EngineOptions eo;
+  eo.num_threads = 100000;
+  EXPECT_EQ(CheckEngineOptions(eo).message(), "threads (--threads) is 100000, more than 1024 (kvlab's limit)");
+  eo = EngineOptions();
+  eo.max_context = int64_t{1} << 40;
+  EXPECT_NE(CheckEngineOptions(eo).message().find("the context (prompt + new tokens) is 1099511627776, more than"),
+            std::string::npos);
+  eo = EngineOptions();
+  eo.max_seqs = 1 << 20;
+  EXPECT_FALSE(CheckEngineOptions(eo).ok());
+  EXPECT_TRUE(CheckEngineOptions(EngineOptions()).ok());
+  GenerateOptions go;
+  EXPECT_TRUE(CheckGenerateOptions(go).ok());
+  go.sampling.temperature = std::nan("");
+  EXPECT_FALSE(CheckGenerateOptions(go).ok());
 }
 
 }  // namespace

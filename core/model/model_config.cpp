@@ -247,6 +247,24 @@ Status ModelConfig::Validate(const std::string& source) const {
   for (const auto& [key, v] : positive) {
     if (v <= 0) return Status::InvalidArgument(source + ": '" + key + "' must be positive, got " + std::to_string(v));
   }
+  // Upper bounds far past every published model (Llama 3.1 405B: 126 layers,
+  // 16384 hidden), checked before anything is sized by them: a config.json with
+  // num_hidden_layers = 3000000 against a 2-layer checkpoint took 5 GB first.
+  struct Bound {
+    const char* key;
+    int64_t value, max;
+  };
+  const Bound bounded[] = {{"vocab_size", vocab_size, int64_t{1} << 24},
+                           {"hidden_size", hidden_size, int64_t{1} << 18},
+                           {"intermediate_size", intermediate_size, int64_t{1} << 20},
+                           {"num_hidden_layers", num_hidden_layers, 4096},
+                           {"num_attention_heads", num_attention_heads, 4096},
+                           {"head_dim", head_dim, 4096},
+                           {"max_position_embeddings", max_position_embeddings, int64_t{1} << 30}};
+  for (const Bound& b : bounded) {
+    const Status s = CheckIntIn(std::string("'") + b.key + "'", b.value, 1, b.max);
+    if (!s.ok()) return Status::InvalidArgument(source + ": " + s.message());
+  }
   if (num_attention_heads % num_key_value_heads != 0) {
     return Status::InvalidArgument(source + ": 'num_attention_heads' (" + std::to_string(num_attention_heads) +
                                    ") must be a multiple of 'num_key_value_heads' (" +

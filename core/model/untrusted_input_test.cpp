@@ -160,3 +160,25 @@ TEST(UntrustedInputTest, OversizedConfigJsonIsRefusedBeforeReading) {
 
 }  // namespace
 }  // namespace kvlab
+
+namespace kvlab {
+namespace {
+
+// Sizes in config.json are bounded before anything is sized by them.
+TEST(UntrustedInputTest, AbsurdConfigSizesNameTheKeyAndBothNumbers) {
+  const std::string base = R"({"model_type": "llama", "vocab_size": 259, "hidden_size": 64, "intermediate_size": 128,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-5, )";
+  std::string path;
+  Status s = LoadConfigText(base + "\"num_hidden_layers\": 3000000}", &path);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(path + ": 'num_hidden_layers' is 3000000, more than 4096"), std::string::npos)
+      << s.message();
+  s = LoadConfigText(base + "\"num_hidden_layers\": 2, \"max_position_embeddings\": 9223372036854775807}", &path);
+  EXPECT_NE(s.message().find("'max_position_embeddings' is 9223372036854775807, more than 1073741824"),
+            std::string::npos)
+      << s.message();
+  EXPECT_TRUE(LoadConfigText(base + "\"num_hidden_layers\": 2}", &path).ok());
+}
+
+}  // namespace
+}  // namespace kvlab
