@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "core/engine/cuda_backend.h"
+#include "core/engine/run_config.h"
 #include "core/model/model.h"
 
 namespace kvlab {
@@ -67,6 +68,7 @@ Engine::~Engine() = default;
 
 Status Engine::Create(const EngineOptions& options, const std::vector<PolicySpec>& policy_specs,
                       std::unique_ptr<Engine>* out) {
+  KVLAB_RETURN_IF_ERROR(CheckEngineOptions(options));  // bounds before any work (run_config.h)
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   if (options.attention == "cpu") {
@@ -410,6 +412,7 @@ Status Engine::Impl::ApplyPlacement() {
 
 Status Engine::Generate(const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& options,
                         std::vector<GenerateResult>* results, GenerateStats* stats) {
+  KVLAB_RETURN_IF_ERROR(CheckGenerateOptions(options));
   Impl& s = *impl_;
   const int64_t vocab = s.model->config().vocab_size;
   const int64_t eos = s.model->config().eos_token_id;
