@@ -100,6 +100,7 @@ Status NewServeExecutor(const ServeBenchConfig& config, std::unique_ptr<StepExec
 Status RunServeBench(const std::string& toml_path, const ServeBenchOverrides& overrides, std::string* report) {
   ServeBenchConfig config;
   KVLAB_RETURN_IF_ERROR(LoadServeBenchConfig(toml_path, &config, overrides.sets));
+  if (overrides.threads >= 0) config.engine.num_threads = overrides.threads;
   std::unique_ptr<StepExecutor> executor;
   KVLAB_RETURN_IF_ERROR(NewServeExecutor(config, &executor));
   ServeBenchResult result;

@@ -433,7 +433,12 @@ std::string FormatServeBenchReport(const ServeBenchConfig& config, const ServeBe
   for (const std::string& why : r.reject_reasons) o << "    rejected: " << why << "\n";
   o << "  steps       " << r.steps << " (clock " << Fmt(r.end_time, 0) << " steps with idle gaps)"
     << (r.hit_max_steps ? ", stopped at max_steps" : "");
-  if (engine) o << ", " << Fmt(r.wall_ms / 1000.0, 2) << " s inside steps";
+  if (engine) {
+    o << ", " << Fmt(r.wall_ms / 1000.0, 2) << " s inside steps on "
+      << (config.engine.num_threads == 0   ? std::string("all cores")
+          : config.engine.num_threads == 1 ? std::string("1 thread")
+                                           : std::to_string(config.engine.num_threads) + " threads");
+  }
   o << "\n";
   const double steps = std::max<int64_t>(1, r.steps);
   o << "  throughput  " << Fmt(static_cast<double>(r.output_tokens) / steps, 2) << " output tokens/step, "

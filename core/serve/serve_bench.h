@@ -57,6 +57,7 @@ struct ServeBenchOverrides {
   std::string json_path;  // appends the summary as one JSON line; "" = none
   int64_t max_steps = 0;  // > 0 replaces the config's
   std::vector<std::string> sets;  // --set KEY=VALUE, applied to the config as it is read
+  int threads = -1;       // >= 0 replaces the config's threads (engine only; 0: all cores)
 };
 
 struct Percentiles {

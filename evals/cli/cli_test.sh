@@ -88,6 +88,38 @@ expect_err "logits --tokens-file missing" "$T/nope.ids" -- \
 expect_err "logits --tokens-file bad id" "$T/bad.ids:2" "'999'" -- \
   "$KVLAB" logits --model "$T/ok" --tokens-file "$T/bad.ids" --out "$T/logits.bin"
 expect_err "logits without tokens" "--tokens-file" -- "$KVLAB" logits --model "$T/ok" --out "$T/logits.bin"
+
+# --- logits under a policy: offload is lossless, so its logits equal full's byte for byte ---
+# 80 tokens decoded one a step; a device budget of one block with a host
+# budget of one block sends the rest to disk, and each step brings them back.
+$PY -c 'import random; random.seed(1); print(",".join(str(random.randrange(259)) for _ in range(80)))' > "$T/p80.ids"
+lg() { "$KVLAB" logits --model "$T/ok" --tokens-file "$T/p80.ids" --mode decode --threads 1 "$@"; }
+OFFLOAD="offload:device_budget=4096,host_budget=4096,keep_sinks=0,keep_recent=16,disk_dir=$T"
+expect_out "logits --policy full" "wrote 80 x 259 logits" "KV cache (full" -- lg --policy full --out "$T/full.bin"
+out=$(lg --policy "$OFFLOAD" --out "$T/offload.bin" 2>&1); rc=$?
+if [ $rc -ne 0 ]; then fail "logits --policy offload: exit $rc: $out"
+elif ! grep -qE 'tiers .*host [1-9][0-9,]* B, disk [1-9][0-9,]* B' <<<"$out"; then
+  fail "logits --policy offload: no blocks left the device: $out"
+elif ! cmp "$T/full.bin" "$T/offload.bin"; then fail "logits --policy offload differs from full"
+else pass "logits --policy offload (host and disk tiers used) byte-identical to full"; fi
+# A lossy policy must change them, or the comparison above proves nothing.
+out=$(lg --policy h2o:ratio=0.25 --out "$T/h2o.bin" 2>&1); rc=$?
+if [ $rc -ne 0 ]; then fail "logits --policy h2o: exit $rc: $out"
+elif cmp -s "$T/full.bin" "$T/h2o.bin"; then fail "logits --policy h2o:ratio=0.25 equals full"
+else pass "logits --policy h2o:ratio=0.25 differs from full"; fi
+expect_out "logits --policy stacked" "wrote 80 x 259 logits" "sink" "quant" -- \
+  lg --policy sink:window=28 --policy quant --out "$T/stack.bin"
+expect_err "logits --policy unknown name" "--policy nope" "unknown policy 'nope'" -- lg --policy nope --out "$T/x.bin"
+expect_err "logits --policy with --mode dense" "--mode dense" "no policy applies" -- \
+  "$KVLAB" logits --model "$T/ok" --tokens 1,2,3 --mode dense --policy full --out "$T/x.bin"
+# serve-bench --threads replaces the config's threads, and the report says how many ran.
+printf 'model = "small"\nmodel_free = false\nblock_size = 4\npool_blocks = 512\nthreads = 1\nmax_steps = 40\n[workload]\nseed = 2\n[[workload.users]]\ncount = 2\nturns = 1\nuser_tokens = 8\noutput_tokens = 4\n' > "$T/serve.toml"
+expect_out "serve-bench threads from the config" "s inside steps on 1 thread" "TTFT        steps:" "ms:" -- \
+  "$KVLAB" serve-bench "$T/serve.toml"
+expect_out "serve-bench --threads" "s inside steps on 2 threads" -- "$KVLAB" serve-bench "$T/serve.toml" --threads 2
+expect_err "serve-bench --threads negative" "--threads must be >= 0" -- "$KVLAB" serve-bench "$T/serve.toml" --threads -3
+expect_err "logits --threads negative" "--threads must be >= 0" -- \
+  "$KVLAB" logits --model "$T/ok" --tokens 1,2,3 --threads -1 --out "$T/x.bin"
 broken spm
 echo "not a sentencepiece model" > "$T/spm/tokenizer.model"
 expect_err "broken tokenizer.model" "spm/tokenizer.model" -- "$KVLAB" generate --model "$T/spm" --prompt "hi"

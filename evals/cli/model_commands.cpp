@@ -17,17 +17,20 @@ namespace {
 
 struct LogitsArgs {
   std::string model, tokens, tokens_file, out, mode = "prefill", dtype = "f32";
+  std::vector<std::string> policy_args;  // --policy, repeated to stack (none: full)
   int block = 16;
+  int threads = 0;  // 0: all cores
   int64_t chunk = 0;  // prefill mode: tokens per chunk (0: one chunk)
   bool allow_long_context = false;
 };
 
-// Teacher-forced logits through the engine: prefill chunks of `chunk` tokens
-// (0: one chunk), or one token a step.
-Status EngineLogits(const EngineOptions& o, const std::vector<int32_t>& ids, bool decode, int64_t chunk,
-                    std::vector<float>* out) {
+// Teacher-forced logits through the engine under a policy stack: prefill
+// chunks of `chunk` tokens (0: one chunk), or one token a step (the stack
+// acts after each, so a lossy policy's effect shows in the logits).
+Status EngineLogits(const EngineOptions& o, const std::vector<PolicySpec>& policies, const std::vector<int32_t>& ids,
+                    bool decode, int64_t chunk, std::vector<float>* out) {
   std::unique_ptr<Engine> engine;
-  KVLAB_RETURN_IF_ERROR(Engine::Create(o, {PolicySpec{"full", {}, "logits"}}, &engine));
+  KVLAB_RETURN_IF_ERROR(Engine::Create(o, policies, &engine));
   KVLAB_RETURN_IF_ERROR(engine->AddSequence(0));
   std::vector<std::vector<float>> logits;
   if (!decode) {
@@ -38,12 +41,15 @@ Status EngineLogits(const EngineOptions& o, const std::vector<int32_t>& ids, boo
       KVLAB_RETURN_IF_ERROR(engine->Forward({SeqChunk{0, part}}, true, &logits));
       out->insert(out->end(), logits[0].begin(), logits[0].end());
     }
-    return Status::OK();
+  } else {
+    for (size_t i = 0; i < ids.size(); ++i) {
+      KVLAB_RETURN_IF_ERROR(engine->Forward({SeqChunk{0, {ids[i]}}}, false, &logits));
+      out->insert(out->end(), logits[0].begin(), logits[0].end());
+    }
   }
-  for (size_t i = 0; i < ids.size(); ++i) {
-    KVLAB_RETURN_IF_ERROR(engine->Forward({SeqChunk{0, {ids[i]}}}, false, &logits));
-    out->insert(out->end(), logits[0].begin(), logits[0].end());
-  }
+  // What the stack held (and, for offload, where), so that a byte-for-byte
+  // comparison of two policies' logits can show the policy really acted.
+  PrintEngineMemory(*engine, engine->Memory(), static_cast<int64_t>(ids.size()));
   return Status::OK();
 }
 
@@ -51,6 +57,19 @@ int RunLogits(const LogitsArgs& a) {
   EngineOptions o;
   o.model = a.model;
   o.block_size = a.block;
+  o.num_threads = a.threads;
+  if (a.threads < 0) return Fail(Status::InvalidArgument("--threads must be >= 0 (0: all cores), got " +
+                                                         std::to_string(a.threads)));
+  // dense and nocache run the model without the paged cache, so no policy
+  // could act there; refusing beats silently printing full's logits.
+  if ((a.mode == "dense" || a.mode == "nocache") && !a.policy_args.empty()) {
+    return Fail(Status::InvalidArgument("--policy: --mode " + a.mode +
+                                        " runs without the paged cache, so no policy applies; use --mode prefill "
+                                        "or decode"));
+  }
+  std::vector<PolicySpec> policies;
+  Status ps = ParsePolicyArgs(a.policy_args, &policies);
+  if (!ps.ok()) return Fail(ps);
   if (!ParseDType(a.dtype, &o.kv_dtype)) return Fail(Status::InvalidArgument("--kv-dtype: expected f32, f16 or bf16"));
   ModelConfig mc;
   Status s = ResolveModelConfig(a.model, &mc);
@@ -66,7 +85,7 @@ int RunLogits(const LogitsArgs& a) {
   if (!s.ok()) return Fail(s);
   std::vector<float> out;
   if (a.mode == "prefill" || a.mode == "decode") {
-    s = EngineLogits(o, ids, a.mode == "decode", a.chunk, &out);
+    s = EngineLogits(o, policies, ids, a.mode == "decode", a.chunk, &out);
   } else if (a.mode == "dense" || a.mode == "nocache") {
     s = DenseLogits(o, ids, a.mode == "nocache", &out);
   } else {
@@ -162,6 +181,9 @@ Command AddLogitsCommand(CLI::App& app) {
   lg->add_option("--kv-dtype", a->dtype, "Cache storage dtype")->capture_default_str();
   lg->add_option("--block-size", a->block, "Tokens per KV block")->capture_default_str();
   lg->add_option("--prefill-chunk", a->chunk, "prefill mode: feed the tokens this many at a time (chunked prefill)");
+  lg->add_option("--policy", a->policy_args,
+                 "prefill and decode modes: policy NAME or NAME:key=value,...; repeat to stack (default full)");
+  lg->add_option("--threads", a->threads, "Threads (0 = all cores)")->capture_default_str();
   lg->add_flag("--allow-long-context", a->allow_long_context,
                "Run past the model's max_position_embeddings (otherwise an error)");
   return {lg, [a] { return RunLogits(*a); }};

@@ -143,7 +143,13 @@ Command AddServeBenchCommand(CLI::App& app) {
   sb->add_option("--set", a->over.sets, "Override a config key: KEY=VALUE (VALUE in TOML), repeatable")
       ->allow_extra_args(false);
   sb->add_option("--max-steps", a->over.max_steps, "Stop after this many steps (replaces the config's max_steps)");
-  return {sb, [a] {
+  CLI::Option* threads = sb->add_option("--threads", a->over.threads,
+                                        "Engine threads, 0 = all cores (replaces the config's threads)");
+  return {sb, [a, threads] {
+            if (threads->count() > 0 && a->over.threads < 0) {
+              return Fail(Status::InvalidArgument("--threads must be >= 0 (0: all cores), got " +
+                                                  std::to_string(a->over.threads)));
+            }
             std::string report;
             const Status s = RunServeBench(a->config, a->over, &report);
             return PrintReport(s, report);
