@@ -630,7 +630,7 @@ void Run(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p) {
   sh.code_row_bytes = static_cast<int64_t>(sh.d) * BITS / 8;
   sh.code_bytes = enc.enc.CodeBytes();
   static_assert(kivi_int8::kDim == 128 && kivi_int8::kRows == 32, "KvEncoding::Int8AttentionShape names this shape");
-  sh.int8 = kivi_int8::kAvailable && enc.enc.int8_attention && enc.enc.Int8AttentionShape();
+  sh.int8 = kivi_int8::kAvailable && p.int8_attention && enc.enc.Int8AttentionShape();
   const int threads = omp_get_max_threads();
 
   static thread_local Plan plan;

@@ -8,36 +8,6 @@
 
 namespace kvlab {
 
-Status CacheShape::Validate() const {
-  if (num_layers <= 0 || num_kv_heads <= 0 || head_dim <= 0) {
-    return Status::InvalidArgument("cache shape: num_layers, num_kv_heads and head_dim must be positive");
-  }
-  if (block_size <= 0 || block_size > 4096) {
-    return Status::InvalidArgument("cache shape: block_size must be in [1, 4096], got " + std::to_string(block_size));
-  }
-  if (encoded) {
-    const std::string err = enc.Validate();
-    if (!err.empty()) return Status::InvalidArgument(err);
-    if (enc.head_dim != head_dim) return Status::InvalidArgument("cache shape: encoding head_dim differs from the cache's");
-    if (enc.tokens_per_block % block_size != 0) {
-      return Status::InvalidArgument("cache shape: encoded blocks hold " + std::to_string(enc.tokens_per_block) +
-                                     " tokens, not a multiple of block_size " + std::to_string(block_size));
-    }
-    if (residual < 0) return Status::InvalidArgument("cache shape: residual must be >= 0");
-  }
-  if (!layer_window.empty() && static_cast<int>(layer_window.size()) != num_layers) {
-    return Status::InvalidArgument("cache shape: layer_window has " + std::to_string(layer_window.size()) +
-                                   " entries for " + std::to_string(num_layers) + " layers");
-  }
-  for (size_t l = 0; l < layer_window.size(); ++l) {
-    if (layer_window[l] < 0) {
-      return Status::InvalidArgument("cache shape: layer " + std::to_string(l) + "'s sliding window is " +
-                                     std::to_string(layer_window[l]) + " (0: global, else positive)");
-    }
-  }
-  return Status::OK();
-}
-
 PagedKV PageTable::Layer(int layer) const {
   PagedKV kv = base_;
   const size_t off = static_cast<size_t>(layer) * num_seqs_ * num_kv_heads_;
@@ -367,7 +337,20 @@ void KVCache::SealStream(Stream* s) {
 
 void KVCache::Seal(SeqId id) {
   if (!shape_.encoded) return;
-  for (Stream& s : seqs_.at(id)) SealStream(&s);
+  for (Stream& s : seqs_.at(id)) {
+    if (device_ops_ == nullptr) {
+      SealStream(&s);
+      continue;
+    }
+    // The device owner encodes what the books sealed, from the old block list.
+    const std::vector<int32_t> before = s.blocks;
+    const int64_t plain_before = s.num_plain();
+    const size_t enc_before = s.enc_blocks.size();
+    SealStream(&s);
+    if (s.enc_blocks.size() == enc_before) continue;
+    device_ops_->Sealed(before, plain_before,
+                        std::vector<int32_t>(s.enc_blocks.begin() + static_cast<std::ptrdiff_t>(enc_before), s.enc_blocks.end()));
+  }
   UpdatePeak();
 }
 
