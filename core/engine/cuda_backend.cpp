@@ -63,28 +63,19 @@ Status CudaBackendImpl::Attach(KVCache* cache, LlamaModel* model) {
   return model->To(device_);
 }
 
-cuda::PagedDecodeShape CudaBackendImpl::DecodeShape(int num_seqs) const {
-  cuda::PagedDecodeShape sh;
-  sh.num_seqs = num_seqs;
-  sh.num_qo_heads = num_qo_heads_;
-  sh.num_kv_heads = shape_.num_kv_heads;
-  sh.head_dim = shape_.head_dim;
-  sh.dtype = shape_.dtype;
-  if (shape_.encoded) {
-    sh.enc_tokens_per_block = shape_.enc.tokens_per_block;
-    sh.enc_block_bytes = shape_.enc.BlockBytes();
-  }
-  return sh;
-}
-
-PagedKV CudaBackendImpl::FullPlain(int layer) const {
+PagedKV CudaBackendImpl::PoolView(int num_streams) const {
   PagedKV kv;
   kv.base = cache_->pool().device_data();
   kv.block_bytes = cache_->pool().block_bytes();
   kv.dtype = shape_.dtype;
   kv.block_size = shape_.block_size;
   kv.head_dim = shape_.head_dim;
-  kv.num_streams = num_streams_;
+  kv.num_streams = num_streams;
+  return kv;
+}
+
+PagedKV CudaBackendImpl::FullPlain(int layer) const {
+  PagedKV kv = PoolView(num_streams_);
   kv.indptr = I32(static_cast<int64_t>(layer) * num_streams_);
   kv.indices = I32(off_indices_);
   kv.last_block_len = I32(off_lbl_ + static_cast<int64_t>(layer) * num_streams_);

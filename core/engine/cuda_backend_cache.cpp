@@ -19,16 +19,7 @@ std::string PolicyName(const PolicyStack& stack, Concern c) {
 // one-sequence call (pointers are never dereferenced by the checks).
 Status CheckKernelsAccept(const CudaBackendOptions& o, const std::string& stack) {
   const CacheShape& sh = o.shape;
-  cuda::PagedDecodeShape ds;
-  ds.num_seqs = 1;
-  ds.num_qo_heads = o.num_qo_heads;
-  ds.num_kv_heads = sh.num_kv_heads;
-  ds.head_dim = sh.head_dim;
-  ds.dtype = sh.dtype;
-  if (sh.encoded) {
-    ds.enc_tokens_per_block = sh.enc.tokens_per_block;
-    ds.enc_block_bytes = sh.enc.BlockBytes();
-  }
+  const cuda::PagedDecodeShape ds = DecodeShapeOf(sh, o.num_qo_heads, /*num_seqs=*/1);
   const std::string where = "model shape (head_dim " + std::to_string(sh.head_dim) + ", " +
                             std::to_string(o.num_qo_heads) + " query heads over " + std::to_string(sh.num_kv_heads) +
                             " stored KV heads, stack " + stack + "): ";
@@ -102,13 +93,7 @@ Status CudaBackendImpl::FinishCompaction() {
     const at::Tensor indptr = Upload(cmp_indptr_, at::kInt), indices = Upload(cmp_indices_, at::kInt);
     const at::Tensor last_len = Upload(cmp_last_len_, at::kInt), kept = Upload(cmp_kept_, at::kInt);
     const at::Tensor kept_off = Upload(cmp_kept_off_, at::kLong), num_kept = Upload(cmp_num_kept_, at::kInt);
-    PagedKV kv;
-    kv.base = static_cast<uint8_t*>(cache_->pool().device_data());
-    kv.block_bytes = shape_.BlockBytes();
-    kv.dtype = shape_.dtype;
-    kv.block_size = shape_.block_size;
-    kv.head_dim = shape_.head_dim;
-    kv.num_streams = static_cast<int>(cmp_num_kept_.size());
+    PagedKV kv = PoolView(static_cast<int>(cmp_num_kept_.size()));
     kv.indptr = indptr.data_ptr<int32_t>();
     kv.indices = indices.data_ptr<int32_t>();
     kv.last_block_len = last_len.data_ptr<int32_t>();
@@ -170,13 +155,7 @@ Status CudaBackendImpl::LaunchSeal() {
     all.insert(all.end(), seal_indices_.begin(), seal_indices_.end());
     at::Tensor d = Upload(all, at::kInt);
     int32_t* p = d.data_ptr<int32_t>();
-    PagedKV kv;
-    kv.base = cache_->pool().device_data();
-    kv.block_bytes = cache_->pool().block_bytes();
-    kv.dtype = shape_.dtype;
-    kv.block_size = shape_.block_size;
-    kv.head_dim = shape_.head_dim;
-    kv.num_streams = static_cast<int>(num_streams);
+    PagedKV kv = PoolView(static_cast<int>(num_streams));
     kv.indptr = p;
     kv.last_block_len = p + num_streams + 1;
     cuda::SealJobs jobs;

@@ -26,6 +26,21 @@ namespace kvlab {
 
 inline std::string CudaErrorText(cudaError_t e) { return std::string(cudaGetErrorString(e)); }
 
+// The decode kernel's shape for `num_seqs` sequences of a cache of `sh`.
+inline cuda::PagedDecodeShape DecodeShapeOf(const CacheShape& sh, int num_qo_heads, int num_seqs) {
+  cuda::PagedDecodeShape ds;
+  ds.num_seqs = num_seqs;
+  ds.num_qo_heads = num_qo_heads;
+  ds.num_kv_heads = sh.num_kv_heads;
+  ds.head_dim = sh.head_dim;
+  ds.dtype = sh.dtype;
+  if (sh.encoded) {
+    ds.enc_tokens_per_block = sh.enc.tokens_per_block;
+    ds.enc_block_bytes = sh.enc.BlockBytes();
+  }
+  return ds;
+}
+
 class CudaBackendImpl : public AttentionBackend, public DeviceKvOps {
  public:
   explicit CudaBackendImpl(const CudaBackendOptions& o);
@@ -78,7 +93,9 @@ class CudaBackendImpl : public AttentionBackend, public DeviceKvOps {
     return host.to(device_, type, /*non_blocking=*/false, /*copy=*/true);
   }
   int32_t* I32(int64_t off) const { return full_.data_ptr<int32_t>() + off; }
-  cuda::PagedDecodeShape DecodeShape(int num_seqs) const;
+  cuda::PagedDecodeShape DecodeShape(int num_seqs) const { return DecodeShapeOf(shape_, num_qo_heads_, num_seqs); }
+  // The plain pool's view for `num_streams` streams, their tables not set.
+  PagedKV PoolView(int num_streams) const;
   // The step's full view of layer l (device pointers).
   PagedKV FullPlain(int layer) const;
   EncodedKV FullEncoded(int layer) const;

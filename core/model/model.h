@@ -5,8 +5,9 @@
 // GELU-tanh MLP, sliding-window layers, soft-capping, tied or untied heads.
 // Forward passes: over the paged KV cache (the engine), over a contiguous
 // per-sequence cache with plain libtorch attention (the dense reference), and
-// without a cache (recompute). Compute is fp32. Only model.cpp, engine.cpp
-// and tests include this header: it pulls in libtorch.
+// without a cache (recompute). Compute is fp32. Only model.cpp, the engine
+// (engine.cpp, its CUDA backend) and tests include this header: it pulls in
+// libtorch.
 #pragma once
 
 #include <torch/torch.h>
