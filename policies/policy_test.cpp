@@ -256,6 +256,7 @@ TEST(PolicyConformanceTest, EveryRegisteredPolicy) {
     }
     if (!(p->Concerns() & kConcernRepresentation)) {
       EXPECT_EQ(p->StorageDType(DType::kF16), DType::kF16);
+      EXPECT_FALSE(p->AttentionKernelOptions().int8_attention) << "kernel options belong to a representation";
     }
     if (!(p->Concerns() & kConcernSelection)) {
       std::vector<int64_t> keep;

@@ -115,9 +115,9 @@ struct SlotAttention {
 
 // The owner of a device cache's bytes (KVCache::Create with `device`): the
 // cache keeps the books and applies the policies' decisions, and tells the
-// owner which rows to move, which it moves itself in host pools. Set once
-// with KVCache::SetDeviceOps; the calls come in the cache's own order, and
-// each batch ends with its Finish call (the owner may queue until then).
+// owner which rows to move (in host pools the cache moves them itself). Set
+// once with KVCache::SetDeviceOps; the calls come in the cache's own order,
+// and each batch ends with its Finish call (the owner may queue until then).
 class DeviceKvOps {
  public:
   virtual ~DeviceKvOps() = default;
@@ -276,7 +276,8 @@ class KVCache {
   // keeping every slot, when the pools cannot supply the copies or the plain
   // blocks decoded tokens need (InvalidArgument for a copy on a device pool,
   // whose bytes the cache cannot move). With offloading, the stream's
-  // blocks are brought back to the device first.
+  // blocks are brought back to the device first. On a device cache, compact
+  // through ApplySelection, which tells the owner what to move.
   Status Compact(SeqId id, int layer, int head, const std::vector<int64_t>& keep);
 
   // Seals, in every stream of `id`, whole groups of the oldest plain tokens
