@@ -5,6 +5,7 @@
 // over threads (flash-decoding) and merged by log-sum-exp.
 #pragma once
 
+#include "kernels/attention_cpu_plan.h"
 #include "kernels/paged_kv.h"
 
 namespace kvlab {
@@ -16,6 +17,10 @@ namespace kvlab {
 // the score cost). head_dim not a multiple of 16 (of 32 with RoPE) falls back
 // to PagedAttentionReference.
 // REQUIRES: AttentionParamsCheck(kv, p).ok().
+// Plans the split for this call (PlanCpuDecodeLayer), then runs it.
 void PagedAttentionCpu(const PagedKV& kv, const AttentionParams& p);
+// Runs a plan made for the step (once, for all layers), on up to plan.threads
+// threads. REQUIRES as above and CpuDecodePlanCheck(plan, p).ok().
+void PagedAttentionCpu(const PagedKV& kv, const AttentionParams& p, const CpuDecodePlan& plan);
 
 }  // namespace kvlab

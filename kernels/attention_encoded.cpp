@@ -168,4 +168,13 @@ void PagedAttentionEncodedCpu(const PagedKV& kv, const EncodedKV& enc, const Att
   EncodedAttentionGeneric(kv, enc, p);
 }
 
+void PagedAttentionEncodedCpu(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p,
+                              const CpuDecodePlan& plan) {
+  if (KiviCpuSupports(kv, enc, p)) {
+    PagedAttentionKiviCpu(kv, enc, p, plan);
+    return;
+  }
+  EncodedAttentionGeneric(kv, enc, p);
+}
+
 }  // namespace kvlab

@@ -5,6 +5,7 @@
 // rope_inv_freq as in AttentionParams, over the whole (encoded + plain) stream.
 #pragma once
 
+#include "kernels/attention_cpu_plan.h"
 #include "kernels/kv_encoding.h"
 #include "kernels/paged_kv.h"
 
@@ -19,5 +20,9 @@ void PagedAttentionEncodedReference(const PagedKV& kv, const EncodedKV& enc, con
 // threads. Everything else takes a generic path that decodes each stream to
 // fp32 once for all query heads of the group and all queries.
 void PagedAttentionEncodedCpu(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p);
+// The same with the step's plan (CpuDecodePlanCheck(plan, p).ok()): the fused
+// KIVI path runs it; the generic path has no split to plan and ignores it.
+void PagedAttentionEncodedCpu(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p,
+                              const CpuDecodePlan& plan);
 
 }  // namespace kvlab

@@ -1,9 +1,10 @@
-// Layout of the work (as in attention_cpu.cpp): a job is (stream, tile of up
-// to kMaxTileQueryVecs query vectors, range of the stream's units), where the
-// stream's units are its encoded blocks (G tokens each) followed by its plain
-// blocks. The query vectors of a job are all heads of the stream's GQA group
-// for a few consecutive queries, so every code a job unpacks serves every
-// query head that reads it. Rows are processed kTile at a time with an online
+// Layout of the work (planned in attention_cpu_plan.h and run by
+// attention_cpu_run.h, as for attention_cpu.cpp): a job is (stream, tile of
+// query vectors, range of the stream's units), where the stream's units are
+// its encoded blocks (G tokens each) followed by its plain blocks. The query
+// vectors of a job are all heads of the stream's GQA group for a few
+// consecutive queries, so every code a job unpacks serves every query head
+// that reads it. Rows are processed kTile at a time with an online
 // softmax; jobs that cover only part of a stream (split-K) leave (max, sum,
 // acc) partials that a second step merges by log-sum-exp.
 //
@@ -34,6 +35,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/attention_cpu_run.h"
 #include "kernels/attention_cpu_simd.h"
 #include "kernels/attention_cpu_tiles.h"
 #include "kernels/attention_kivi_int8.h"
@@ -43,15 +45,12 @@ namespace {
 
 using namespace cpu_simd;   // NOLINT: the vector vocabulary of this file
 using namespace cpu_tiles;  // NOLINT: the tile kernels shared with attention_cpu.cpp
+using namespace cpu_run;    // NOLINT: running the plan, shared with attention_cpu.cpp
 
 constexpr int kTile = 32;              // rows per online-softmax step (one 32-token KIVI block)
 constexpr int kMaxScoreVecs = 8;       // query vectors per score pass
 constexpr int kMaxValueVecs = 4;       // query vectors per value pass
-constexpr int kMaxTileQueryVecs = 32;  // query vectors per prefill job
-constexpr int kJobsPerThread = 4;      // for dynamic load balance
-constexpr int kMinSlotsPerJob = 256;   // below this, split-K overhead outweighs the parallelism
 constexpr int kPrefetchBytes = 16384;  // how far ahead of use units are prefetched
-constexpr float kLog2e = 1.4426950408889634f;
 
 // ---- row loader for codes (plain rows: PlainRows in attention_cpu_tiles.h) ----
 
@@ -159,10 +158,10 @@ inline void LoadHalf16(const uint16_t* p, F8* lo, F8* hi) {
   }
 }
 
-// ---- shapes, jobs, scratch ----
+// ---- shape and scratch (the plan: attention_cpu_plan.h) ----
 
 struct Shape {
-  int d, group, hq, hkv, q_tile;  // q_tile: queries per job
+  int d, group, hkv;
   int bs;                         // plain block size
   int G;                          // tokens per encoded block (== KIVI group)
   int ng, lg_ng;                  // value groups per token: d / G = 2^lg_ng
@@ -171,27 +170,9 @@ struct Shape {
   bool int8;  // encoded blocks take the int8 path (attention_kivi_int8.h)
 };
 
-struct QueryTile {
-  int seq, kv_head, q_begin, q_count;
-};
-
-struct Job {
-  QueryTile t;
-  int u_begin, u_end;  // units: encoded blocks [0, n_eb), then plain blocks
-  int64_t part;        // offset of this job's partial record, or -1 when it covers every visible unit
-  int64_t work;
-};
-
-struct SplitGroup {
-  QueryTile t;
-  int64_t first_part;
-  int num_parts;
-};
-
 // Per-thread buffers, kept between calls (grown, never shrunk).
-struct Scratch {
-  std::vector<float> q, qe, qk, kconst, s, w, wsum, m, l, acc, zacc, raw, vsf, vzf, comb;
-  std::vector<int64_t> limit, first;  // per query vector: last and first visible slot
+struct Scratch : ScratchBase {
+  std::vector<float> qe, qk, kconst, w, wsum, zacc, vsf, vzf;
   // int8 path (grown only when a call takes it): queries in channel order,
   // their int8 form and scale, value accumulators in register order, rounded
   // value weights and their scales, the score tile's int32 partial sums.
@@ -200,76 +181,39 @@ struct Scratch {
   std::vector<uint8_t> wv;
   std::vector<int32_t> iraw;
   void Reserve(int max_vecs, int d, int ng, int zlen, bool int8) {
-    auto grow = [](std::vector<float>* v, size_t n) {
-      if (v->size() < n) v->resize(n);
-    };
+    ScratchBase::Reserve(max_vecs, d, kTile, kMaxScoreVecs);
     const size_t nv = static_cast<size_t>(max_vecs);
-    grow(&q, nv * d);
-    grow(&qe, nv * d);
-    grow(&qk, nv * d);
-    grow(&wsum, nv * ng);
-    grow(&kconst, nv);
-    grow(&s, nv * kTile + 8);  // + 8: WeightExpander reads a full vector past a query's last row
-    grow(&w, nv * kTile * ng);
-    grow(&m, nv);
-    grow(&l, nv);
-    grow(&acc, nv * d);
-    grow(&zacc, nv * zlen);
-    grow(&raw, static_cast<size_t>(kMaxScoreVecs) * kTile * 8);
-    grow(&vsf, static_cast<size_t>(kTile) * ng);
-    grow(&vzf, static_cast<size_t>(kTile) * ng);
-    grow(&comb, static_cast<size_t>(d));
-    if (limit.size() < nv) limit.resize(nv);
-    if (first.size() < nv) first.resize(nv);
+    Grow(&qe, nv * d);
+    Grow(&qk, nv * d);
+    Grow(&wsum, nv * ng);
+    Grow(&kconst, nv);
+    Grow(&w, nv * kTile * ng);
+    Grow(&zacc, nv * zlen);
+    Grow(&vsf, static_cast<size_t>(kTile) * ng);
+    Grow(&vzf, static_cast<size_t>(kTile) * ng);
     if (!int8) return;
-    grow(&qn, nv * d);
-    grow(&sigma, nv);
-    grow(&accr, nv * d);
-    grow(&half_omega, nv * kivi_int8::kGroups);
-    if (q8.size() < nv * d) q8.resize(nv * d);
-    if (wv.size() < nv * kivi_int8::kRows * 4) wv.resize(nv * kivi_int8::kRows * 4);
-    if (iraw.size() < 4 * 64) iraw.resize(4 * 64);
+    Grow(&qn, nv * d);
+    Grow(&sigma, nv);
+    Grow(&accr, nv * d);
+    Grow(&half_omega, nv * kivi_int8::kGroups);
+    Grow(&q8, nv * d);
+    Grow(&wv, nv * kivi_int8::kRows * 4);
+    Grow(&iraw, static_cast<size_t>(4 * 64));
   }
 };
 
-Scratch& ThreadScratch() {
-  static thread_local Scratch sc;
-  return sc;
-}
-
-inline int64_t QoOffset(const AttentionParams& p, const Shape& sh, const QueryTile& t, int n) {
-  const int64_t query = p.qo_indptr[t.seq] + t.q_begin + n / sh.group;
-  return (query * sh.hq + t.kv_head * sh.group + n % sh.group) * sh.d;
-}
-
-// The first slot query q (of the tile's sequence) sees in the tile's stream.
-inline int64_t FirstVisible(const AttentionParams& p, const QueryTile& t, int q) {
-  return p.first_visible == nullptr ? 0 : p.first_visible[(p.qo_indptr[t.seq] + q) * p.num_kv_heads + t.kv_head];
-}
-
-// Copies the tile's query vectors, scaled into log2 units and permuted to lane
-// order (q; also in channel order, qn, for the int8 path), and sets each
-// vector's causal limit (last visible slot) and first visible slot. Returns the number of slots
-// visible to the tile.
+// PrepareQueries (attention_cpu_run.h), plus the queries in channel order
+// (qn) for the int8 path.
 template <DType DT>
-int64_t PrepareQueries(const AttentionParams& p, const Shape& sh, const QueryTile& t, int64_t len, Scratch* sc) {
+int64_t PrepareTile(const AttentionParams& p, const Shape& sh, const CpuQueryTile& t, int64_t len, Scratch* sc) {
+  const int64_t visible = PrepareQueries<DT>(p, sh.group, t, len, sc);
   const float scale = p.sm_scale * kLog2e;
-  const int q_len = p.qo_indptr[t.seq + 1] - p.qo_indptr[t.seq];
-  const int nq = t.q_count * sh.group;
-  for (int n = 0; n < nq; ++n) {
-    const float* src = p.q + QoOffset(p, sh, t, n);
-    float* dst = sc->q.data() + static_cast<size_t>(n) * sh.d;
-    for (int c = 0; c < sh.d; c += 16) {
-      for (int i = 0; i < 16; ++i) dst[c + i] = src[c + Storage<DT>::StoredIndex(i)] * scale;
-    }
-    if (sh.int8) {
-      float* qn = sc->qn.data() + static_cast<size_t>(n) * sh.d;
-      for (int c = 0; c < sh.d; ++c) qn[c] = src[c] * scale;
-    }
-    sc->limit[n] = len - q_len + t.q_begin + n / sh.group;
-    sc->first[n] = FirstVisible(p, t, t.q_begin + n / sh.group);
+  for (int n = 0; sh.int8 && n < t.q_count * sh.group; ++n) {
+    const float* src = p.q + QoOffset(p, sh.group, t, n);
+    float* qn = sc->qn.data() + static_cast<size_t>(n) * sh.d;
+    for (int c = 0; c < sh.d; ++c) qn[c] = src[c] * scale;
   }
-  return len - q_len + t.q_begin + t.q_count;
+  return visible;
 }
 
 // p_n((f + lane) / ng) for the 8 flattened (row, value group) indices f .. f + 7;
@@ -486,38 +430,24 @@ void PlainBlock(const Shape& sh, int nq, const uint8_t* kb, int64_t slot0, int64
   }
 }
 
-inline int CeilDiv(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
-
-// Units holding the first `visible` slots of a stream with n_enc encoded slots.
-inline int UnitsFor(const Shape& sh, int64_t visible, int64_t n_enc) {
-  if (visible <= n_enc) return CeilDiv(visible, sh.G);
-  return static_cast<int>(n_enc / sh.G) + CeilDiv(visible - n_enc, sh.bs);
-}
-// The first slot of unit u.
-inline int64_t UnitStart(const Shape& sh, int u, int64_t n_enc) {
-  const int n_eb = static_cast<int>(n_enc / sh.G);
-  return u <= n_eb ? static_cast<int64_t>(u) * sh.G : n_enc + static_cast<int64_t>(u - n_eb) * sh.bs;
-}
-// The unit holding slot `slot`.
-inline int UnitOf(const Shape& sh, int64_t slot, int64_t n_enc) {
-  if (slot < n_enc) return static_cast<int>(slot / sh.G);
-  return static_cast<int>(n_enc / sh.G + (slot - n_enc) / sh.bs);
-}
-
-// Runs one job over its units, leaving unnormalised (m, l, acc) in `sc`, the
-// zero-point terms already added to acc.
+// Runs part `part` of a planned tile over its units, leaving unnormalised
+// (m, l, acc) in `sc`, the zero-point terms already added to acc.
 template <int BITS, DType DT>
-void RunJob(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p, const Shape& sh, const Job& job,
-            Scratch* sc) {
-  const int nq = job.t.q_count * sh.group;
+void RunJob(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p, const Shape& sh,
+            const CpuDecodePlan::Tile& tile, int part, Scratch* sc) {
+  const CpuQueryTile& t = tile.q;
+  const int nq = t.q_count * sh.group;
   const int d = sh.d;
-  const int stream = job.t.seq * sh.hkv + job.t.kv_head;
+  const int stream = t.seq * sh.hkv + t.kv_head;
   const int64_t n_enc = enc.StreamTokens(stream);
   const int n_eb = static_cast<int>(n_enc / sh.G);
-  const int64_t visible = PrepareQueries<DT>(p, sh, job.t, n_enc + kv.StreamLength(stream), sc);
+  const int64_t visible = PrepareTile<DT>(p, sh, t, n_enc + kv.StreamLength(stream), sc);
+  int u_begin, u_end;
+  PartUnits(UnitGrid{sh.G, sh.bs, n_enc}, FirstVisible(p, t, t.q_begin), visible, part, tile.num_parts, &u_begin,
+            &u_end);
   float lane_scale[16];
   for (int i = 0; i < 16; ++i) lane_scale[i] = CodeRows<BITS, DT>::LaneScale(i);
-  if (job.u_begin < n_eb && !sh.int8) {  // the exact path's folded-query input
+  if (u_begin < n_eb && !sh.int8) {  // the exact path's folded-query input
     for (size_t i = 0; i < static_cast<size_t>(nq) * d; ++i) sc->qe[i] = sc->q[i] * lane_scale[i % 16];
   }
   std::fill(sc->m.begin(), sc->m.begin() + nq, kNegInf);
@@ -526,7 +456,7 @@ void RunJob(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p, c
   std::fill(sc->zacc.begin(), sc->zacc.begin() + static_cast<size_t>(nq) * sh.zlen, 0.0f);
   // The int8 path sums encoded blocks into accr, in register order, and hands
   // them to acc before the first plain block (or at the end).
-  bool in_accr = sh.int8 && job.u_begin < n_eb;
+  bool in_accr = sh.int8 && u_begin < n_eb;
   if (in_accr) std::fill(sc->accr.begin(), sc->accr.begin() + static_cast<size_t>(nq) * d, 0.0f);
   const int64_t plain_bytes = kv.block_bytes;
   auto unit_base = [&](int u) -> const uint8_t* {
@@ -534,12 +464,12 @@ void RunJob(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p, c
     return kv.base + static_cast<int64_t>(kv.indices[kv.indptr[stream] + (u - n_eb)]) * plain_bytes;
   };
   auto unit_bytes = [&](int u) { return u < n_eb ? enc.block_bytes : plain_bytes; };
-  const int ahead = std::max<int>(1, static_cast<int>(kPrefetchBytes / unit_bytes(job.u_begin)));
+  const int ahead = std::max<int>(1, static_cast<int>(kPrefetchBytes / unit_bytes(u_begin)));
   PrefetchStream pf;
-  for (int u = job.u_begin + 1; u < std::min(job.u_end, job.u_begin + ahead); ++u) pf.NextBlock(unit_base(u), unit_bytes(u));
-  for (int u = job.u_begin; u < job.u_end; ++u) {
+  for (int u = u_begin + 1; u < std::min(u_end, u_begin + ahead); ++u) pf.NextBlock(unit_base(u), unit_bytes(u));
+  for (int u = u_begin; u < u_end; ++u) {
     const int next = u + ahead;
-    pf.NextBlock(next < job.u_end ? unit_base(next) : nullptr, next < job.u_end ? unit_bytes(next) : 0);
+    pf.NextBlock(next < u_end ? unit_base(next) : nullptr, next < u_end ? unit_bytes(next) : 0);
     if (u < n_eb && sh.int8) {
       EncodedBlockInt8(sh, nq, unit_base(u), static_cast<int64_t>(u) * sh.G, visible, sc, &pf);
     } else if (u < n_eb) {
@@ -553,7 +483,7 @@ void RunJob(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p, c
     }
   }
   if (in_accr) RegisterToLaneOrder<DT>(sh, nq, sc);
-  if (job.u_begin >= n_eb) return;  // no encoded block, no zero-point terms
+  if (u_begin >= n_eb) return;  // no encoded block, no zero-point terms
   // acc += sum_t p_t zv(t, g) on the channels of value group g.
   for (int n = 0; n < nq; ++n) {
     const float* z = sc->zacc.data() + static_cast<size_t>(n) * sh.zlen;
@@ -573,53 +503,12 @@ void RunJob(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p, c
   }
 }
 
-// o = acc / l, lane order -> head order.
-template <DType DT>
-void WriteOutput(const AttentionParams& p, const Shape& sh, const QueryTile& t, int n, const float* acc, float l) {
-  float* o = p.o + QoOffset(p, sh, t, n);
-  const float inv_l = 1.0f / l;
-  for (int c = 0; c < sh.d; c += 16) {
-    for (int i = 0; i < 16; ++i) o[c + Storage<DT>::StoredIndex(i)] = acc[c + i] * inv_l;
-  }
-}
-
-// Merges a split group's partial records [m(nq), l(nq), acc(nq * d)] by log-sum-exp.
-template <DType DT>
-void CombineSplit(const AttentionParams& p, const Shape& sh, const SplitGroup& g, const float* parts, float* acc) {
-  const int nq = g.t.q_count * sh.group;
-  const int64_t rec = static_cast<int64_t>(nq) * (sh.d + 2);
-  for (int n = 0; n < nq; ++n) {
-    float m = kNegInf;
-    for (int k = 0; k < g.num_parts; ++k) m = std::max(m, parts[g.first_part + k * rec + n]);
-    float l = 0.0f;
-    std::fill(acc, acc + sh.d, 0.0f);
-    for (int k = 0; k < g.num_parts; ++k) {
-      const float* r = parts + g.first_part + k * rec;
-      if (r[n] == kNegInf) continue;  // this part holds no slot visible to vector n
-      const float w = std::exp2(r[n] - m);
-      l += w * r[nq + n];
-      const float* a = r + 2 * nq + static_cast<int64_t>(n) * sh.d;
-      for (int c = 0; c < sh.d; ++c) acc[c] += w * a[c];
-    }
-    WriteOutput<DT>(p, sh, g.t, n, acc, l);
-  }
-}
-
-// The calling thread's plan buffers, reused between calls.
-struct Plan {
-  std::vector<Job> jobs;
-  std::vector<SplitGroup> splits;
-  std::vector<float> parts;
-};
-
 template <int BITS, DType DT>
-void Run(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p) {
+void Run(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p, const CpuDecodePlan& plan) {
   Shape sh;
   sh.d = p.head_dim;
-  sh.hq = p.num_qo_heads;
+  sh.group = plan.group;
   sh.hkv = p.num_kv_heads;
-  sh.group = sh.hq / sh.hkv;
-  sh.q_tile = std::max(1, kMaxTileQueryVecs / sh.group);
   sh.bs = kv.block_size;
   sh.G = enc.enc.tokens_per_block;
   sh.ng = sh.d / sh.G;
@@ -631,103 +520,19 @@ void Run(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p) {
   sh.code_bytes = enc.enc.CodeBytes();
   static_assert(kivi_int8::kDim == 128 && kivi_int8::kRows == 32, "KvEncoding::Int8AttentionShape names this shape");
   sh.int8 = kivi_int8::kAvailable && p.int8_attention && enc.enc.Int8AttentionShape();
-  const int threads = omp_get_max_threads();
-
-  static thread_local Plan plan;
-  std::vector<Job>& jobs = plan.jobs;
-  std::vector<SplitGroup>& splits = plan.splits;
-  jobs.clear();
-  splits.clear();
-  int64_t total_work = 0;
-  for (int i = 0; i < p.num_seqs; ++i) {
-    const int q_len = p.qo_indptr[i + 1] - p.qo_indptr[i];
-    for (int h = 0; h < sh.hkv; ++h) {
-      const int s = i * sh.hkv + h;
-      const int64_t n_enc = enc.StreamTokens(s);
-      const int64_t len = n_enc + kv.StreamLength(s);
-      for (int q_begin = 0; q_begin < q_len; q_begin += sh.q_tile) {
-        const QueryTile t{i, h, q_begin, std::min(sh.q_tile, q_len - q_begin)};
-        const int64_t visible = len - q_len + q_begin + t.q_count;
-        // Units wholly below the tile's first query's window are skipped.
-        const int u_first = UnitOf(sh, FirstVisible(p, t, q_begin), n_enc);
-        const int64_t work = (visible - UnitStart(sh, u_first, n_enc)) * t.q_count * sh.group;
-        jobs.push_back(Job{t, u_first, UnitsFor(sh, visible, n_enc), -1, work});
-        total_work += work;
-      }
-    }
-  }
-  if (jobs.empty()) return;
-  // Split-K: enough parts of each tile to give every thread kJobsPerThread
-  // jobs' worth of work, cut at unit boundaries near equal slot counts.
-  const int64_t work_per_job = std::max<int64_t>(1, total_work / (static_cast<int64_t>(threads) * kJobsPerThread));
-  int64_t parts_floats = 0;
-  const size_t num_tiles = jobs.size();
-  for (size_t j = 0; j < num_tiles; ++j) {
-    const Job whole = jobs[j];
-    const int nq = whole.t.q_count * sh.group;
-    const int64_t n_enc = enc.StreamTokens(whole.t.seq * sh.hkv + whole.t.kv_head);
-    const int64_t start = UnitStart(sh, whole.u_begin, n_enc);
-    const int64_t span = whole.work / nq;  // slots from the first unit's start
-    const int num_parts = static_cast<int>(std::min<int64_t>({(whole.work + work_per_job - 1) / work_per_job,
-                                                              span / kMinSlotsPerJob, whole.u_end - whole.u_begin}));
-    if (threads == 1 || num_parts <= 1) continue;
-    const int64_t rec = static_cast<int64_t>(nq) * (sh.d + 2);
-    splits.push_back(SplitGroup{whole.t, parts_floats, num_parts});
-    for (int k = 0; k < num_parts; ++k) {
-      Job part = whole;
-      part.u_begin = k == 0 ? whole.u_begin : UnitOf(sh, start + span * k / num_parts, n_enc);
-      part.u_end = k + 1 == num_parts ? whole.u_end : UnitOf(sh, start + span * (k + 1) / num_parts, n_enc);
-      part.part = parts_floats + k * rec;
-      part.work = whole.work / num_parts;
-      if (k == 0) {
-        jobs[j] = part;
-      } else {
-        jobs.push_back(part);
-      }
-    }
-    parts_floats += num_parts * rec;
-  }
-  // Largest first, so the dynamic schedule ends with small jobs.
-  std::stable_sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) { return a.work > b.work; });
-  if (plan.parts.size() < static_cast<size_t>(parts_floats)) plan.parts.resize(static_cast<size_t>(parts_floats));
-  float* parts = plan.parts.data();
-  const int max_vecs = sh.q_tile * sh.group;
-
-  const int team = static_cast<int>(std::min<size_t>(threads, jobs.size()));
-#pragma omp parallel num_threads(team)
-  {
-    Scratch& sc = ThreadScratch();
-    sc.Reserve(max_vecs, sh.d, sh.ng, sh.zlen, sh.int8);
-#pragma omp for schedule(dynamic, 1) nowait
-    for (size_t j = 0; j < jobs.size(); ++j) {
-      const Job& job = jobs[j];
-      RunJob<BITS, DT>(kv, enc, p, sh, job, &sc);
-      const int nq = job.t.q_count * sh.group;
-      if (job.part < 0) {
-        for (int n = 0; n < nq; ++n) {
-          WriteOutput<DT>(p, sh, job.t, n, sc.acc.data() + static_cast<size_t>(n) * sh.d, sc.l[n]);
-        }
-      } else {
-        float* rec = parts + job.part;
-        std::copy(sc.m.begin(), sc.m.begin() + nq, rec);
-        std::copy(sc.l.begin(), sc.l.begin() + nq, rec + nq);
-        std::copy(sc.acc.begin(), sc.acc.begin() + static_cast<size_t>(nq) * sh.d, rec + 2 * nq);
-      }
-    }
-    if (!splits.empty()) {
-#pragma omp barrier
-#pragma omp for schedule(dynamic, 1) nowait
-      for (size_t g = 0; g < splits.size(); ++g) CombineSplit<DT>(p, sh, splits[g], parts, sc.comb.data());
-    }
-  }
+  const int max_vecs = plan.q_tile * plan.group;
+  RunPlan<DT, Scratch>(
+      plan, p, nullptr, [&](Scratch* sc) { sc->Reserve(max_vecs, sh.d, sh.ng, sh.zlen, sh.int8); },
+      [&](const CpuDecodePlan::Tile& tile, int part, Scratch* sc) { RunJob<BITS, DT>(kv, enc, p, sh, tile, part, sc); },
+      [](const CpuDecodePlan::SlotJob&, Scratch*) {});  // KiviCpuSupports excludes slot_attn
 }
 
 template <int BITS>
-void RunBits(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p) {
+void RunBits(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p, const CpuDecodePlan& plan) {
   switch (kv.dtype) {
-    case DType::kF32: return Run<BITS, DType::kF32>(kv, enc, p);
-    case DType::kF16: return Run<BITS, DType::kF16>(kv, enc, p);
-    case DType::kBF16: return Run<BITS, DType::kBF16>(kv, enc, p);
+    case DType::kF32: return Run<BITS, DType::kF32>(kv, enc, p, plan);
+    case DType::kF16: return Run<BITS, DType::kF16>(kv, enc, p, plan);
+    case DType::kBF16: return Run<BITS, DType::kBF16>(kv, enc, p, plan);
   }
 }
 
@@ -750,12 +555,19 @@ bool KiviCpuSupports(const PagedKV& kv, const EncodedKV& enc, const AttentionPar
   return true;
 }
 
-void PagedAttentionKiviCpu(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p) {
+void PagedAttentionKiviCpu(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p,
+                           const CpuDecodePlan& plan) {
   if (enc.enc.bits == 2) {
-    RunBits<2>(kv, enc, p);
+    RunBits<2>(kv, enc, p, plan);
   } else {
-    RunBits<4>(kv, enc, p);
+    RunBits<4>(kv, enc, p, plan);
   }
+}
+
+void PagedAttentionKiviCpu(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p) {
+  static thread_local CpuDecodePlan plan;  // reused: no allocation per call once grown
+  PlanCpuDecodeLayer(kv, &enc, p, &plan);
+  PagedAttentionKiviCpu(kv, enc, p, plan);
 }
 
 }  // namespace kvlab

@@ -20,6 +20,7 @@
 // threads (flash-decoding) and merged by log-sum-exp.
 #pragma once
 
+#include "kernels/attention_cpu_plan.h"
 #include "kernels/kv_encoding.h"
 #include "kernels/paged_kv.h"
 
@@ -34,8 +35,13 @@ bool KiviCpuSupports(const PagedKV& kv, const EncodedKV& enc, const AttentionPar
 
 // Same contract as PagedAttentionEncodedReference, to fp32 rounding. Uses
 // omp_get_max_threads() threads; per-thread scratch is kept between calls.
+// Plans the split for this call (PlanCpuDecodeLayer), then runs it.
 // REQUIRES: KiviCpuSupports(kv, enc, p) and AttentionParamsCheck on the
 // whole (encoded + plain) streams.
 void PagedAttentionKiviCpu(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p);
+// Runs a plan made for the step (once, for all layers), on up to plan.threads
+// threads. REQUIRES as above and CpuDecodePlanCheck(plan, p).ok().
+void PagedAttentionKiviCpu(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p,
+                           const CpuDecodePlan& plan);
 
 }  // namespace kvlab

@@ -264,7 +264,24 @@ struct Backend {
   AttentionFn fn;
 };
 
-const Backend kBackends[] = {{"reference", PagedAttentionReference}, {"cpu", PagedAttentionCpu}};
+// The CPU kernel running a plan made for other lengths than the call's, as
+// one plan serves every layer of a step (whose lengths and windows may
+// differ): about half the length on even streams, twice on odd ones, no window.
+void PlannedCpu(const PagedKV& kv, const AttentionParams& p) {
+  std::vector<int64_t> len(static_cast<size_t>(kv.num_streams));
+  for (int s = 0; s < kv.num_streams; ++s) {
+    const int seq = s / p.num_kv_heads, q_len = p.qo_indptr[seq + 1] - p.qo_indptr[seq];
+    const int64_t own = kv.StreamLength(s);
+    len[static_cast<size_t>(s)] = s % 2 == 0 ? std::max<int64_t>(q_len, own / 2) : 2 * own;
+  }
+  CpuDecodePlan plan;
+  PlanCpuDecode(CpuDecodeShape{p.num_seqs, p.num_qo_heads, p.num_kv_heads, p.head_dim}, p.qo_indptr, len.data(),
+                nullptr, 0, &plan);
+  PagedAttentionCpu(kv, p, plan);
+}
+
+const Backend kBackends[] = {
+    {"reference", PagedAttentionReference}, {"cpu", PagedAttentionCpu}, {"cpu_planned", PlannedCpu}};
 
 // gtest prints parameters of failing tests with these.
 void PrintTo(const Backend& b, std::ostream* os) { *os << b.name; }

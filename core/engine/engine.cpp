@@ -51,6 +51,7 @@ Status MakeModel(const EngineOptions& options, std::unique_ptr<LlamaModel>* out)
     return LlamaModel::Random(preset, options.weight_seed, out);
   }
   KVLAB_RETURN_IF_ERROR(LlamaModel::Load(options.model, out));
+  (*out)->SetMatmul16(options.matmul16);
   KVLAB_RETURN_IF_ERROR(WindowOverride(options, (*out)->config().num_hidden_layers));
   if (!options.layer_sliding_window.empty()) (*out)->SetLayerSlidingWindows(options.layer_sliding_window);
   return Status::OK();
@@ -87,7 +88,8 @@ Status ChooseBackend(const EngineOptions& options, BackendKind* kind) {
 Status NewBackend(BackendKind kind, const PolicyStack& stack, const CacheShape& shape, const ModelConfig& mc,
                   bool prefix_caching, std::unique_ptr<AttentionBackend>* out) {
   if (kind != BackendKind::kCuda) {
-    *out = NewHostAttention(kind == BackendKind::kReference, stack.AttentionKernelOptions());
+    *out = NewHostAttention(kind == BackendKind::kReference, stack.AttentionKernelOptions(),
+                            static_cast<int>(mc.num_attention_heads));
     return Status::OK();
   }
 #if KVLAB_ENGINE_CUDA
@@ -159,6 +161,7 @@ Status Engine::Create(const EngineOptions& options, const std::vector<PolicySpec
 }
 
 const ModelConfig& Engine::model_config() const { return impl_->model->config(); }
+DType Engine::weight_dtype() const { return impl_->model->WeightDType(); }
 const PolicyStack& Engine::policies() const { return impl_->policies; }
 const KVCache& Engine::cache() const { return *impl_->cache; }
 const EngineOptions& Engine::options() const { return impl_->options; }
@@ -371,13 +374,12 @@ Status DenseLogits(const EngineOptions& options, const std::vector<int32_t>& tok
   return Status::OK();
 }
 
-Status WriteRandomCheckpoint(const ModelConfig& config, uint64_t seed, double init_std, const std::string& dir) {
-  std::unique_ptr<LlamaModel> model;
-  KVLAB_RETURN_IF_ERROR(LlamaModel::Random(config, seed, &model, init_std));
+Status WriteRandomCheckpoint(const ModelConfig& config, uint64_t seed, double init_std, const std::string& dir,
+                             DType dtype) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return Status::IOError(dir + ": cannot create directory: " + ec.message());
-  return model->Save(dir);
+  return LlamaModel::WriteRandom(config, seed, init_std, dtype, dir);
 }
 
 MemoryStats Engine::Memory() const {

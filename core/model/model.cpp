@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "core/model/llama_tensors.h"
+#include "core/model/matmul16.h"
 #include "core/model/safetensors.h"
 #include "kernels/append_kv.h"
 #include "kernels/attention_encoded.h"
@@ -28,11 +29,24 @@ at::ScalarType TorchType(DType t) {
   return at::kFloat;
 }
 
-// Copies a (possibly unaligned) mapped tensor into an owned fp32 tensor.
-at::Tensor ToTensor(const TensorView& v) {
+// Copies a (possibly unaligned) mapped tensor into an owned tensor of its own dtype.
+at::Tensor CopyTensor(const TensorView& v) {
   at::Tensor raw = at::empty(v.shape, at::TensorOptions().dtype(TorchType(v.dtype)));
   std::memcpy(raw.data_ptr(), v.data, static_cast<size_t>(v.nbytes));
-  return raw.to(at::kFloat).contiguous();
+  return raw;
+}
+
+// A weight as the model keeps it. Matrices (projections, embeddings, LM head)
+// stay in the checkpoint's 16-bit dtype, read in place from the file's
+// read-only mapping when aligned (the mapping lives while any tensor does),
+// so an 8B bf16 checkpoint costs its file size, not twice it; the rest
+// (norms, biases: a few KB a layer) and fp32 checkpoints become owned fp32.
+at::Tensor WeightTensor(const TensorView& v, const std::shared_ptr<CheckpointReader>& ckpt) {
+  const bool matrix = v.shape.size() == 2 && v.dtype != DType::kF32;
+  if (!matrix) return CopyTensor(v).to(at::kFloat).contiguous();
+  if (reinterpret_cast<uintptr_t>(v.data) % DTypeBytes(v.dtype) != 0) return CopyTensor(v);
+  return at::from_blob(const_cast<uint8_t*>(v.data), v.shape, [ckpt](void*) {},
+                       at::TensorOptions().dtype(TorchType(v.dtype)));
 }
 
 // The tensor of a layer that a spec names (LayerT: LlamaModel's private
@@ -71,7 +85,10 @@ bool IsNorm(LlamaTensor r) {
          r == LlamaTensor::kPostFfnNorm;
 }
 
-at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+// x [.., K] fp32 times w [N, K]ᵀ (+ b): fp32 weights through libtorch; 16-bit
+// ones as MatMul16 chooses (matmul.cpp).
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, bool math16) {
+  if (w.scalar_type() != at::kFloat) return MatMul16(x, w, b, math16);
   return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
 }
 
@@ -139,8 +156,9 @@ int64_t DenseKVCache::bytes() const {
 Status LlamaModel::Load(const std::string& dir, std::unique_ptr<LlamaModel>* out) {
   std::unique_ptr<LlamaModel> m(new LlamaModel());
   KVLAB_RETURN_IF_ERROR(LoadModelConfig(dir + "/config.json", &m->config_));
-  std::unique_ptr<CheckpointReader> ckpt;
-  KVLAB_RETURN_IF_ERROR(CheckpointReader::Open(dir, &ckpt));
+  std::unique_ptr<CheckpointReader> opened;
+  KVLAB_RETURN_IF_ERROR(CheckpointReader::Open(dir, &opened));
+  const std::shared_ptr<CheckpointReader> ckpt(std::move(opened));
   const ModelConfig& c = m->config_;
   m->layers_.resize(static_cast<size_t>(c.num_hidden_layers));
   for (const LlamaTensorSpec& spec : LlamaTensorSpecs(c)) {
@@ -158,8 +176,9 @@ Status LlamaModel::Load(const std::string& dir, std::unique_ptr<LlamaModel>* out
                               "/config.json has");
     }
     KVLAB_RETURN_IF_ERROR(st);
-    SpecTensor(m->layers_, m->embed_, m->final_norm_, m->lm_head_, spec) = ToTensor(view);
+    SpecTensor(m->layers_, m->embed_, m->final_norm_, m->lm_head_, spec) = WeightTensor(view, ckpt);
   }
+  m->weight_dtype_ = m->embed_.scalar_type();
   if (c.tie_word_embeddings) m->lm_head_ = m->embed_;
   m->stored_kv_heads_ = static_cast<int>(c.num_key_value_heads);
   m->InitRope();
@@ -197,6 +216,45 @@ Status LlamaModel::Random(const ModelConfig& config, uint64_t seed, std::unique_
   return Status::OK();
 }
 
+Status LlamaModel::WriteRandom(const ModelConfig& config, uint64_t seed, double init_std, DType dtype,
+                               const std::string& dir) {
+  KVLAB_RETURN_IF_ERROR(config.Validate("model config '" + config.name + "'"));
+  ModelConfig plain = config;
+  plain.spec.tensor_prefix.clear();
+  if (dtype != DType::kF32) plain.torch_dtype = dtype == DType::kBF16 ? "bfloat16" : "float16";
+  KVLAB_RETURN_IF_ERROR(SaveModelConfig(dir + "/config.json", plain));
+  // Random's draws in Random's order (embeddings, head, then the layers'
+  // tensors as written), so the weights equal Random's rounded to dtype; one
+  // layer tensor is in memory at a time, plus the embeddings and the head.
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const at::ScalarType st = TorchType(dtype);
+  auto draw = [&](const std::vector<int64_t>& shape) { return at::normal(0.0, init_std, shape, gen).to(st); };
+  const std::vector<LlamaTensorSpec> specs = LlamaTensorSpecs(config), names = LlamaTensorSpecs(plain);
+  const at::Tensor embed = draw(specs.front().shape);
+  const at::Tensor head = config.tie_word_embeddings ? at::Tensor() : draw(specs.back().shape);
+  auto current = std::make_shared<at::Tensor>();
+  std::vector<TensorToWrite> tensors;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const LlamaTensorSpec spec = specs[i];
+    TensorToWrite w;
+    w.name = names[i].name;
+    w.dtype = dtype;
+    w.shape = spec.shape;
+    w.produce = [&, spec, current]() -> const void* {
+      if (spec.role == LlamaTensor::kEmbed) return embed.data_ptr();
+      if (spec.role == LlamaTensor::kLmHead) return head.data_ptr();
+      if (IsNorm(spec.role)) {
+        *current = (config.spec.norm_one_plus ? at::zeros(spec.shape) : at::ones(spec.shape)).to(st);
+      } else {
+        *current = draw(spec.shape);
+      }
+      return current->data_ptr();
+    };
+    tensors.push_back(std::move(w));
+  }
+  return WriteSafetensors(dir + "/model.safetensors", tensors);
+}
+
 Status LlamaModel::Save(const std::string& dir) const {
   // A multimodal gemma3's language model is saved as a plain gemma3_text checkpoint.
   ModelConfig plain = config_;
@@ -206,15 +264,19 @@ Status LlamaModel::Save(const std::string& dir) const {
   std::vector<at::Tensor> keep;
   std::vector<TensorToWrite> tensors;
   for (size_t i = 0; i < specs.size(); ++i) {
-    keep.push_back(SpecTensor(layers_, embed_, final_norm_, lm_head_, specs[i]).to(at::kCPU).to(at::kFloat).contiguous());
+    keep.push_back(SpecTensor(layers_, embed_, final_norm_, lm_head_, specs[i]).to(at::kCPU).to(weight_dtype_).contiguous());
     TensorToWrite w;
     w.name = names[i].name;
-    w.dtype = DType::kF32;
+    w.dtype = WeightDType();
     w.shape = keep.back().sizes().vec();
     w.data = keep.back().data_ptr();
     tensors.push_back(std::move(w));
   }
   return WriteSafetensors(dir + "/model.safetensors", tensors);
+}
+
+DType LlamaModel::WeightDType() const {
+  return weight_dtype_ == at::kBFloat16 ? DType::kBF16 : weight_dtype_ == at::kHalf ? DType::kF16 : DType::kF32;
 }
 
 std::vector<at::Tensor*> LlamaModel::AllTensors() {
@@ -367,7 +429,7 @@ at::Tensor LlamaModel::ApplyRope(const at::Tensor& x, const at::Tensor& cos, con
 
 at::Tensor LlamaModel::Embed(const std::vector<int32_t>& tokens) const {
   std::vector<int64_t> ids(tokens.begin(), tokens.end());
-  at::Tensor x = embed_.index_select(0, at::tensor(ids, at::kLong).to(embed_.device()));
+  at::Tensor x = embed_.index_select(0, at::tensor(ids, at::kLong).to(embed_.device())).to(at::kFloat);
   // Gemma: times sqrt(hidden_size), as a tensor of the hidden states' dtype (fp32 here).
   if (config_.spec.scale_embeddings) x = x * static_cast<float>(std::sqrt(static_cast<double>(config_.hidden_size)));
   return x;
@@ -388,20 +450,20 @@ at::Tensor LlamaModel::MergeHeads(const at::Tensor& kv) const {
 at::Tensor LlamaModel::Mlp(const Layer& l, const at::Tensor& x) const {
   at::Tensor gate, up;
   if (l.gate_up_proj.defined()) {  // phi3: gate rows, then up rows
-    at::Tensor gu = at::linear(x, l.gate_up_proj);
+    at::Tensor gu = Linear(x, l.gate_up_proj, at::Tensor(), math16_);
     const int64_t I = config_.intermediate_size;
     gate = gu.narrow(-1, 0, I);
     up = gu.narrow(-1, I, I);
   } else {
-    gate = Linear(x, l.gate_proj, l.gate_bias);
-    up = Linear(x, l.up_proj, l.up_bias);
+    gate = Linear(x, l.gate_proj, l.gate_bias, math16_);
+    up = Linear(x, l.up_proj, l.up_bias, math16_);
   }
   at::Tensor act = config_.spec.hidden_act == "silu" ? at::silu(gate) : at::gelu(gate, "tanh");
-  return Linear(act * up, l.down_proj, l.down_bias);
+  return Linear(act * up, l.down_proj, l.down_bias, math16_);
 }
 
 at::Tensor LlamaModel::Head(const at::Tensor& x) const {
-  at::Tensor logits = at::linear(RmsNorm(x, final_norm_), lm_head_);
+  at::Tensor logits = Linear(RmsNorm(x, final_norm_), lm_head_, at::Tensor(), math16_);
   const double cap = config_.spec.final_logit_softcapping;
   return cap > 0 ? at::tanh(logits / cap) * cap : logits;
 }
@@ -417,14 +479,14 @@ void LlamaModel::Project(size_t li, const at::Tensor& h, const RopeCache& rc, bo
   const int64_t T = h.size(0), Hq = config_.num_attention_heads, Hkv = config_.num_key_value_heads,
                 d = config_.head_dim;
   if (l.qkv_proj.defined()) {  // phi3: q, k, v rows in that order
-    at::Tensor qkv = at::linear(h, l.qkv_proj);
+    at::Tensor qkv = Linear(h, l.qkv_proj, at::Tensor(), math16_);
     *q = qkv.narrow(-1, 0, Hq * d);
     *k = qkv.narrow(-1, Hq * d, Hkv * d);
     *v = qkv.narrow(-1, (Hq + Hkv) * d, Hkv * d);
   } else {
-    *q = Linear(h, l.q_proj, l.q_bias);
-    *k = Linear(h, l.k_proj, l.k_bias);
-    *v = Linear(h, l.v_proj, l.v_bias);
+    *q = Linear(h, l.q_proj, l.q_bias, math16_);
+    *k = Linear(h, l.k_proj, l.k_bias, math16_);
+    *v = Linear(h, l.v_proj, l.v_bias, math16_);
   }
   *q = q->reshape({T, Hq, d});
   *k = k->reshape({T, Hkv, d});
@@ -444,7 +506,7 @@ void LlamaModel::Project(size_t li, const at::Tensor& h, const RopeCache& rc, bo
 // the MLP input with pre_feedforward_layernorm; the others norm the MLP input
 // with post_attention_layernorm.
 at::Tensor LlamaModel::FinishLayer(const Layer& l, const at::Tensor& x, const at::Tensor& o) const {
-  at::Tensor a = Linear(o, l.o_proj, l.o_bias);
+  at::Tensor a = Linear(o, l.o_proj, l.o_bias, math16_);
   if (config_.spec.sandwich_norms) {
     at::Tensor y = x + RmsNorm(a, l.post_norm);
     return y + RmsNorm(Mlp(l, RmsNorm(y, l.pre_ffn_norm)), l.post_ffn_norm);

@@ -57,8 +57,23 @@ class LlamaModel {
   // Random weights (normal, std `init_std`; norms 1) for `config`, seeded.
   static Status Random(const ModelConfig& config, uint64_t seed, std::unique_ptr<LlamaModel>* out,
                        double init_std = 0.02);
-  // Writes config.json and model.safetensors (fp32) to `dir`.
+  // Writes Random(config, seed)'s weights, rounded to `dtype` (f32, bf16,
+  // f16), as a checkpoint in `dir` (existing), one tensor in memory at a time
+  // besides the embeddings and head: `kvlab init --dtype` of an 8B model.
+  static Status WriteRandom(const ModelConfig& config, uint64_t seed, double init_std, DType dtype,
+                            const std::string& dir);
+  // Writes config.json and model.safetensors to `dir`, every tensor in the
+  // weights' dtype (WeightDType).
   Status Save(const std::string& dir) const;
+  // The dtype the model keeps its matrices in: the checkpoint's (bf16, f16)
+  // for Load, f32 for Random and f32 checkpoints. 16-bit matrices are read in
+  // place from the checkpoint's read-only mapping, never written.
+  DType WeightDType() const;
+  // Arithmetic for 16-bit weights (matmul16.h): false (default) fp32 on the
+  // weights' exact values; true rounds activations to the weights' dtype and
+  // multiplies in it (faster on CUDA and on CPUs with bf16 instructions).
+  void SetMatmul16(bool on) { math16_ = on; }
+  bool matmul16() const { return math16_; }
 
   const ModelConfig& config() const { return config_; }
   // Replaces the per-layer sliding windows (EngineOptions::layer_sliding_window).
@@ -145,6 +160,8 @@ class LlamaModel {
   int stored_kv_heads_ = 0;
   HeadMerge merge_ = HeadMerge::kMean;
   bool keys_before_rope_ = false;
+  bool math16_ = false;
+  at::ScalarType weight_dtype_ = at::kFloat;
   at::Tensor embed_, final_norm_, lm_head_;  // lm_head_ aliases embed_ when tied
   std::vector<Layer> layers_;
   Rope rope_[2];  // [0] global layers, [1] gemma3's sliding layers

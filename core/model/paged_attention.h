@@ -76,9 +76,10 @@ class AttentionBackend {
   virtual Status EndStep() = 0;
 };
 
-// The CPU backends: the optimised kernels (PagedAttentionCpu and the encoded
-// and KIVI paths, with `kernels`' arithmetic options), or with `reference`
-// the specification kernels (which compute exactly, ignoring `kernels`).
-std::unique_ptr<AttentionBackend> NewHostAttention(bool reference, const KernelOptions& kernels);
+// The CPU backends for a model of num_qo_heads query heads: the optimised
+// kernels (PagedAttentionCpu and the encoded and KIVI paths, planned once per
+// step, with `kernels`' arithmetic options), or with `reference` the
+// specification kernels (which compute exactly, ignoring `kernels`).
+std::unique_ptr<AttentionBackend> NewHostAttention(bool reference, const KernelOptions& kernels, int num_qo_heads);
 
 }  // namespace kvlab

@@ -1,11 +1,14 @@
 // The CPU attention backends (core/model/paged_attention.h): the cache's
 // bytes are host memory, so a layer's K/V are written by AppendKV and read by
-// the CPU kernels straight from the page table's blocks. Offloaded blocks are
+// the CPU kernels straight from the page table's blocks. The optimised
+// kernels' split is planned once per step over every layer's longest streams
+// (FlashInfer's plan/run split) and run by each layer. Offloaded blocks are
 // loaded into their staging blocks layer by layer: layer 0's before it runs,
 // and each layer starts loading the next one's on another thread while it
 // computes.
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <future>
 
 #include "core/model/paged_attention.h"
@@ -17,9 +20,26 @@
 namespace kvlab {
 namespace {
 
+// The CPU kernels' split for a step, planned once over every layer's longest
+// streams and run by each layer.
+void PlanCpuStep(const PageTable& pt, const std::vector<int32_t>& qo_indptr, const CpuDecodeShape& shape,
+                 CpuDecodePlan* plan) {
+  std::vector<int64_t> longest(static_cast<size_t>(shape.num_seqs) * shape.num_kv_heads, 0);
+  for (int li = 0; li < pt.num_layers(); ++li) {
+    const PagedKV kv = pt.Layer(li);
+    const EncodedKV* enc = pt.Encoded(li);
+    for (int s = 0; s < static_cast<int>(longest.size()); ++s) {
+      const int64_t len = kv.StreamLength(s) + (enc == nullptr ? 0 : enc->StreamTokens(s));
+      longest[static_cast<size_t>(s)] = std::max(longest[static_cast<size_t>(s)], len);
+    }
+  }
+  PlanCpuDecode(shape, qo_indptr.data(), longest.data(), nullptr, 0, plan);
+}
+
 class HostAttention : public AttentionBackend {
  public:
-  HostAttention(bool reference, const KernelOptions& kernels) : reference_(reference), kernels_(kernels) {}
+  HostAttention(bool reference, const KernelOptions& kernels, int num_qo_heads)
+      : reference_(reference), kernels_(kernels), num_qo_heads_(num_qo_heads) {}
   ~HostAttention() override {
     if (next_load_.valid()) next_load_.wait();
   }
@@ -34,6 +54,11 @@ class HostAttention : public AttentionBackend {
     if (cache_ == nullptr) return Status::Internal("attention backend: BeginStep before Attach");
     step_ = step;
     status_ = Status::OK();
+    if (!reference_) {
+      const CacheShape& sh = cache_->shape();
+      PlanCpuStep(*step.page_table, *step.qo_indptr,
+                  CpuDecodeShape{step.page_table->num_seqs(), num_qo_heads_, sh.num_kv_heads, sh.head_dim}, &plan_);
+    }
     return Status::OK();
   }
 
@@ -70,12 +95,12 @@ class HostAttention : public AttentionBackend {
       if (reference_) {
         PagedAttentionEncodedReference(kv, *enc, p);
       } else {
-        PagedAttentionEncodedCpu(kv, *enc, p);
+        PagedAttentionEncodedCpu(kv, *enc, p, plan_);
       }
     } else if (reference_) {
       PagedAttentionReference(kv, p);
     } else {
-      PagedAttentionCpu(kv, p);
+      PagedAttentionCpu(kv, p, plan_);
     }
     return o;
   }
@@ -102,6 +127,8 @@ class HostAttention : public AttentionBackend {
 
   const bool reference_;
   const KernelOptions kernels_;
+  const int num_qo_heads_;
+  CpuDecodePlan plan_;  // the step's (optimised kernels only), reused between steps
   KVCache* cache_ = nullptr;
   AttentionStep step_;
   Status status_;
@@ -110,8 +137,8 @@ class HostAttention : public AttentionBackend {
 
 }  // namespace
 
-std::unique_ptr<AttentionBackend> NewHostAttention(bool reference, const KernelOptions& kernels) {
-  return std::make_unique<HostAttention>(reference, kernels);
+std::unique_ptr<AttentionBackend> NewHostAttention(bool reference, const KernelOptions& kernels, int num_qo_heads) {
+  return std::make_unique<HostAttention>(reference, kernels, num_qo_heads);
 }
 
 }  // namespace kvlab

@@ -353,7 +353,7 @@ Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite
     bool ok = ByteSize(t.shape, DTypeBytes(t.dtype), &nbytes) && !__builtin_add_overflow(offset, nbytes, &end);
     for (int64_t d : t.shape) ok = ok && d >= 0;
     if (!ok) return Status::InvalidArgument(where + ": bad shape " + ShapeString(t.shape));
-    if (nbytes > 0 && t.data == nullptr) return Status::InvalidArgument(where + ": data is null");
+    if (nbytes > 0 && t.data == nullptr && !t.produce) return Status::InvalidArgument(where + ": data is null");
     header[t.name] = {{"dtype", SafetensorsDTypeName(t.dtype)},
                       {"shape", t.shape},
                       {"data_offsets", {offset, end}}};
@@ -369,13 +369,17 @@ Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite
   FILE* f = std::fopen(tmp.c_str(), "wb");
   if (f == nullptr) return Status::IOError(tmp + ": cannot create: " + std::strerror(errno));
   bool ok = std::fwrite(len, 1, 8, f) == 8 && std::fwrite(h.data(), 1, h.size(), f) == h.size();
+  bool produced = true;
   for (size_t i = 0; ok && i < tensors.size(); ++i) {
     const size_t n = static_cast<size_t>(sizes[i]);
-    ok = n == 0 || std::fwrite(tensors[i].data, 1, n, f) == n;
+    const void* data = tensors[i].data != nullptr || !tensors[i].produce ? tensors[i].data : tensors[i].produce();
+    produced = n == 0 || data != nullptr;
+    ok = produced && (n == 0 || std::fwrite(data, 1, n, f) == n);
   }
   ok = (std::fclose(f) == 0) && ok;
   if (!ok) {
     std::remove(tmp.c_str());
+    if (!produced) return Status::Internal(path + ": a tensor's bytes could not be produced");
     return Status::IOError(path + ": write failed (disk full?)");
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -86,6 +87,11 @@ struct TensorToWrite {
   DType dtype = DType::kF32;
   std::vector<int64_t> shape;
   const void* data = nullptr;  // numel * DTypeBytes(dtype) bytes, host memory
+  // Instead of data: called when the tensor's turn to be written comes (in
+  // order), returning its bytes (valid until the next call) or nullptr on
+  // failure, so a checkpoint larger than memory can be written a tensor at
+  // a time.
+  std::function<const void*()> produce = nullptr;
 };
 
 // Writes a safetensors file: tensors laid out in the given order, header JSON padded

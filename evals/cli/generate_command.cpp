@@ -1,11 +1,15 @@
 // `kvlab generate`: a prompt through the engine with a policy stack, the
 // generated tokens and text, step times and the KV memory report.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 
 #include "core/engine/engine.h"
 #include "core/engine/run_config.h"
+#include "core/model/memory_calc.h"
 #include "core/model/tokenizer.h"
 #include "evals/cli/cli.h"
 
@@ -20,7 +24,37 @@ struct GenerateArgs {
   std::string kv_dtype = "bf16";
   int batch = 1;
   bool allow_long_context = false;
+  std::string matmul = "f32";
 };
+
+// Bytes of a model directory's .safetensors files (0 for a preset).
+int64_t CheckpointFileBytes(const std::string& model) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(model, ec)) return 0;
+  int64_t total = 0;
+  for (const fs::directory_entry& e : fs::directory_iterator(model, ec)) {
+    if (e.path().extension() == ".safetensors") total += static_cast<int64_t>(e.file_size(ec));
+  }
+  return total;
+}
+
+// The weights line: their dtype and arithmetic, and the process's peak
+// resident memory beside the checkpoint's size (what loading costs).
+void PrintWeights(const Engine& engine, const std::string& model) {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  const int64_t peak = static_cast<int64_t>(ru.ru_maxrss) * 1024;
+  const DType w = engine.weight_dtype();
+  std::printf("weights: %s, %s arithmetic; peak resident %s B", DTypeName(w),
+              w != DType::kF32 && engine.options().matmul16 ? DTypeName(w) : "f32", WithCommas(peak).c_str());
+  const int64_t file = CheckpointFileBytes(model);
+  if (file > 0) {
+    std::printf(" = %.3fx the checkpoint's %s B of .safetensors", static_cast<double>(peak) / static_cast<double>(file),
+                WithCommas(file).c_str());
+  }
+  std::printf("\n");
+}
 
 // The run config: from --config (a prompt on the command line replaces the
 // config's), or from the command line's options.
@@ -70,6 +104,10 @@ int RunGenerate(GenerateArgs& a) {
   Status s = MakeRunConfig(a, &rc);
   if (!s.ok()) return Fail(s);
   if (a.batch < 1) return Fail(Status::InvalidArgument("--batch must be >= 1"));
+  if (a.matmul != "f32" && a.matmul != "weights") {
+    return Fail(Status::InvalidArgument("--matmul: expected f32 or weights, got '" + a.matmul + "'"));
+  }
+  a.eo.matmul16 = a.matmul == "weights";
   ModelConfig mc;
   s = ResolveModelConfig(a.eo.model, &mc);
   if (!s.ok()) return Fail(s);
@@ -109,6 +147,7 @@ int RunGenerate(GenerateArgs& a) {
   std::printf("prefill: %zu tokens x %d in %.1f ms; decode: %zu steps, median %.2f ms/step (batch %d)\n", ids.size(),
               a.batch, stats.prefill_ms, d.size(), d.empty() ? 0.0 : d[d.size() / 2], a.batch);
   PrintEngineMemory(*engine, stats.memory_at_end, stats.memory_at_end.tokens_seen);
+  PrintWeights(*engine, a.eo.model);
   return 0;
 }
 
@@ -134,6 +173,10 @@ Command AddGenerateCommand(CLI::App& app) {
   gen->add_option("--temperature", a->go.sampling.temperature, "0 = greedy")->capture_default_str();
   gen->add_option("--top-p", a->go.sampling.top_p, "Nucleus sampling mass")->capture_default_str();
   gen->add_option("--seed", a->go.sampling.seed, "Sampling seed")->capture_default_str();
+  gen->add_option("--matmul", a->matmul,
+                  "Arithmetic of 16-bit weights: f32 (their exact values) or weights (in their own dtype; faster "
+                  "on CUDA and CPUs with bf16 instructions)")
+      ->capture_default_str();
   gen->add_option("--batch", a->batch, "Decode this many copies of the prompt together")->capture_default_str();
   gen->add_option("--layers", a->eo.num_layers, "Keep only this many layers of a preset");
   gen->add_option("--prefill-chunk", a->eo.prefill_chunk, "Prompt tokens per prefill step")->capture_default_str();

@@ -110,12 +110,17 @@ struct InitArgs {
   std::string model = "small", out;
   uint64_t seed = 0;
   double std = 0.02;
+  std::string dtype = "f32";
 };
 
 int RunInit(const InitArgs& a) {
+  DType dtype;
+  if (!ParseDType(a.dtype, &dtype)) {
+    return Fail(Status::InvalidArgument("--dtype: expected f32, bf16 or f16, got '" + a.dtype + "'"));
+  }
   ModelConfig mc;
   Status s = ResolveModelConfig(a.model, &mc);
-  if (s.ok()) s = WriteRandomCheckpoint(mc, a.seed, a.std, a.out);
+  if (s.ok()) s = WriteRandomCheckpoint(mc, a.seed, a.std, a.out, dtype);
   if (!s.ok()) return Fail(s);
   std::printf("wrote %s (config.json, model.safetensors)\n", a.out.c_str());
   return 0;
@@ -181,6 +186,10 @@ Command AddInitCommand(CLI::App& app) {
   init->add_option("--out", a->out, "Output directory")->required();
   init->add_option("--seed", a->seed, "Weight seed")->capture_default_str();
   init->add_option("--std", a->std, "Standard deviation of the weights")->capture_default_str();
+  init->add_option("--dtype", a->dtype,
+                   "Stored dtype of the weights: f32, bf16 or f16 (the same draws, rounded; written a tensor at a "
+                   "time, so an 8B bf16 checkpoint needs no 32 GB)")
+      ->capture_default_str();
   return {init, [a] { return RunInit(*a); }};
 }
 
