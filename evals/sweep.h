@@ -42,6 +42,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -117,6 +118,11 @@ struct RunSweepOptions {
   bool retry_failed = false;  // rerun points whose record holds an error
   bool progress = true;       // progress bar on stderr
   bool print_summary = true;
+  // Another process holds the output directory (ResultsDirLock): wait for it
+  // (then resume past the points it wrote) instead of failing at once.
+  bool wait_if_locked = false;
+  // Called with the holder's pid when the run starts waiting (default: a line on stderr).
+  std::function<void(const std::string&)> on_lock_wait;
 };
 
 // Runs (or lists, with dry_run) the sweep; writes results.jsonl, results.csv

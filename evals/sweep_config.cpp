@@ -9,6 +9,7 @@
 #include <toml++/toml.h>
 
 #include "core/model/model_config.h"
+#include "core/base/untrusted.h"
 #include "core/engine/run_config.h"
 #include "evals/sweep.h"
 #include "evals/tasks/task.h"
@@ -37,6 +38,11 @@ std::string Resolve(const std::string& dir, const std::string& p) {
 
 Status Where(const std::string& path, const toml::node& n, const std::string& msg) {
   return Status::InvalidArgument(TomlWhere(path, n.source()) + ": " + msg);
+}
+
+// A bound (core/base/untrusted.h) broken at node n: its message at FILE:LINE:COL.
+Status Bound(const std::string& path, const toml::node& n, const Status& s) {
+  return s.ok() ? s : Where(path, n, s.message());
 }
 
 // A list of T (or a single T) from a node.
@@ -170,11 +176,7 @@ std::string StackLabel(const std::vector<PolicySpec>& stack) {
 Status ParseSweepConfig(const std::string& text, const std::string& path, const std::vector<std::string>& overrides,
                         SweepConfig* out) {
   toml::table root;
-  try {
-    root = toml::parse(text, path);
-  } catch (const toml::parse_error& err) {
-    return Status::InvalidArgument(TomlWhere(path, err.source()) + ": " + std::string(err.description()));
-  }
+  KVLAB_RETURN_IF_ERROR(ParseTomlText(text, path, &root));
   for (const std::string& o : overrides) KVLAB_RETURN_IF_ERROR(ApplyTomlOverride(o, &root));
   const std::string dir = Dir(path);
   SweepConfig c;
@@ -194,7 +196,10 @@ Status ParseSweepConfig(const std::string& text, const std::string& path, const 
     if (key == "name") {
       if (!n.is_string()) return Where(path, n, "'name' must be a string");
       c.name = n.as_string()->get();
-      if (c.name.empty() || c.name.find('/') != std::string::npos) return Where(path, n, "'name' must be a non-empty word");
+      // The name is a directory under results/: "." or ".." would write elsewhere.
+      if (c.name.empty() || c.name.find('/') != std::string::npos || c.name == "." || c.name == "..") {
+        return Where(path, n, "'name' must be a non-empty word (not '.' or '..', no '/'): it names results/NAME");
+      }
     } else if (key == "models" || key == "model") {
       KVLAB_RETURN_IF_ERROR(List<std::string>(path, n, key, "strings (model directories or presets)", GetString, &c.models));
       have_models = true;
@@ -206,10 +211,16 @@ Status ParseSweepConfig(const std::string& text, const std::string& path, const 
       have_tasks = true;
     } else if (key == "lengths") {
       KVLAB_RETURN_IF_ERROR(List<int64_t>(path, n, key, "integers", GetInt, &c.lengths));
-      for (int64_t l : c.lengths) if (l < 16) return Where(path, n, "'lengths' must be >= 16");
+      for (int64_t l : c.lengths) {
+        if (l < 16) return Where(path, n, "'lengths' must be >= 16");
+        KVLAB_RETURN_IF_ERROR(Bound(path, n, CheckIntIn("'lengths' entry", l, 16, kMaxContextTokens)));
+      }
     } else if (key == "batch_sizes") {
       KVLAB_RETURN_IF_ERROR(List<int64_t>(path, n, key, "integers", GetInt, &c.batch_sizes));
-      for (int64_t b : c.batch_sizes) if (b < 1) return Where(path, n, "'batch_sizes' must be >= 1");
+      for (int64_t b : c.batch_sizes) {
+        if (b < 1) return Where(path, n, "'batch_sizes' must be >= 1");
+        KVLAB_RETURN_IF_ERROR(Bound(path, n, CheckIntIn("'batch_sizes' entry", b, 1, kMaxBatch)));
+      }
     } else if (key == "seeds") {
       std::vector<int64_t> s;
       KVLAB_RETURN_IF_ERROR(List<int64_t>(path, n, key, "integers", GetInt, &s));
@@ -217,6 +228,9 @@ Status ParseSweepConfig(const std::string& text, const std::string& path, const 
     } else if (key == "repetitions" || key == "threads" || key == "block_size") {
       int64_t v = 0;
       if (!GetInt(n, &v) || v < 0 || (key != "threads" && v < 1)) return Where(path, n, "'" + key + "' must be a positive integer");
+      // block_size becomes an int: past the bound it would wrap (2^32 + 16 -> 16).
+      const int64_t hi = key == "threads" ? kMaxThreads : key == "block_size" ? kMaxBlockSize : kMaxCount;
+      KVLAB_RETURN_IF_ERROR(Bound(path, n, CheckIntIn("'" + key + "'", v, 0, hi)));
       if (key == "repetitions") c.repetitions = v;
       else if (key == "threads") c.threads = v;
       else c.block_size = static_cast<int>(v);
@@ -241,9 +255,9 @@ Status ParseSweepConfig(const std::string& text, const std::string& path, const 
           const std::string okey(ok.first.str());
           const toml::node& v = ok.second;
           const std::string full = "task." + tname + "." + okey;
-          auto want_int = [&](int64_t* dst, int64_t lo) -> Status {
+          auto want_int = [&](int64_t* dst, int64_t lo, int64_t hi = kMaxCount) -> Status {
             if (!GetInt(v, dst) || *dst < lo) return Where(path, v, "'" + full + "' must be an integer >= " + std::to_string(lo));
-            return Status::OK();
+            return Bound(path, v, CheckIntIn("'" + full + "'", *dst, lo, hi));
           };
           // Any task's option is accepted in any task's table (as it always was);
           // the valid keys are those the registered tasks declare.
@@ -255,23 +269,31 @@ Status ParseSweepConfig(const std::string& text, const std::string& path, const 
             if (!v.is_string()) return Where(path, v, "'" + full + "' must be a string (a text file)");
             o.text = Resolve(dir, v.as_string()->get());
           } else if (okey == "windows") { KVLAB_RETURN_IF_ERROR(want_int(&o.windows, 1));
-          } else if (okey == "prefill") { KVLAB_RETURN_IF_ERROR(want_int(&o.prefill, 0));
+          } else if (okey == "prefill") { KVLAB_RETURN_IF_ERROR(want_int(&o.prefill, 0, kMaxContextTokens));
           } else if (okey == "buckets") { KVLAB_RETURN_IF_ERROR(want_int(&o.buckets, 1));
           } else if (okey == "samples") { KVLAB_RETURN_IF_ERROR(want_int(&o.samples, 1));
           } else if (okey == "needles") { KVLAB_RETURN_IF_ERROR(want_int(&o.needles, 1));
           } else if (okey == "pairs") { KVLAB_RETURN_IF_ERROR(want_int(&o.pairs, 1));
-          } else if (okey == "decode_tokens") { KVLAB_RETURN_IF_ERROR(want_int(&o.decode_tokens, 1));
-          } else if (okey == "window") { KVLAB_RETURN_IF_ERROR(want_int(&o.window, 1));
+          } else if (okey == "decode_tokens") { KVLAB_RETURN_IF_ERROR(want_int(&o.decode_tokens, 1, kMaxContextTokens));
+          } else if (okey == "window") { KVLAB_RETURN_IF_ERROR(want_int(&o.window, 1, kMaxContextTokens));
           } else if (okey == "requests") { KVLAB_RETURN_IF_ERROR(want_int(&o.requests, 1));
-          } else if (okey == "median") { KVLAB_RETURN_IF_ERROR(want_int(&o.median, 0));
+          } else if (okey == "median") { KVLAB_RETURN_IF_ERROR(want_int(&o.median, 0, kMaxContextTokens));
           } else if (okey == "sigma") {
             if (!GetDouble(v, &o.sigma) || o.sigma < 0) return Where(path, v, "'" + full + "' must be a number >= 0");
+            // Lengths are median * exp(sigma * z): past 4 they overflow before they are clipped.
+            KVLAB_RETURN_IF_ERROR(Bound(path, v, CheckFiniteIn("'" + full + "'", o.sigma, 0, 4)));
           } else if (okey == "block_sizes") {
             KVLAB_RETURN_IF_ERROR(List<int64_t>(path, v, full, "integers >= 1", GetInt, &o.block_sizes));
-            for (int64_t b : o.block_sizes) if (b < 1) return Where(path, v, "'" + full + "' entries must be >= 1");
+            for (int64_t b : o.block_sizes) {
+              if (b < 1) return Where(path, v, "'" + full + "' entries must be >= 1");
+              KVLAB_RETURN_IF_ERROR(Bound(path, v, CheckIntIn("'" + full + "' entry", b, 1, kMaxBlockSize)));
+            }
           } else if (okey == "depths") {
             KVLAB_RETURN_IF_ERROR(List<double>(path, v, full, "numbers in [0, 1]", GetDouble, &o.depths));
-            for (double d : o.depths) if (d < 0 || d > 1) return Where(path, v, "'" + full + "' entries must be in [0, 1]");
+            for (double d : o.depths) {  // NaN fails every comparison: refused by CheckFiniteIn
+              if (d < 0 || d > 1) return Where(path, v, "'" + full + "' entries must be in [0, 1]");
+              KVLAB_RETURN_IF_ERROR(Bound(path, v, CheckFiniteIn("'" + full + "' entry", d, 0, 1)));
+            }
           } else {
             // A task declares an option this parser does not read yet.
             return Where(path, v, "'" + full + "': no parser for this option (evals/sweep_config.cpp)");
@@ -346,11 +368,9 @@ Status ParseSweepConfig(const std::string& text, const std::string& path, const 
 }
 
 Status LoadSweepConfig(const std::string& path, const std::vector<std::string>& overrides, SweepConfig* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::IOError(path + ": cannot open sweep config");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ParseSweepConfig(ss.str(), path, overrides, out);
+  std::string text;
+  KVLAB_RETURN_IF_ERROR(ReadTomlFile(path, "sweep config", &text));
+  return ParseSweepConfig(text, path, overrides, out);
 }
 
 std::vector<SweepPoint> ExpandPoints(const SweepConfig& c) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -53,10 +54,37 @@ class ProgressBar {
   std::chrono::steady_clock::time_point start_;
 };
 
-// Reads results.jsonl; a partial last line (a run killed mid-write) is cut off the file.
+// Reads results.jsonl (evals/sweep_records.cpp); a partial last line (a run
+// killed mid-write) is cut off the file. Each line is bounded (kMaxRecordBytes,
+// kMaxNestingDepth) and its fields checked for the types the reports read, so a
+// bad record is one error naming PATH:LINE and the field.
 Status LoadRecords(const std::string& path, std::vector<nlohmann::ordered_json>* records);
 // Appends one record as a line, flushed and fsynced.
 Status AppendRecord(const std::string& path, const nlohmann::ordered_json& record);
+
+// An exclusive flock on DIR/.kvlab.lock, held while a run (or a merge) reads and
+// writes DIR, so that two processes never compute and append the same points.
+// The holder's pid is written in the file for the message a second process gets.
+class ResultsDirLock {
+ public:
+  static constexpr const char* kLockFileName = ".kvlab.lock";
+  // Locks DIR (which must exist). Held by another process: with `wait`, calls
+  // on_wait(holder's pid) (default: a line on stderr) and blocks until it is
+  // free; without, an error naming the holder's pid ("nothing was WHAT").
+  // Where the file system has no locks: a warning, and OK.
+  static Status Acquire(const std::string& dir, bool wait, const std::string& what,
+                        std::unique_ptr<ResultsDirLock>* out,
+                        const std::function<void(const std::string&)>& on_wait = nullptr);
+  ~ResultsDirLock();
+  // The pid that held the lock when this process had to wait for it ("" if it did not).
+  const std::string& waited_for() const { return waited_for_; }
+
+ private:
+  ResultsDirLock() = default;
+  std::string path_, waited_for_;
+  int fd_ = -1;
+};
+
 std::string GitRevision();
 std::string MachineDescription();
 

@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/base/untrusted.h"
 #include "evals/sweep.h"
 #include "evals/sweep_internal.h"
 
@@ -26,16 +27,21 @@ std::string PeerKey(const json& r) {
          std::to_string(r.value("repetition", 0));
 }
 
-double Num(const json& m, const char* key, double dflt = NAN) {
-  if (!m.is_object() || !m.contains(key) || !m[key].is_number()) return dflt;
-  return m[key].get<double>();
+// j[key], or null when j is not an object or has no such key: records come
+// from a file, and const operator[] on a missing key is undefined behaviour.
+const json& Field(const json& j, const char* key) {
+  static const json kNull;
+  if (!j.is_object()) return kNull;
+  const auto it = j.find(key);
+  return it == j.end() ? kNull : *it;
 }
 
-double Mem(const json& r, const char* key) {
-  const json& m = r["metrics"];
-  if (!m.is_object() || !m.contains("memory")) return NAN;
-  return Num(m["memory"], key);
+double Num(const json& m, const char* key, double dflt = NAN) {
+  const json& v = Field(m, key);
+  return v.is_number() ? v.get<double>() : dflt;
 }
+
+double Mem(const json& r, const char* key) { return Num(Field(Field(r, "metrics"), "memory"), key); }
 
 double Ratio(double a, double b) { return std::isfinite(a) && std::isfinite(b) && b != 0 ? a / b : NAN; }
 
@@ -63,12 +69,30 @@ Derived Derive(const json& r, const json* base) {
   if (base == nullptr) return d;
   d.memory_ratio = Ratio(Mem(r, "kv_bytes_end"), Mem(*base, "kv_bytes_end"));
   d.compression = Ratio(Mem(*base, "kv_bytes_end"), Mem(r, "kv_bytes_end"));
-  d.bpb_ratio = Ratio(Num(r["metrics"], "bpb"), Num((*base)["metrics"], "bpb"));
-  d.decode_ratio = Ratio(Num(r["metrics"], "decode_ms_median"), Num((*base)["metrics"], "decode_ms_median"));
-  d.prefill_ratio = Ratio(Num(r["metrics"], "prefill_ms"), Num((*base)["metrics"], "prefill_ms"));
-  const double a = Num(r["metrics"], "accuracy"), b = Num((*base)["metrics"], "accuracy");
+  const json &m = Field(r, "metrics"), &bm = Field(*base, "metrics");
+  d.bpb_ratio = Ratio(Num(m, "bpb"), Num(bm, "bpb"));
+  d.decode_ratio = Ratio(Num(m, "decode_ms_median"), Num(bm, "decode_ms_median"));
+  d.prefill_ratio = Ratio(Num(m, "prefill_ms"), Num(bm, "prefill_ms"));
+  const double a = Num(m, "accuracy"), b = Num(bm, "accuracy");
   if (std::isfinite(a) && std::isfinite(b)) d.accuracy_delta = a - b;
   return d;
+}
+
+// Points recorded more than once (a retried failure, or two runs that computed
+// the same points before the results directory had a lock): the tables keep
+// one record per point, and the summary says how many were repeated.
+std::string RepeatedPointsNote(const std::vector<json>& all) {
+  std::map<std::string, int64_t> records, ok;
+  int64_t points = 0, twice_ok = 0;
+  for (const json& r : all) {
+    const std::string k = r.value("key", "");
+    points += ++records[k] == 2;
+    if (r.value("status", "") == "ok") twice_ok += ++ok[k] == 2;
+  }
+  if (points == 0) return "";
+  return std::to_string(points) + " point(s) have more than one record in results.jsonl (" +
+         std::to_string(all.size() - records.size()) + " extra, " + std::to_string(twice_ok) +
+         " point(s) with two or more ok records); the tables keep one record per point, its latest ok one.\n\n";
 }
 
 struct Mean {
@@ -112,7 +136,7 @@ Status WriteReports(const std::string& dir, std::string* summary) {
            "memory_ratio,compression,bpb,bpb_ratio,kl,top1_agreement,accuracy,char_accuracy,accuracy_delta,prefill_ms,"
            "decode_ms_median,decode_ms_p90,decode_tokens_per_s,decode_ratio,prefill_ratio,checkpoint,git_revision\n";
     for (const json& r : recs) {
-      const json& m = r["metrics"];
+      const json& m = Field(r, "metrics");
       const Derived d = Derive(r, r.value("status", "") == "ok" ? base_of(r) : nullptr);
       csv << r.value("index", 0) << "," << Csv(r.value("sweep", "")) << "," << Csv(r.value("model", "")) << ","
           << Csv(r.value("stack", "")) << "," << Csv(r.value("policy", "")) << "," << (r.value("baseline", false) ? 1 : 0)
@@ -181,7 +205,7 @@ Status WriteReports(const std::string& dir, std::string* summary) {
         if (r.value("model", "") != model || r.value("stack", "") != s) continue;
         ++n;
         if (r.value("status", "") != "ok") { ++bad; continue; }
-        const json& m = r["metrics"];
+        const json& m = Field(r, "metrics");
         const Derived d = Derive(r, base_of(r));
         mem.Add(d.memory_ratio);
         comp.Add(d.compression);
@@ -205,7 +229,9 @@ Status WriteReports(const std::string& dir, std::string* summary) {
       std::vector<std::string> sizes;
       for (const json& r : recs) {
         if (r.value("model", "") != model || r.value("task", "") != "paging" || r.value("status", "") != "ok") continue;
-        for (auto& kv : r["metrics"]["paged_utilization_by_block_size"].items()) {
+        const json& paged = Field(Field(r, "metrics"), "paged_utilization_by_block_size");
+        if (!paged.is_object()) continue;
+        for (auto& kv : paged.items()) {
           if (std::find(sizes.begin(), sizes.end(), kv.key()) == sizes.end()) sizes.push_back(kv.key());
         }
       }
@@ -229,11 +255,11 @@ Status WriteReports(const std::string& dir, std::string* summary) {
         for (const json& r : recs) {
           if (r.value("model", "") != model || r.value("task", "") != "paging" || r.value("length", 0) != L ||
               r.value("status", "") != "ok") continue;
-          const json& m = r["metrics"];
+          const json& m = Field(r, "metrics");
           contiguous.Add(Num(m, "contiguous_utilization"));
           mean_len.Add(Num(m, "mean_length"));
           reqs.Add(Num(m, "requests"));
-          for (const auto& b : sizes) paged[b].Add(Num(m["paged_utilization_by_block_size"], b.c_str()));
+          for (const auto& b : sizes) paged[b].Add(Num(Field(m, "paged_utilization_by_block_size"), b.c_str()));
         }
         md << "| " << L << " | " << reqs.Str("%.0f") << " | " << mean_len.Str("%.0f") << " | " << contiguous.Str("%.3f") << " |";
         for (const auto& b : sizes) md << " " << paged[b].Str("%.3f") << " |";
@@ -265,7 +291,7 @@ Status WriteReports(const std::string& dir, std::string* summary) {
           for (const json& r : recs) {
             if (r.value("model", "") == model && r.value("stack", "") == s && r.value("task", "") == task &&
                 r.value("length", 0) == L && r.value("status", "") == "ok") {
-              v.Add(Num(r["metrics"], task.rfind("bpb", 0) == 0 ? "bpb" : "accuracy"));
+              v.Add(Num(Field(r, "metrics"), task.rfind("bpb", 0) == 0 ? "bpb" : "accuracy"));
             }
           }
           md << " " << v.Str("%.3f") << " |";
@@ -276,6 +302,7 @@ Status WriteReports(const std::string& dir, std::string* summary) {
     }
   }
   if (errors > 0) md << errors << " point(s) failed; their errors are in results.jsonl and results.csv.\n\n";
+  md << RepeatedPointsNote(all);
   {
     std::ofstream out(dir + "/summary.md", std::ios::trunc);
     out << md.str();
@@ -296,13 +323,18 @@ Status MergeResults(const std::vector<std::string>& dirs, const std::string& out
     const std::string path = d + "/results.jsonl";
     if (!fs::exists(path)) return Status::NotFound(path + ": no results to merge");
     std::vector<json> recs;
-    KVLAB_RETURN_IF_ERROR(LoadRecords(path, &recs));
+    {
+      // A shard still running may be mid-line; LoadRecords would cut that line off.
+      std::unique_ptr<ResultsDirLock> lock;
+      KVLAB_RETURN_IF_ERROR(ResultsDirLock::Acquire(d, /*wait=*/false, "merged", &lock));
+      KVLAB_RETURN_IF_ERROR(LoadRecords(path, &recs));
+    }
     for (const json& r : recs) {
       ++read;
       const std::string k = r.value("key", "");
       if (r.contains("checkpoint") && r["checkpoint"].is_string()) {
         std::string model = r.value("model", "");
-        const json key = json::parse(k, nullptr, false);
+        const json key = CheckJsonText(k, path, kMaxRecordBytes).ok() ? json::parse(k, nullptr, false) : json();
         if (key.is_object() && key.contains("model") && key["model"].is_string()) model = key["model"].get<std::string>();
         const std::string hash = r["checkpoint"].get<std::string>();
         auto seen = checkpoints.emplace(model, std::make_pair(hash, path)).first;
@@ -322,6 +354,8 @@ Status MergeResults(const std::vector<std::string>& dirs, const std::string& out
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec) return Status::IOError(out_dir + ": cannot create directory: " + ec.message());
+  std::unique_ptr<ResultsDirLock> lock;  // a run writing into out_dir would lose its records to the rename below
+  KVLAB_RETURN_IF_ERROR(ResultsDirLock::Acquire(out_dir, /*wait=*/false, "merged", &lock));
   const std::string out = out_dir + "/results.jsonl";
   {
     std::ofstream f(out + ".tmp", std::ios::trunc);

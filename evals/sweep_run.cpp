@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/engine/engine.h"
+#include "core/base/untrusted.h"
 #include "core/model/model_config.h"
 #include "datasets/tasks/tasks.h"
 #include "core/model/tokenizer.h"
@@ -184,56 +185,6 @@ std::string MachineDescription() {
   return model + ", " + std::to_string(std::thread::hardware_concurrency()) + " threads";
 }
 
-// ---- results.jsonl ----
-
-Status LoadRecords(const std::string& path, std::vector<json>* records) {
-  records->clear();
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::OK();  // no file yet
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string data = ss.str();
-  in.close();
-  size_t pos = 0;
-  int64_t line_no = 0;
-  while (pos < data.size()) {
-    const size_t nl = data.find('\n', pos);
-    ++line_no;
-    if (nl == std::string::npos) {
-      // No newline: the last record was cut by a killed run. Drop it.
-      std::error_code ec;
-      fs::resize_file(path, static_cast<uintmax_t>(pos), ec);
-      if (ec) return Status::IOError(path + ": cannot drop a partial last record: " + ec.message());
-      std::fprintf(stderr, "kvlab: %s:%ld: dropped a partial last record (an interrupted run)\n", path.c_str(),
-                   static_cast<long>(line_no));
-      break;
-    }
-    const std::string line = data.substr(pos, nl - pos);
-    if (!line.empty()) {
-      try {
-        records->push_back(json::parse(line));
-      } catch (const std::exception&) {
-        return Status::InvalidArgument(path + ":" + std::to_string(line_no) +
-                                       ": not a JSON record (edit or remove that line; nothing was changed)");
-      }
-    }
-    pos = nl + 1;
-  }
-  return Status::OK();
-}
-
-Status AppendRecord(const std::string& path, const json& record) {
-  const std::string line = record.dump() + "\n";
-  FILE* f = std::fopen(path.c_str(), "ab");
-  if (f == nullptr) return Status::IOError(path + ": cannot open for appending");
-  const size_t n = std::fwrite(line.data(), 1, line.size(), f);
-  std::fflush(f);
-  ::fsync(fileno(f));
-  std::fclose(f);
-  if (n != line.size()) return Status::IOError(path + ": short write");
-  return Status::OK();
-}
-
 namespace {
 
 std::string Hms(double s) {
@@ -263,6 +214,33 @@ double EstimateSeconds(const SweepConfig& c, const SweepPoint& p) {
   return task->estimate(TaskCost{tok, attn, step_overhead}, p, c.task_options.at(p.task));
 }
 
+// Records of this sweep's points made with other weights of the same model
+// (retrained since) must not pass as done: an error naming the model.
+Status CheckRecordedCheckpoints(const std::vector<SweepPoint>& all, const std::vector<json>& records,
+                                const std::string& jsonl, SweepRunner* runner) {
+  std::map<std::string, const SweepPoint*> by_key;
+  for (const SweepPoint& p : all) by_key.emplace(p.key, &p);
+  std::map<std::string, int64_t> stale;  // model label -> records
+  std::map<std::string, std::string> was, now;
+  for (const json& r : records) {
+    if (!r.contains("key") || !r.contains("checkpoint")) continue;  // types checked by LoadRecords
+    auto it = by_key.find(r["key"].get<std::string>());
+    if (it == by_key.end()) continue;
+    const std::string hash = runner->CheckpointHash(it->second->model);
+    if (hash == "unreadable" || r["checkpoint"].get<std::string>() == hash) continue;  // a missing model fails its points
+    ++stale[it->second->model_label];
+    was.emplace(it->second->model_label, r["checkpoint"].get<std::string>());
+    now[it->second->model_label] = hash;
+  }
+  if (stale.empty()) return Status::OK();
+  const std::string& label = stale.begin()->first;
+  return Status::InvalidArgument(
+      jsonl + ": " + std::to_string(stale.begin()->second) + " recorded point(s) of model '" + label +
+      "' were made with checkpoint " + was[label].substr(0, 16) + "..., but its model.safetensors is now " +
+      now[label].substr(0, 16) + "... (retrained?): write to a new directory (--out DIR or another name) "
+      "or remove those records; nothing was run");
+}
+
 }  // namespace
 
 Status RunSweep(const SweepConfig& config, const RunSweepOptions& opts, std::string* report) {
@@ -270,8 +248,22 @@ Status RunSweep(const SweepConfig& config, const RunSweepOptions& opts, std::str
   if (opts.num_shards < 1 || opts.shard < 0 || opts.shard >= opts.num_shards) {
     return Status::InvalidArgument("--shard I/N needs 0 <= I < N");
   }
+  if (opts.out_dir.empty() && (config.name.empty() || config.name == "." || config.name == ".." ||
+                               config.name.find('/') != std::string::npos)) {
+    return Status::InvalidArgument("sweep name '" + QuoteBytes(config.name) +
+                                   "' is not a directory name under results/ (give another name or --out DIR)");
+  }
   const std::string out_dir = opts.out_dir.empty() ? "results/" + config.name : opts.out_dir;
   const std::string jsonl = out_dir + "/results.jsonl";
+  // Held until the reports are written: a second run on out_dir waits or stops
+  // here, before it reads the records, so it never repeats this run's points.
+  std::unique_ptr<ResultsDirLock> lock;
+  if (!opts.dry_run) {
+    std::error_code ec;
+    fs::create_directories(out_dir, ec);
+    if (ec) return Status::IOError(out_dir + ": cannot create directory: " + ec.message());
+    KVLAB_RETURN_IF_ERROR(ResultsDirLock::Acquire(out_dir, opts.wait_if_locked, "run", &lock, opts.on_lock_wait));
+  }
   std::vector<SweepPoint> all = ExpandPoints(config);
   std::vector<SweepPoint> mine;
   for (const SweepPoint& p : all) {
@@ -281,37 +273,14 @@ Status RunSweep(const SweepConfig& config, const RunSweepOptions& opts, std::str
   KVLAB_RETURN_IF_ERROR(LoadRecords(jsonl, &records));
   std::set<std::string> done, failed;
   for (const json& r : records) {
-    if (!r.contains("key")) continue;
+    if (!r.contains("key")) continue;  // LoadRecords checked that a key is a string
     (r.value("status", "") == "ok" ? done : failed).insert(r["key"].get<std::string>());
   }
   auto skip = [&](const SweepPoint& p) { return done.count(p.key) || (!opts.retry_failed && failed.count(p.key)); };
   // A point's key does not name the checkpoint: records made with other
   // weights of the same model (retrained since) must not pass as done.
   SweepRunner runner(config);
-  {
-    std::map<std::string, const SweepPoint*> by_key;
-    for (const SweepPoint& p : all) by_key.emplace(p.key, &p);
-    std::map<std::string, int64_t> stale;  // model label -> records
-    std::map<std::string, std::string> was, now;
-    for (const json& r : records) {
-      if (!r.contains("key") || !r.contains("checkpoint") || !r["checkpoint"].is_string()) continue;
-      auto it = by_key.find(r["key"].get<std::string>());
-      if (it == by_key.end()) continue;
-      const std::string hash = runner.CheckpointHash(it->second->model);
-      if (hash == "unreadable" || r["checkpoint"].get<std::string>() == hash) continue;  // a missing model fails its points
-      ++stale[it->second->model_label];
-      was.emplace(it->second->model_label, r["checkpoint"].get<std::string>());
-      now[it->second->model_label] = hash;
-    }
-    if (!stale.empty()) {
-      const std::string& label = stale.begin()->first;
-      return Status::InvalidArgument(
-          jsonl + ": " + std::to_string(stale.begin()->second) + " recorded point(s) of model '" + label +
-          "' were made with checkpoint " + was[label].substr(0, 16) + "..., but its model.safetensors is now " +
-          now[label].substr(0, 16) + "... (retrained?): write to a new directory (--out DIR or another name) "
-          "or remove those records; nothing was run");
-    }
-  }
+  KVLAB_RETURN_IF_ERROR(CheckRecordedCheckpoints(all, records, jsonl, &runner));
   std::ostringstream rep;
   if (opts.dry_run) {
     double total = 0;
@@ -335,8 +304,6 @@ Status RunSweep(const SweepConfig& config, const RunSweepOptions& opts, std::str
     return Status::OK();
   }
   std::error_code ec;
-  fs::create_directories(out_dir, ec);
-  if (ec) return Status::IOError(out_dir + ": cannot create directory: " + ec.message());
   // Keep a copy of the config beside the results, with the --set overrides
   // that were applied on top of it, so that the copy says what ran.
   if (!config.path.empty()) {
@@ -415,6 +382,7 @@ Status RunSweep(const SweepConfig& config, const RunSweepOptions& opts, std::str
   rep << "ran " << todo.size() << " of " << mine.size() << " points (" << (mine.size() - todo.size())
       << " already in " << jsonl << ")";
   if (failures > 0) rep << "; " << failures << " failed (their errors are in results.jsonl)";
+  if (lock != nullptr && !lock->waited_for().empty()) rep << "; waited for pid " << lock->waited_for() << " first";
   rep << "\n";
   if (opts.print_summary) rep << "\n" << summary;
   rep << "\nwrote " << out_dir << "/results.jsonl, results.csv, summary.md\n";

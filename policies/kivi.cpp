@@ -9,6 +9,7 @@
 // Definition: every sealed group of `group` tokens outside the residual is
 // stored as asymmetric `bits`-bit integers with an fp16 scale and zero point,
 // keys per channel and values per token; the residual stays at the cache dtype.
+#include "core/base/untrusted.h"
 #include "policies/registry.h"
 
 namespace kvlab {
@@ -23,6 +24,9 @@ class KiviPolicy : public KVPolicy {
   uint32_t Concerns() const override { return kConcernRepresentation; }
 
   Status CheckShape(int /*kv_heads*/, int head_dim, int block_size) const override {
+    // group and residual become ints below: past the bound they would wrap (2^32 + 32 -> 32).
+    KVLAB_RETURN_IF_ERROR(CheckIntIn("kivi: 'group'", params().GetInt("group"), 1, kMaxContextTokens));
+    KVLAB_RETURN_IF_ERROR(CheckIntIn("kivi: 'residual'", params().GetInt("residual"), 0, kMaxContextTokens));
     KvEncoding e;
     int64_t residual = 0;
     SealedEncoding(head_dim, block_size, &e, &residual);

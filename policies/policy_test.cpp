@@ -213,6 +213,15 @@ TEST(PolicyStackTest, KiviInt8AttentionKeepsTheFormat) {
   }
 }
 
+// A kivi group past int's range must not wrap to a valid one (2^32 + 32 -> 32).
+TEST(PolicyRegistryTest, KiviGroupPastIntIsAnError) {
+  std::unique_ptr<KVPolicy> p;
+  ASSERT_TRUE(PolicyRegistry::Global().Create(PolicySpec{"kivi", {{"group", "4294967328"}}, "t"}, &p).ok());
+  const Status s = p->CheckShape(8, 128, 16);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.message(), "kivi: 'group' is 4294967328, more than 16777216 (kvlab's limit)");
+}
+
 TEST(PolicyStackTest, FullStandsAloneAndIsNeutral) {
   PolicyStack stack;
   ASSERT_TRUE(PolicyStack::Create({PolicySpec{"full", {}, "t"}}, &stack).ok());

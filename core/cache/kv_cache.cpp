@@ -4,6 +4,7 @@
 #include <climits>
 #include <cstring>
 #include <numeric>
+#include <stdexcept>
 #include <string>
 
 namespace kvlab {
@@ -72,7 +73,11 @@ const uint8_t* KVCache::BlockData(int32_t ref, bool encoded, std::vector<uint8_t
   const BlockPool& pool = encoded ? *enc_pool_ : *pool_;
   if (!IsOffloaded(ref)) return pool.BlockData(ref);
   scratch->resize(static_cast<size_t>(pool.block_bytes()));
-  store_->Get(OffloadHandle(ref), scratch->data());
+  // A failed disk read must never pass as a block of zeros. These readers
+  // (selection, sealing, ReadSlot) return no Status, so it throws; the CLI
+  // prints it as an error (the step's own loads return theirs: LoadStaged).
+  const Status s = store_->Get(OffloadHandle(ref), scratch->data());
+  if (!s.ok()) throw std::runtime_error(s.ToString());
   return scratch->data();
 }
 

@@ -97,7 +97,11 @@ Status OffloadStore::Get(int64_t handle, uint8_t* dst) const {
     return Status::OK();
   }
   const ssize_t n = pread(fds_[f], dst, static_cast<size_t>(block_bytes_[f]), e.slot * block_bytes_[f]);
-  if (n != block_bytes_[f]) return Status::IOError(std::string("disk tier: pread failed: ") + std::strerror(errno));
+  if (n < 0) return Status::IOError(std::string("disk tier: pread failed: ") + std::strerror(errno));
+  if (n != block_bytes_[f]) {  // a short read is lost data too, never a partly zero block
+    return Status::IOError("disk tier: read " + std::to_string(n) + " of a block's " + std::to_string(block_bytes_[f]) +
+                           " bytes at offset " + std::to_string(e.slot * block_bytes_[f]) + " (its file was cut short)");
+  }
   return Status::OK();
 }
 

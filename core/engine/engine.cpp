@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "core/engine/cuda_backend.h"
+#include "core/engine/run_config.h"
 #include "core/model/model.h"
 #include "core/model/paged_attention.h"
 
@@ -114,6 +115,7 @@ Engine::~Engine() = default;
 
 Status Engine::Create(const EngineOptions& options, const std::vector<PolicySpec>& policy_specs,
                       std::unique_ptr<Engine>* out) {
+  KVLAB_RETURN_IF_ERROR(CheckEngineOptions(options));  // bounds before any work (run_config.h)
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   BackendKind kind = BackendKind::kCpu;
@@ -293,6 +295,7 @@ Status Engine::Forward(const std::vector<SeqChunk>& chunks, bool all_logits,
 
 Status Engine::Generate(const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& options,
                         std::vector<GenerateResult>* results, GenerateStats* stats) {
+  KVLAB_RETURN_IF_ERROR(CheckGenerateOptions(options));
   Impl& s = *impl_;
   const int64_t vocab = s.model->config().vocab_size;
   const int64_t eos = s.model->config().eos_token_id;

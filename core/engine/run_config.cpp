@@ -1,15 +1,50 @@
 #include "core/engine/run_config.h"
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
 
+#include "core/base/untrusted.h"
+
 namespace kvlab {
 
 std::string TomlWhere(const std::string& path, const toml::source_region& src) {
   return path + ":" + std::to_string(src.begin.line) + ":" + std::to_string(src.begin.column);
+}
+
+Status CheckEngineOptions(const EngineOptions& o) {
+  constexpr int64_t kAny = INT64_MIN;  // lower bounds: the engine's own checks and messages
+  KVLAB_RETURN_IF_ERROR(CheckIntIn("threads (--threads)", o.num_threads, 0, kMaxThreads));
+  KVLAB_RETURN_IF_ERROR(CheckIntIn("block_size (--block-size)", o.block_size, kAny, kMaxBlockSize));
+  KVLAB_RETURN_IF_ERROR(CheckIntIn("the context (prompt + new tokens)", o.max_context, kAny, kMaxContextTokens));
+  KVLAB_RETURN_IF_ERROR(CheckIntIn("sequences at once (batch)", o.max_seqs, kAny, kMaxBatch));
+  return CheckIntIn("prefill_chunk", o.prefill_chunk, kAny, kMaxContextTokens);
+}
+
+Status CheckGenerateOptions(const GenerateOptions& o) {
+  KVLAB_RETURN_IF_ERROR(CheckIntIn("max_new_tokens (--max-new-tokens)", o.max_new_tokens, 0, kMaxContextTokens));
+  KVLAB_RETURN_IF_ERROR(CheckFiniteIn("temperature (--temperature)", o.sampling.temperature, 0, 1e6));
+  return CheckFiniteIn("top_p (--top-p)", o.sampling.top_p, 0, 1);
+}
+
+Status ReadTomlFile(const std::string& path, const char* what, std::string* text) {
+  const Status s = ReadFileBounded(path, kMaxConfigBytes, text);
+  if (s.code() == Status::Code::kNotFound) return Status::IOError(path + ": cannot open " + what);
+  return s;
+}
+
+Status ParseTomlText(const std::string& text, const std::string& path, toml::table* root) {
+  // toml++ builds (and destroys) nested tables recursively: bound the depth first.
+  KVLAB_RETURN_IF_ERROR(CheckTomlText(text, path, kMaxConfigBytes));
+  try {
+    *root = toml::parse(text, path);
+  } catch (const toml::parse_error& err) {
+    return Status::InvalidArgument(TomlWhere(path, err.source()) + ": " + QuoteBytes(err.description(), 240));
+  }
+  return Status::OK();
 }
 
 // Canonical text of a scalar TOML value, or false if it is not a scalar.
@@ -78,11 +113,7 @@ Status PolicySpecsFromToml(const toml::node& node, const std::string& path, std:
 
 Status ParseRunConfig(const std::string& text, const std::string& path, RunConfig* out) {
   toml::table root;
-  try {
-    root = toml::parse(text, path);
-  } catch (const toml::parse_error& err) {
-    return Status::InvalidArgument(TomlWhere(path, err.source()) + ": " + std::string(err.description()));
-  }
+  KVLAB_RETURN_IF_ERROR(ParseTomlText(text, path, &root));
   RunConfig cfg;
   const std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
   for (const auto& kv : root) {
@@ -123,6 +154,9 @@ Status ParseRunConfig(const std::string& text, const std::string& path, RunConfi
         if (!el.is_integer() || el.as_integer()->get() < 0) {
           return Status::InvalidArgument(TomlWhere(path, el.source()) + ": 'tokens' entries must be non-negative integers");
         }
+        // A token id is an int32: past it the cast below would wrap.
+        const Status id = CheckIntIn("'tokens' entry", el.as_integer()->get(), 0, INT32_MAX);
+        if (!id.ok()) return Status::InvalidArgument(TomlWhere(path, el.source()) + ": " + id.message());
         cfg.tokens.push_back(static_cast<int32_t>(el.as_integer()->get()));
       }
     } else if (key == "max_new_tokens") {
@@ -165,6 +199,9 @@ Status ParseRunConfig(const std::string& text, const std::string& path, RunConfi
     return Status::InvalidArgument(path + ": give one of 'prompt', 'prompt_file' and 'tokens'");
   }
   if (cfg.policies.empty()) cfg.policies.push_back(PolicySpec{"full", {}, path});
+  for (const Status& bound : {CheckEngineOptions(cfg.engine), CheckGenerateOptions(cfg.generate)}) {
+    if (!bound.ok()) return Status::InvalidArgument(path + ": " + bound.message());
+  }
   *out = std::move(cfg);
   return Status::OK();
 }
@@ -174,6 +211,7 @@ Status ApplyTomlOverride(const std::string& item, toml::table* root) {
   if (eq == std::string::npos || eq == 0) return Status::InvalidArgument("--set " + item + ": expected KEY=VALUE");
   const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
   toml::table parsed;
+  KVLAB_RETURN_IF_ERROR(CheckTomlText("v = " + value, "--set " + key, kMaxConfigBytes));
   try {
     parsed = toml::parse("v = " + value, "--set " + key);
   } catch (const toml::parse_error&) {
@@ -185,6 +223,10 @@ Status ApplyTomlOverride(const std::string& item, toml::table* root) {
   std::stringstream ss(key);
   std::string part;
   while (std::getline(ss, part, '.')) parts.push_back(part);
+  if (parts.size() > static_cast<size_t>(kMaxNestingDepth)) {
+    return Status::InvalidArgument("--set " + QuoteBytes(key) + ": " + std::to_string(parts.size()) +
+                                   " dotted parts, more than " + std::to_string(kMaxNestingDepth));
+  }
   // Task names hold dashes, not dots, so a plain split is enough.
   toml::table* t = root;
   for (size_t i = 0; i + 1 < parts.size(); ++i) {
@@ -201,11 +243,9 @@ Status ApplyTomlOverride(const std::string& item, toml::table* root) {
 }
 
 Status LoadRunConfig(const std::string& path, RunConfig* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::IOError(path + ": cannot open config file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ParseRunConfig(ss.str(), path, out);
+  std::string text;
+  KVLAB_RETURN_IF_ERROR(ReadTomlFile(path, "config file", &text));
+  return ParseRunConfig(text, path, out);
 }
 
 }  // namespace kvlab

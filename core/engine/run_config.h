@@ -41,6 +41,14 @@ struct RunConfig {
 };
 
 Status LoadRunConfig(const std::string& path, RunConfig* out);
+
+// The upper bounds of core/base/untrusted.h on an engine's and a generation's
+// options (threads, block size, context, batch; finite sampling numbers), each
+// error naming the option and both numbers. Engine::Create and Engine::Generate
+// check them before any work, so every front end (kvlab generate, sweeps,
+// serve-bench) gets the same errors. Lower bounds stay with their own checks.
+Status CheckEngineOptions(const EngineOptions& o);
+Status CheckGenerateOptions(const GenerateOptions& o);
 // Parses TOML from a string (`path` is used in messages only).
 Status ParseRunConfig(const std::string& text, const std::string& path, RunConfig* out);
 
@@ -50,6 +58,12 @@ Status ParseRunConfig(const std::string& text, const std::string& path, RunConfi
 bool TomlScalarText(const toml::node& n, std::string* out);
 // "FILE:LINE:COL" of a node.
 std::string TomlWhere(const std::string& path, const toml::source_region& src);
+// Every TOML config kvlab reads (run, sweep, serve-bench, train) goes through
+// these two: the file at most kMaxConfigBytes (IOError "PATH: cannot open
+// WHAT" when it cannot be read), the text no deeper than kMaxNestingDepth
+// (core/base/untrusted.h) before toml++ parses it; errors name the file.
+Status ReadTomlFile(const std::string& path, const char* what, std::string* text);
+Status ParseTomlText(const std::string& text, const std::string& path, toml::table* root);
 // Applies one `--set KEY=VALUE` to a parsed config: KEY a dotted path of
 // tables (created when missing), VALUE parsed as TOML, a bare word taken
 // as a string.

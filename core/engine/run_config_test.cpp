@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 namespace kvlab {
 namespace {
 
@@ -95,6 +97,86 @@ TEST(RunConfigTest, MissingFileIsAnError) {
   Status s = LoadRunConfig("/nonexistent/run.toml", &rc);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("run.toml"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvlab
+
+namespace kvlab {
+namespace {
+
+std::string Times(const std::string& s, int n) {
+  std::string out;
+  for (int i = 0; i < n; ++i) out += s;
+  return out;
+}
+
+// Deeply nested TOML (toml++ builds and destroys nested tables recursively) is
+// refused before parsing, with the file and line, in every config kvlab reads.
+TEST(RunConfigTest, DeeplyNestedTomlIsOneErrorNamingTheFile) {
+  const int n = 100000;
+  const std::string shapes[] = {
+      "tokens = " + Times("[", n) + Times("]", n) + "\n",                       // arrays
+      "seed = 1\nx = " + Times("{a = ", n) + "1" + Times("}", n) + "\n",        // inline tables
+      "seed = 1\n[" + Times("t.", n) + "t]\n",                                  // a table header
+      "seed = 1\n[[" + Times("t.", n) + "t]]\n",                                // an array of tables
+      Times("k.", n) + "k = 1\n",                                               // a dotted key
+  };
+  for (const std::string& text : shapes) {
+    RunConfig rc;
+    const Status s = ParseRunConfig(text, "deep.toml", &rc);
+    ASSERT_FALSE(s.ok()) << text.substr(0, 30);
+    EXPECT_NE(s.message().find("deep.toml:"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("nested deeper than 128 levels"), std::string::npos) << s.message();
+  }
+  toml::table root;
+  const Status set = ApplyTomlOverride("lengths=" + Times("[", n) + Times("]", n), &root);
+  EXPECT_NE(set.message().find("--set lengths:1: TOML values nested deeper than 128"), std::string::npos)
+      << set.message();
+  const Status key = ApplyTomlOverride(Times("a.", 1000) + "b=1", &root);
+  EXPECT_NE(key.message().find("1001 dotted parts, more than 128"), std::string::npos) << key.message();
+}
+
+}  // namespace
+}  // namespace kvlab
+
+namespace kvlab {
+namespace {
+
+// Sizes and numbers a user gives are bounded before work starts: one error
+// naming the key and both numbers (core/base/untrusted.h).
+TEST(RunConfigTest, LimitsNameTheKeyAndBothNumbers) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"max_new_tokens = 9223372036854775807\n",
+       "max_new_tokens (--max-new-tokens) is 9223372036854775807, more than 16777216"},
+      {"temperature = nan\n", "temperature (--temperature) is nan; expected a finite number in [0, 1000000]"},
+      {"temperature = inf\n", "temperature (--temperature) is inf"},
+      {"top_p = -inf\n", "top_p (--top-p) is -inf; expected a finite number in [0, 1]"},
+      {"tokens = [1, 4294967297]\n", "r.toml:1:14: 'tokens' entry is 4294967297, more than 2147483647"},
+      {"block_size = 4294967312\n", "'block_size' must be in [1, 4096]"},  // not wrapped to 16
+      {"prefill_chunk = 9223372036854775807\n", "prefill_chunk is 9223372036854775807, more than 16777216"},
+  };
+  for (const auto& [text, want] : cases) {
+    RunConfig rc;
+    const Status s = ParseRunConfig(text, "r.toml", &rc);
+    ASSERT_FALSE(s.ok()) << text;
+    EXPECT_NE(s.message().find(want), std::string::npos) << s.message();
+  }
+  EngineOptions eo;
+  eo.num_threads = 100000;
+  EXPECT_EQ(CheckEngineOptions(eo).message(), "threads (--threads) is 100000, more than 1024 (kvlab's limit)");
+  eo = EngineOptions();
+  eo.max_context = int64_t{1} << 40;
+  EXPECT_NE(CheckEngineOptions(eo).message().find("the context (prompt + new tokens) is 1099511627776, more than"),
+            std::string::npos);
+  eo = EngineOptions();
+  eo.max_seqs = 1 << 20;
+  EXPECT_FALSE(CheckEngineOptions(eo).ok());
+  EXPECT_TRUE(CheckEngineOptions(EngineOptions()).ok());
+  GenerateOptions go;
+  EXPECT_TRUE(CheckGenerateOptions(go).ok());
+  go.sampling.temperature = std::nan("");
+  EXPECT_FALSE(CheckGenerateOptions(go).ok());
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/base/status.h"
+#include "core/base/untrusted_json.h"
 
 namespace kvlab {
 namespace config_json {
@@ -26,7 +27,7 @@ inline Status GetInt(const std::string& file, const json& j, const std::string& 
   }
   if (!it->is_number_integer() || (it->is_number_unsigned() && it->get<uint64_t>() > INT64_MAX)) {
     return Status::InvalidArgument(file + ": key '" + key + "' must be an integer, got " + TypeName(*it) +
-                                   " " + it->dump());
+                                   " " + QuoteJson(*it));
   }
   *out = it->get<int64_t>();
   return Status::OK();
@@ -39,7 +40,7 @@ inline Status GetDouble(const std::string& file, const json& j, const std::strin
   }
   if (!it->is_number()) {
     return Status::InvalidArgument(file + ": key '" + key + "' must be a number, got " + TypeName(*it) + " " +
-                                   it->dump());
+                                   QuoteJson(*it));
   }
   *out = it->get<double>();
   return Status::OK();
@@ -49,7 +50,7 @@ inline Status GetBool(const std::string& file, const json& j, const std::string&
   const auto it = j.find(key);
   if (it == j.end()) return Status::OK();
   if (!it->is_boolean()) {
-    return Status::InvalidArgument(file + ": key '" + key + "' must be true or false, got " + it->dump());
+    return Status::InvalidArgument(file + ": key '" + key + "' must be true or false, got " + QuoteJson(*it));
   }
   *out = it->get<bool>();
   return Status::OK();
@@ -66,7 +67,7 @@ inline Status GetTokenId(const std::string& file, const json& j, const std::stri
   }
   if (!v->is_number_integer()) {
     return Status::InvalidArgument(file + ": key '" + key + "' must be an integer, a list of integers or null, got " +
-                                   it->dump());
+                                   QuoteJson(*it));
   }
   *out = v->get<int64_t>();
   return Status::OK();

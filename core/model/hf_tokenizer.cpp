@@ -140,12 +140,14 @@ class HfTokenizer final : public Tokenizer {
   mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;
 };
 
+// tokenizer.json or tokenizer_config.json, bounded in size and depth (untrusted.h).
 Status ReadJsonFile(const std::string& path, Json* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::IOError(path + ": cannot open");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  *out = Json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  std::string text;
+  const Status read = ReadFileBounded(path, kMaxTokenizerBytes, &text);
+  if (read.code() == Status::Code::kNotFound) return Status::IOError(path + ": cannot open");
+  KVLAB_RETURN_IF_ERROR(read);
+  KVLAB_RETURN_IF_ERROR(CheckJsonText(text, path, kMaxTokenizerBytes));
+  *out = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (out->is_discarded()) return Status::InvalidArgument(path + ": not valid JSON");
   if (!out->is_object()) return Status::InvalidArgument(path + ": not a JSON object");
   return Status::OK();
@@ -154,7 +156,7 @@ Status ReadJsonFile(const std::string& path, Json* out) {
 Status GetFlag(const Json& j, const char* key, bool dflt, const Where& w, bool* out) {
   *out = dflt;
   if (!j.contains(key) || j[key].is_null()) return Status::OK();
-  if (!j[key].is_boolean()) return w.At(key).Error("is " + j[key].dump() + ", not true or false");
+  if (!j[key].is_boolean()) return w.At(key).Error("is " + QuoteJson(j[key]) + ", not true or false");
   *out = j[key].get<bool>();
   return Status::OK();
 }
@@ -177,7 +179,7 @@ Status LoadMerges(const Json& merges, const Where& w, Bpe* bpe) {
       a = m[0].get<std::string>();
       b = m[1].get<std::string>();
     } else {
-      return w.Index(i).Error("is " + m.dump().substr(0, 80) + ", not \"a b\" or [\"a\", \"b\"]");
+      return w.Index(i).Error("is " + QuoteJson(m) + ", not \"a b\" or [\"a\", \"b\"]");
     }
     auto ia = bpe->vocab.find(a), ib = bpe->vocab.find(b), iab = bpe->vocab.find(a + b);
     for (const auto& [it, tok] : {std::make_pair(ia, a), std::make_pair(ib, b)}) {
@@ -201,18 +203,18 @@ Status LoadModel(const Json& j, const Where& w, Bpe* bpe) {
   }
   if (j.contains("dropout") && !j["dropout"].is_null() &&
       !(j["dropout"].is_number() && j["dropout"].get<double>() == 0)) {
-    return w.At("dropout").Error("is " + j["dropout"].dump() + "; kvlab encodes deterministically (null or 0)");
+    return w.At("dropout").Error("is " + QuoteJson(j["dropout"]) + "; kvlab encodes deterministically (null or 0)");
   }
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     if (j.contains(key) && !j[key].is_null() && !(j[key].is_string() && j[key].get<std::string>().empty())) {
-      return w.At(key).Error("is " + j[key].dump() + "; kvlab reads BPE models without one");
+      return w.At(key).Error("is " + QuoteJson(j[key]) + "; kvlab reads BPE models without one");
     }
   }
   if (!j.contains("vocab") || !j["vocab"].is_object()) return w.At("vocab").Error("is missing or not an object");
   bpe->vocab.reserve(j["vocab"].size());
   for (const auto& [tok, id] : j["vocab"].items()) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= (int64_t{1} << 31)) {
-      return w.At("vocab").Error("entry \"" + tok + "\" has id " + id.dump() + ", not an integer >= 0");
+      return w.At("vocab").Error("entry \"" + tok + "\" has id " + QuoteJson(id) + ", not an integer >= 0");
     }
     bpe->vocab[tok] = static_cast<int32_t>(id.get<int64_t>());
   }
@@ -222,7 +224,7 @@ Status LoadModel(const Json& j, const Where& w, Bpe* bpe) {
   if (j.contains("unk_token") && !j["unk_token"].is_null()) {
     const Json& u = j["unk_token"];
     auto it = u.is_string() ? bpe->vocab.find(u.get<std::string>()) : bpe->vocab.end();
-    if (it == bpe->vocab.end()) return w.At("unk_token").Error("is " + u.dump() + ", which is not in model.vocab");
+    if (it == bpe->vocab.end()) return w.At("unk_token").Error("is " + QuoteJson(u) + ", which is not in model.vocab");
     bpe->unk_id = it->second;
   }
   for (int b = 0; b < 256; ++b) {
@@ -305,10 +307,10 @@ Status LoadPostProcessor(const Json& j, const Where& w, std::vector<int32_t>* pr
       const Json& name = item["SpecialToken"]["id"];
       if (!name.is_string() || !specials.contains(name.get<std::string>()) ||
           !specials[name.get<std::string>()].contains("ids") || !specials[name.get<std::string>()]["ids"].is_array()) {
-        return wi.Error("names " + name.dump() + ", which post_processor.special_tokens does not give ids for");
+        return wi.Error("names " + QuoteJson(name) + ", which post_processor.special_tokens does not give ids for");
       }
       for (const Json& id : specials[name.get<std::string>()]["ids"]) {
-        if (!id.is_number_integer()) return w.At("special_tokens").Error("has a non-integer id " + id.dump());
+        if (!id.is_number_integer()) return w.At("special_tokens").Error("has a non-integer id " + QuoteJson(id));
         (seen_a ? suffix : prefix)->push_back(id.get<int32_t>());
       }
     } else {
@@ -326,7 +328,7 @@ Status ConfigTokenId(const Json& cfg, const char* key, const std::string& file, 
   if (!cfg.contains(key) || cfg[key].is_null()) return Status::OK();
   const Json& v = cfg[key];
   const Json& content = v.is_object() ? hf::Field(v, "content") : v;
-  if (!content.is_string()) return Status::InvalidArgument(file + ": " + key + " is " + v.dump() + ", not a token");
+  if (!content.is_string()) return Status::InvalidArgument(file + ": " + key + " is " + QuoteJson(v) + ", not a token");
   const std::string s = content.get<std::string>();
   auto a = added_ids.find(s);
   if (a != added_ids.end())
@@ -334,7 +336,7 @@ Status ConfigTokenId(const Json& cfg, const char* key, const std::string& file, 
   else if (t.bpe.vocab.count(s))
     *out = t.bpe.vocab.at(s);
   else
-    return Status::InvalidArgument(file + ": " + key + " \"" + s + "\" is not a token of " + t.path);
+    return Status::InvalidArgument(file + ": " + key + " \"" + QuoteBytes(s) + "\" is not a token of " + t.path);
   return Status::OK();
 }
 
@@ -422,7 +424,7 @@ Status NewHfTokenizer(const std::string& tokenizer_json, int64_t bos_id, int64_t
   try {
     KVLAB_RETURN_IF_ERROR(LoadHfTokenizer(tokenizer_json, t.get()));
   } catch (const nlohmann::json::exception& e) {  // a value of a type the checks above did not foresee
-    return Status::InvalidArgument(tokenizer_json + ": " + e.what());
+    return Status::InvalidArgument(tokenizer_json + ": " + QuoteBytes(e.what(), 240));
   }
   *out = std::move(t);
   return Status::OK();

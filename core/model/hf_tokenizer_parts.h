@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/base/status.h"
+#include "core/base/untrusted_json.h"
 
 namespace kvlab {
 namespace hf {
@@ -33,7 +34,10 @@ struct Where {
   std::string file, key;
   Where At(const std::string& sub) const { return {file, key.empty() ? sub : key + "." + sub}; }
   Where Index(size_t i) const { return {file, key + "[" + std::to_string(i) + "]"}; }
-  Status Error(const std::string& what) const { return Status::InvalidArgument(file + ": " + key + " " + what); }
+  // The key path and `what` may carry tokenizer.json's text (token strings): quoted to one line of UTF-8.
+  Status Error(const std::string& what) const {
+    return Status::InvalidArgument(file + ": " + QuoteBytes(key + " " + what, 400));
+  }
 };
 
 // A PCRE2 pattern (UTF + UCP). The Rust crate compiles patterns with

@@ -15,7 +15,7 @@ namespace {
 Status GetBool(const Json& j, const char* key, bool dflt, const Where& w, bool* out) {
   *out = dflt;
   if (!j.contains(key) || j[key].is_null()) return Status::OK();
-  if (!j[key].is_boolean()) return w.At(key).Error("is " + j[key].dump() + ", not true or false");
+  if (!j[key].is_boolean()) return w.At(key).Error("is " + QuoteJson(j[key]) + ", not true or false");
   *out = j[key].get<bool>();
   return Status::OK();
 }
@@ -23,13 +23,13 @@ Status GetBool(const Json& j, const char* key, bool dflt, const Where& w, bool* 
 Status GetString(const Json& j, const char* key, const std::string& dflt, const Where& w, std::string* out) {
   *out = dflt;
   if (!j.contains(key) || j[key].is_null()) return Status::OK();
-  if (!j[key].is_string()) return w.At(key).Error("is " + j[key].dump() + ", not a string");
+  if (!j[key].is_string()) return w.At(key).Error("is " + QuoteJson(j[key]) + ", not a string");
   *out = j[key].get<std::string>();
   return Status::OK();
 }
 
 Status GetType(const Json& j, const Where& w, std::string* type) {
-  if (!j.is_object()) return w.Error("is " + j.dump().substr(0, 60) + ", not an object");
+  if (!j.is_object()) return w.Error("is " + QuoteJson(j, 60) + ", not an object");
   if (!j.contains("type") || !j["type"].is_string()) return w.At("type").Error("is missing");
   *type = j["type"].get<std::string>();
   return Status::OK();
@@ -216,7 +216,7 @@ Status GetPrependScheme(const Json& j, const Where& w, PrependScheme* out) {
     else if (s == "never")
       *out = PrependScheme::kNever;
     else
-      return w.At("prepend_scheme").Error("is " + j["prepend_scheme"].dump() + ", not always, first or never");
+      return w.At("prepend_scheme").Error("is " + QuoteJson(j["prepend_scheme"]) + ", not always, first or never");
     return Status::OK();
   }
   bool add = true;  // the older files' add_prefix_space

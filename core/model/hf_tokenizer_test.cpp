@@ -323,5 +323,41 @@ TEST(HfTokenizer, ADirectoryWithoutATokenizerNamesWhatWasLookedFor) {
   EXPECT_EQ(out, "256,104,105");
 }
 
+// Untrusted tokenizer files: 100,000 nested brackets (which used to overflow the
+// stack when a value was copied or printed) are one error naming the file.
+TEST(HfTokenizer, DeeplyNestedFilesAreOneErrorNamingTheFile) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  TempDir dir;
+  dir.Write("tokenizer.json", TinyByteLevel().dump());
+  const std::string cfg = dir.Write("tokenizer_config.json", "{\"bos_token\": " + deep + "}");
+  std::unique_ptr<Tokenizer> t;
+  Status s = LoadTokenizerFromDir(dir.path(), &t);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(cfg + ":1: JSON nested deeper than 128 levels"), std::string::npos) << s.message();
+  const std::string tok = dir.Write("tokenizer.json", "{\"decoder\": " + deep + "}");
+  s = LoadTokenizerFromDir(dir.path(), &t);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(tok + ":1: JSON nested deeper than 128 levels"), std::string::npos) << s.message();
+  // config.json, read for the token ids.
+  dir.Write("tokenizer.json", TinyByteLevel().dump());
+  dir.Write("tokenizer_config.json", "{}");
+  const std::string config = dir.Write("config.json", "{\"bos_token_id\": " + deep + "}");
+  s = LoadTokenizerFromDir(dir.path(), &t);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(config + ":1: JSON nested deeper than 128 levels"), std::string::npos) << s.message();
+}
+
+// A token string with a newline and a control byte comes back escaped, on one line.
+TEST(HfTokenizer, TokenTextInAnErrorIsOneLine) {
+  TempDir dir;
+  dir.Write("tokenizer.json", TinyByteLevel().dump());
+  dir.Write("tokenizer_config.json", R"({"bos_token": "<a\nb\u0001>"})");
+  std::unique_ptr<Tokenizer> t;
+  const Status s = LoadTokenizerFromDir(dir.path(), &t);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.message().find('\n'), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("bos_token \"<a\\nb\\x01>\" is not a token"), std::string::npos) << s.message();
+}
+
 }  // namespace
 }  // namespace kvlab

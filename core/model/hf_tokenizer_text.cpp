@@ -152,7 +152,7 @@ Status ParseSplitBehavior(const Json& j, const Where& where, SplitBehavior* out)
   else if (b == "Contiguous")
     *out = SplitBehavior::kContiguous;
   else
-    return where.Error("is " + j.dump() +
+    return where.Error("is " + QuoteJson(j) +
                        ", not one of Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous");
   return Status::OK();
 }

@@ -50,7 +50,7 @@ Status ParseLongRope(const std::string& file, const json& j, const json& rs, Rop
       return Status::InvalidArgument(file + ": key 'rope_scaling." + key + "' must be a list of numbers for longrope");
     }
     for (const json& v : *it) {
-      if (!v.is_number()) return Status::InvalidArgument(file + ": key 'rope_scaling." + key + "' holds " + v.dump());
+      if (!v.is_number()) return Status::InvalidArgument(file + ": key 'rope_scaling." + key + "' holds " + QuoteJson(v));
       dst.push_back(v.get<double>());
     }
   }
@@ -61,7 +61,7 @@ Status ParseRopeScaling(const std::string& file, const json& j, const std::strin
   const auto it = j.find("rope_scaling");
   if (it == j.end() || it->is_null()) return Status::OK();
   if (!it->is_object()) {
-    return Status::InvalidArgument(file + ": key 'rope_scaling' must be an object or null, got " + it->dump());
+    return Status::InvalidArgument(file + ": key 'rope_scaling' must be an object or null, got " + QuoteJson(*it));
   }
   // transformers renamed "type" to "rope_type"; configs in the wild carry either.
   auto t = it->find("rope_type");
@@ -82,7 +82,7 @@ Status ParseRopeScaling(const std::string& file, const json& j, const std::strin
   }
   if (type != "llama3") {
     return Status::InvalidArgument(file + ": key 'rope_scaling' (rope_scaling.rope_type / rope_scaling.type) is '" +
-                                   type + "', which kvlab does not implement for " + model_type +
+                                   QuoteBytes(type) + "', which kvlab does not implement for " + model_type +
                                    " (supported: default, linear, llama3, longrope for phi3, or null)");
   }
   out->rope_type = type;
@@ -101,7 +101,7 @@ Status ResolveFamily(const std::string& file, json* j, std::string* model_type, 
     if (!mt.is_string() || !IsKnownFamily(mt.get<std::string>())) {
       std::string known;
       for (const std::string& n : FamilyNames()) known += (known.empty() ? "" : ", ") + n;
-      return Status::InvalidArgument(file + ": key 'model_type' is " + mt.dump() + "; kvlab models " + known);
+      return Status::InvalidArgument(file + ": key 'model_type' is " + QuoteJson(mt) + "; kvlab models " + known);
     }
     *model_type = mt.get<std::string>();
   }
@@ -247,6 +247,24 @@ Status ModelConfig::Validate(const std::string& source) const {
   for (const auto& [key, v] : positive) {
     if (v <= 0) return Status::InvalidArgument(source + ": '" + key + "' must be positive, got " + std::to_string(v));
   }
+  // Upper bounds far past every published model (Llama 3.1 405B: 126 layers,
+  // 16384 hidden), checked before anything is sized by them: a config.json with
+  // num_hidden_layers = 3000000 against a 2-layer checkpoint took 5 GB first.
+  struct Bound {
+    const char* key;
+    int64_t value, max;
+  };
+  const Bound bounded[] = {{"vocab_size", vocab_size, int64_t{1} << 24},
+                           {"hidden_size", hidden_size, int64_t{1} << 18},
+                           {"intermediate_size", intermediate_size, int64_t{1} << 20},
+                           {"num_hidden_layers", num_hidden_layers, 4096},
+                           {"num_attention_heads", num_attention_heads, 4096},
+                           {"head_dim", head_dim, 4096},
+                           {"max_position_embeddings", max_position_embeddings, int64_t{1} << 30}};
+  for (const Bound& b : bounded) {
+    const Status s = CheckIntIn(std::string("'") + b.key + "'", b.value, 1, b.max);
+    if (!s.ok()) return Status::InvalidArgument(source + ": " + s.message());
+  }
   if (num_attention_heads % num_key_value_heads != 0) {
     return Status::InvalidArgument(source + ": 'num_attention_heads' (" + std::to_string(num_attention_heads) +
                                    ") must be a multiple of 'num_key_value_heads' (" +
@@ -323,16 +341,11 @@ Status ModelConfig::ValidateSpec(const std::string& source) const {
 
 namespace {
 
+// config.json, bounded in size and depth (core/base/untrusted.h).
 Status ReadJsonFile(const std::string& path, json* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound(path + ": cannot open: " + std::strerror(errno));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  try {
-    *out = json::parse(ss.str());
-  } catch (const std::exception& e) {
-    return Status::InvalidArgument(path + ": malformed JSON: " + e.what());
-  }
+  std::string text;
+  KVLAB_RETURN_IF_ERROR(ReadFileBounded(path, kMaxConfigBytes, &text));
+  KVLAB_RETURN_IF_ERROR(ParseJsonText(text, path, kMaxConfigBytes, out));
   if (!out->is_object()) return Status::InvalidArgument(path + ": expected a JSON object at the top level");
   return Status::OK();
 }
@@ -409,7 +422,7 @@ Status LoadKvShape(const std::string& path, ModelConfig* out, std::string* unver
   }
   // Another decoder: only the arithmetic of its cache, from the keys every HF config states.
   ModelConfig c;
-  c.spec.model_type = mt->is_string() ? mt->get<std::string>() : mt->dump();
+  c.spec.model_type = mt->is_string() ? mt->get<std::string>() : QuoteJson(*mt);
   KVLAB_RETURN_IF_ERROR(GetInt(path, j, "num_hidden_layers", true, &c.num_hidden_layers));
   KVLAB_RETURN_IF_ERROR(GetInt(path, j, "num_attention_heads", true, &c.num_attention_heads));
   c.num_key_value_heads = c.num_attention_heads;

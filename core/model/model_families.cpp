@@ -38,7 +38,7 @@ Status ParseLayerTypes(const std::string& file, const json& types, ModelConfig* 
       c->layer_sliding_window[i] = c->sliding_window;
     } else if (types[i] != "full_attention") {
       return Status::InvalidArgument(file + ": key 'layer_types' entry " + std::to_string(i) + " is " +
-                                     types[i].dump() + "; kvlab models \"full_attention\" and \"sliding_attention\"");
+                                     QuoteJson(types[i]) + "; kvlab models \"full_attention\" and \"sliding_attention\"");
     }
   }
   return Status::OK();
@@ -58,7 +58,7 @@ Status CheckActivation(const std::string& file, const json& j, const std::string
     it = j.find(key);
   }
   if (it != j.end() && !(it->is_null() && IsGemma(mt)) && *it != expected) {
-    return Status::InvalidArgument(file + ": key '" + key + "' is " + it->dump() + "; kvlab's " + mt +
+    return Status::InvalidArgument(file + ": key '" + key + "' is " + QuoteJson(*it) + "; kvlab's " + mt +
                                    " supports \"" + expected + "\"");
   }
   s->hidden_act = expected;
@@ -166,7 +166,7 @@ Status ParseFamily(const std::string& file, const json& j, ModelConfig* c) {
   const std::string mt = s.model_type;
   KVLAB_RETURN_IF_ERROR(CheckActivation(file, j, mt, &s));
   if (mt != "phi3" && j.contains("partial_rotary_factor") && j["partial_rotary_factor"] != 1.0) {
-    return Status::InvalidArgument(file + ": key 'partial_rotary_factor' is " + j["partial_rotary_factor"].dump() +
+    return Status::InvalidArgument(file + ": key 'partial_rotary_factor' is " + QuoteJson(j["partial_rotary_factor"]) +
                                    "; kvlab applies it to phi3 only");
   }
   bool bidirectional = false;

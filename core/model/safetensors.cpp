@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/base/untrusted_json.h"
+
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors is little-endian; kvlab reads it in place, so the host must be too"
 #endif
@@ -71,12 +73,12 @@ bool ByteSize(const std::vector<int64_t>& shape, int elem_bytes, int64_t* nbytes
 // Parses one header entry. `data` is the start of the data region of `data_bytes` bytes.
 Status ParseTensorEntry(const std::string& path, const std::string& name, const json& e,
                         const uint8_t* data, uint64_t data_bytes, TensorView* t) {
-  const std::string where = path + ": tensor '" + name + "'";
+  const std::string where = path + ": tensor '" + QuoteBytes(name) + "'";
   if (!e.is_object()) return Status::Corruption(where + ": header entry must be a JSON object");
   const auto dt = e.find("dtype");
   if (dt == e.end() || !dt->is_string()) return Status::Corruption(where + ": missing string 'dtype'");
   if (!ParseSafetensorsDType(dt->get<std::string>(), &t->dtype)) {
-    return Status::InvalidArgument(where + ": unsupported dtype '" + dt->get<std::string>() +
+    return Status::InvalidArgument(where + ": unsupported dtype '" + QuoteBytes(dt->get<std::string>()) +
                                    "' (expected F32, F16 or BF16)");
   }
   const auto sh = e.find("shape");
@@ -84,7 +86,7 @@ Status ParseTensorEntry(const std::string& path, const std::string& name, const 
   for (const json& d : *sh) {
     int64_t v;
     if (!AsNonNegInt(d, &v)) {
-      return Status::Corruption(where + ": shape " + sh->dump() + " must hold non-negative integers");
+      return Status::Corruption(where + ": shape " + QuoteJson(*sh) + " must hold non-negative integers");
     }
     t->shape.push_back(v);
   }
@@ -127,16 +129,6 @@ bool IsPlainFileName(const std::string& s) {
 bool Exists(const fs::path& p) {
   std::error_code ec;
   return fs::exists(p, ec);
-}
-
-Status ReadWholeFile(const std::string& path, std::string* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::IOError(path + ": cannot open: " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return Status::IOError(path + ": read failed");
-  *out = ss.str();
-  return Status::OK();
 }
 
 }  // namespace
@@ -202,11 +194,9 @@ Status SafetensorsFile::Open(const std::string& path, std::unique_ptr<Safetensor
   }
   const char* hdr = reinterpret_cast<const char*>(base + 8);
   json header;
-  try {
-    header = json::parse(hdr, hdr + header_bytes);
-  } catch (const std::exception& e) {
-    return Status::Corruption(path + ": malformed header JSON: " + e.what());
-  }
+  // Bounded depth: nlohmann's copy and dump() recurse once per level.
+  const Status parsed = ParseJsonText(std::string_view(hdr, header_bytes), path, kMaxHeaderBytes, &header, "header JSON");
+  if (!parsed.ok()) return Status::Corruption(parsed.message());
   if (!header.is_object()) return Status::Corruption(path + ": header JSON must be an object");
 
   const uint8_t* data = base + 8 + header_bytes;
@@ -248,13 +238,10 @@ Status CheckpointReader::Open(const std::string& dir, std::unique_ptr<Checkpoint
   } else if (Exists(index)) {
     r->source_ = index.string();
     std::string text;
-    KVLAB_RETURN_IF_ERROR(ReadWholeFile(index.string(), &text));
+    KVLAB_RETURN_IF_ERROR(ReadFileBounded(index.string(), kMaxConfigBytes, &text));
     json j;
-    try {
-      j = json::parse(text);
-    } catch (const std::exception& e) {
-      return Status::Corruption(index.string() + ": malformed JSON: " + e.what());
-    }
+    const Status parsed = ParseJsonText(text, index.string(), kMaxConfigBytes, &j);
+    if (!parsed.ok()) return Status::Corruption(parsed.message());
     const auto wm = j.is_object() ? j.find("weight_map") : j.end();
     if (wm == j.end() || !wm->is_object()) {
       return Status::Corruption(index.string() + ": missing object 'weight_map'");
@@ -262,7 +249,7 @@ Status CheckpointReader::Open(const std::string& dir, std::unique_ptr<Checkpoint
     std::map<std::string, SafetensorsFile*> shards;
     for (const auto& [name, shard] : wm->items()) {
       if (!shard.is_string() || !IsPlainFileName(shard.get<std::string>())) {
-        return Status::Corruption(index.string() + ": weight_map['" + name + "'] = " + shard.dump() +
+        return Status::Corruption(index.string() + ": weight_map['" + QuoteBytes(name) + "'] = " + QuoteJson(shard) +
                                   "; expected a shard file name in " + dir);
       }
       const std::string shard_name = shard.get<std::string>();
@@ -270,8 +257,8 @@ Status CheckpointReader::Open(const std::string& dir, std::unique_ptr<Checkpoint
       if (it == shards.end()) {
         const fs::path shard_path = fs::path(dir) / shard_name;
         if (!Exists(shard_path)) {
-          return Status::NotFound(index.string() + ": shard file '" + shard_name + "' (holding tensor '" +
-                                  name + "') does not exist in " + dir);
+          return Status::NotFound(index.string() + ": shard file '" + QuoteBytes(shard_name) + "' (holding tensor '" +
+                                  QuoteBytes(name) + "') does not exist in " + dir);
         }
         std::unique_ptr<SafetensorsFile> f;
         KVLAB_RETURN_IF_ERROR(SafetensorsFile::Open(shard_path.string(), &f));
@@ -280,7 +267,7 @@ Status CheckpointReader::Open(const std::string& dir, std::unique_ptr<Checkpoint
       }
       const TensorView* v = it->second->Find(name);
       if (v == nullptr) {
-        return Status::Corruption(index.string() + ": weight_map puts tensor '" + name + "' in " +
+        return Status::Corruption(index.string() + ": weight_map puts tensor '" + QuoteBytes(name) + "' in " +
                                   it->second->path() + ", which does not contain it");
       }
       r->by_name_[name] = v;

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/base/untrusted_json.h"
 #include "core/model/hf_tokenizer.h"
 
 namespace kvlab {
@@ -86,17 +87,17 @@ bool EndsWith(const std::string& s, const std::string& tail) {
 // judging the model_type (tokenizing needs no model). -1: not stated.
 Status ReadTokenIdsOfConfig(const std::string& path, int64_t* bos, int64_t* eos, int64_t* vocab) {
   *bos = *eos = *vocab = -1;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::OK();
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  std::string text;
+  if (!std::ifstream(path, std::ios::binary)) return Status::OK();
+  KVLAB_RETURN_IF_ERROR(ReadFileBounded(path, kMaxConfigBytes, &text));
+  KVLAB_RETURN_IF_ERROR(CheckJsonText(text, path, kMaxConfigBytes));
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return Status::InvalidArgument(path + ": not a JSON object");
   const auto id = [&](const char* key, int64_t* out) -> Status {
     if (!j.contains(key) || j[key].is_null()) return Status::OK();
     const nlohmann::json& v = j[key].is_array() && !j[key].empty() ? j[key][0] : j[key];
     if (!v.is_number_integer() || v.get<int64_t>() < 0) {
-      return Status::InvalidArgument(path + ": " + key + " is " + j[key].dump() + ", not a token id");
+      return Status::InvalidArgument(path + ": " + key + " is " + QuoteJson(j[key]) + ", not a token id");
     }
     *out = v.get<int64_t>();
     return Status::OK();

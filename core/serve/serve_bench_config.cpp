@@ -150,11 +150,7 @@ Status ParseWorkload(const toml::node& n, const std::string& path, const std::st
 Status ParseServeBenchConfig(const std::string& text, const std::string& path, ServeBenchConfig* out,
                              const std::vector<std::string>& sets) {
   toml::table root;
-  try {
-    root = toml::parse(text, path);
-  } catch (const toml::parse_error& err) {
-    return Status::InvalidArgument(TomlWhere(path, err.source()) + ": " + std::string(err.description()));
-  }
+  KVLAB_RETURN_IF_ERROR(ParseTomlText(text, path, &root));
   for (const std::string& s : sets) KVLAB_RETURN_IF_ERROR(ApplyTomlOverride(s, &root));
   ServeBenchConfig cfg;
   cfg.path = path;
@@ -265,11 +261,9 @@ Status ParseServeBenchConfig(const std::string& text, const std::string& path, S
 }
 
 Status LoadServeBenchConfig(const std::string& path, ServeBenchConfig* out, const std::vector<std::string>& sets) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::IOError(path + ": cannot open config file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ParseServeBenchConfig(ss.str(), path, out, sets);
+  std::string text;
+  KVLAB_RETURN_IF_ERROR(ReadTomlFile(path, "config file", &text));
+  return ParseServeBenchConfig(text, path, out, sets);
 }
 
 Status ResolveServeModel(const std::string& model, ModelConfig* out) {

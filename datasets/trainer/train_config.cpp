@@ -113,11 +113,7 @@ const TrainPhase& TrainConfig::PhaseAt(int64_t step) const {
 
 Status ParseTrainConfig(const std::string& text, const std::string& path, TrainConfig* out) {
   toml::table root;
-  try {
-    root = toml::parse(text, path);
-  } catch (const toml::parse_error& err) {
-    return Status::InvalidArgument(TomlWhere(path, err.source()) + ": " + std::string(err.description()));
-  }
+  KVLAB_RETURN_IF_ERROR(ParseTomlText(text, path, &root));
   const std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
   TrainConfig c;
   c.path = path;
@@ -275,11 +271,9 @@ Status ParseTrainConfig(const std::string& text, const std::string& path, TrainC
 }
 
 Status LoadTrainConfig(const std::string& path, TrainConfig* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::IOError(path + ": cannot open config file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ParseTrainConfig(ss.str(), path, out);
+  std::string text;
+  KVLAB_RETURN_IF_ERROR(ReadTomlFile(path, "config file", &text));
+  return ParseTrainConfig(text, path, out);
 }
 
 }  // namespace kvlab

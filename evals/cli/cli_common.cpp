@@ -1,9 +1,11 @@
 // Helpers the subcommands share: policy arguments, model resolution, errors
 // and the engine's memory report.
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 
+#include "core/base/untrusted.h"
 #include "core/engine/engine.h"
 #include "core/model/memory_calc.h"
 #include "evals/cli/cli.h"
@@ -32,7 +34,8 @@ Status ParsePolicyArg(const std::string& arg, PolicySpec* out) {
 }  // namespace
 
 int Fail(const Status& s) {
-  std::fprintf(stderr, "kvlab: error: %s\n", s.ToString().c_str());
+  // Loaders quote file bytes already; this keeps any message one line of UTF-8 for tools that read it.
+  std::fprintf(stderr, "kvlab: error: %s\n", QuoteBytes(s.ToString(), SIZE_MAX).c_str());
   return 1;
 }
 

@@ -200,6 +200,41 @@ expect_err "run config past max_position_embeddings" "2048" -- "$KVLAB" generate
 printf 'allow_long_context = true\n' >> "$T/long.toml"
 expect_err "allow_long_context must be a boolean" "allow_long_context" -- \
   "$KVLAB" generate --config <(printf 'allow_long_context = 1\n')
+
+# --- limits: sizes and numbers a user gives, checked before work starts ---
+expect_err "--threads past the limit" "threads (--threads) is 100000, more than 1024" -- \
+  "$KVLAB" generate --model "$T/ok" --tokens 65,66 --max-new-tokens 1 --threads 100000
+expect_err "--temperature nan" "temperature (--temperature) is nan" -- \
+  "$KVLAB" generate --model "$T/ok" --tokens 65,66 --max-new-tokens 1 --temperature nan --threads 1
+expect_err "--max-new-tokens 1e8 with --allow-long-context" "is 100000002, more than 16777216" -- \
+  "$KVLAB" generate --model "$T/long2k" --tokens 65,66 --max-new-tokens 100000000 --allow-long-context --threads 1
+
+# --- untrusted checkpoints: 100,000 nested brackets, bytes that are not text ---
+$PY - "$T/ok" "$T/deep" "$T/deepcfg" "$T/notutf8" <<'PYEOF'
+import os, shutil, struct, sys
+ok, deep, deepcfg, notutf8 = sys.argv[1:]
+def header(path, text):
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"\0" * 16)
+for d in (deep, deepcfg, notutf8):
+    shutil.copytree(ok, d)
+header(os.path.join(deep, "model.safetensors"),
+       b'{"w":{"dtype":"F32","shape":' + b"[" * 100000 + b"]" * 100000 + b',"data_offsets":[0,4]}}')
+open(os.path.join(deepcfg, "config.json"), "w").write('{"rope_scaling": ' + "[" * 100000 + "]" * 100000 + "}")
+header(os.path.join(notutf8, "model.safetensors"), b'{"w\xff\xfe\n": 1}')
+PYEOF
+expect_err "deep safetensors header" "model.safetensors:1: JSON nested deeper than 128 levels" -- \
+  "$KVLAB" generate --model "$T/deep" --tokens 65 --max-new-tokens 1 --threads 1
+expect_err "deep config.json" "config.json:1: JSON nested deeper than 128 levels" -- \
+  "$KVLAB" memory --model "$T/deepcfg"
+err=$("$KVLAB" generate --model "$T/notutf8" --tokens 65 --max-new-tokens 1 --threads 1 2>&1 >/dev/null)
+if [ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] && printf '%s' "$err" | $PY -c 'import sys; sys.stdin.buffer.read().decode("utf-8")' 2>/dev/null &&
+   grep -q 'malformed header JSON' <<<"$err"; then
+  pass "a header that is not UTF-8: one line of UTF-8"
+else
+  fail "a header that is not UTF-8: $err"
+fi
+
 "$KVLAB" generate --bogus >/dev/null 2>&1; rc=$?
 [ $rc -ne 0 ] && pass "unknown option exits $rc" || fail "unknown option exited 0"
 

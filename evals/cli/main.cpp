@@ -1,9 +1,11 @@
 // kvlab: the command-line front end. Each subcommand lives in one Add*Command
 // function (evals/cli/*_commands.cpp); this file only assembles and runs them.
+#include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <vector>
 
+#include "core/base/untrusted.h"
 #include "evals/cli/cli.h"
 
 namespace kvlab {
@@ -32,7 +34,7 @@ int main(int argc, char** argv) {
     return kvlab::Main(argc, argv);
   } catch (const std::exception& e) {
     // Library code returns Status; this only catches what a dependency threw.
-    std::fprintf(stderr, "kvlab: error: %s\n", e.what());
+    std::fprintf(stderr, "kvlab: error: %s\n", kvlab::QuoteBytes(e.what(), SIZE_MAX).c_str());
     return 1;
   }
 }

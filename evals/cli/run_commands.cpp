@@ -14,7 +14,7 @@ namespace kvlab {
 namespace {
 
 struct RunArgs {
-  std::string config, shard;
+  std::string config, shard, if_locked = "fail";
   std::vector<std::string> sets;
   RunSweepOptions opts;
   bool quiet = false;
@@ -31,6 +31,7 @@ int RunSweepCommand(RunArgs& a) {
     a.opts.num_shards = n;
   }
   a.opts.progress = !a.quiet;
+  a.opts.wait_if_locked = a.if_locked == "wait";
   SweepConfig sc;
   Status s = LoadSweepConfig(a.config, a.sets, &sc);
   std::string report;
@@ -105,6 +106,9 @@ Command AddRunCommand(CLI::App& app) {
   run->add_flag("--dry-run", a->opts.dry_run, "List the points and an estimate of the time; run nothing");
   run->add_flag("--retry-failed", a->opts.retry_failed, "Rerun points whose record holds an error");
   run->add_flag("--no-progress", a->quiet, "No progress bar on stderr");
+  run->add_option("--if-locked", a->if_locked,
+                  "Another kvlab run holds the output directory: fail (default, naming its pid) or wait for it")
+      ->check(CLI::IsMember({"fail", "wait"}));
   return {run, [a] { return RunSweepCommand(*a); }};
 }
 

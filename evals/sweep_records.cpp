@@ -1,0 +1,210 @@
+// results.jsonl as data from outside: records read back bounded (size, depth)
+// and checked field by field, appended whole, and the lock that keeps two runs
+// from writing one results directory at once.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "core/base/untrusted_json.h"
+#include "evals/sweep_internal.h"
+
+namespace kvlab {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+namespace {
+
+// The fields the reports, resume and merge read, and the type each must have.
+enum class Kind { kString, kInteger, kBool, kNumber, kObject };
+struct FieldSpec {
+  const char* name;
+  Kind kind;
+};
+constexpr FieldSpec kFields[] = {
+    {"key", Kind::kString},        {"sweep", Kind::kString},       {"config", Kind::kString},
+    {"status", Kind::kString},     {"error", Kind::kString},       {"model", Kind::kString},
+    {"model_type", Kind::kString}, {"checkpoint", Kind::kString},  {"stack", Kind::kString},
+    {"policy", Kind::kString},     {"task", Kind::kString},        {"kv_dtype", Kind::kString},
+    {"git_revision", Kind::kString}, {"machine", Kind::kString},   {"index", Kind::kInteger},
+    {"length", Kind::kInteger},    {"batch", Kind::kInteger},      {"seed", Kind::kInteger},
+    {"repetition", Kind::kInteger}, {"block_size", Kind::kInteger}, {"baseline", Kind::kBool},
+    {"allow_long_context", Kind::kBool}, {"wall_s", Kind::kNumber}, {"metrics", Kind::kObject},
+};
+
+bool HasKind(const json& v, Kind k) {
+  switch (k) {
+    case Kind::kString: return v.is_string();
+    case Kind::kInteger: return v.is_number_integer();
+    case Kind::kBool: return v.is_boolean();
+    case Kind::kNumber: return v.is_number();
+    case Kind::kObject: return v.is_object();
+  }
+  return false;
+}
+
+const char* KindName(Kind k) {
+  switch (k) {
+    case Kind::kString: return "a string";
+    case Kind::kInteger: return "an integer";
+    case Kind::kBool: return "true or false";
+    case Kind::kNumber: return "a number";
+    case Kind::kObject: return "an object";
+  }
+  return "?";
+}
+
+bool IsDecimal(const std::string& s) {
+  if (s.empty() || s.size() > 18) return false;
+  for (char c : s) if (c < '0' || c > '9') return false;
+  return true;
+}
+
+// `where` is "PATH:LINE".
+Status CheckRecord(const json& r, const std::string& where) {
+  if (!r.is_object()) return Status::InvalidArgument(where + ": a record must be a JSON object, got " + QuoteJson(r));
+  for (const FieldSpec& f : kFields) {
+    const auto it = r.find(f.name);
+    if (it != r.end() && !HasKind(*it, f.kind)) {
+      return Status::InvalidArgument(where + ": field '" + f.name + "' is " + QuoteJson(*it) + ", expected " +
+                                     KindName(f.kind));
+    }
+  }
+  const auto m = r.find("metrics");
+  if (m == r.end()) return Status::OK();
+  for (const char* sub : {"memory", "paged_utilization_by_block_size"}) {
+    const auto it = m->find(sub);
+    if (it != m->end() && !it->is_object()) {
+      return Status::InvalidArgument(where + ": field 'metrics." + sub + "' is " + QuoteJson(*it) +
+                                     ", expected an object");
+    }
+  }
+  const auto paged = m->find("paged_utilization_by_block_size");
+  if (paged != m->end()) {
+    for (const auto& kv : paged->items()) {
+      if (!IsDecimal(kv.key())) {
+        return Status::InvalidArgument(where + ": metrics.paged_utilization_by_block_size has key '" +
+                                       QuoteBytes(kv.key()) + "', expected a block size");
+      }
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status LoadRecords(const std::string& path, std::vector<json>* records) {
+  records->clear();
+  std::error_code exists_ec;
+  if (!fs::exists(path, exists_ec)) return Status::OK();  // no file yet
+  std::string data;
+  KVLAB_RETURN_IF_ERROR(ReadFileBounded(path, kMaxResultsBytes, &data));
+  size_t pos = 0;
+  int64_t line_no = 0;
+  while (pos < data.size()) {
+    const size_t nl = data.find('\n', pos);
+    ++line_no;
+    if (nl == std::string::npos) {
+      // No newline: the last record was cut by a killed run. Drop it.
+      std::error_code ec;
+      fs::resize_file(path, static_cast<uintmax_t>(pos), ec);
+      if (ec) return Status::IOError(path + ": cannot drop a partial last record: " + ec.message());
+      std::fprintf(stderr, "kvlab: %s:%ld: dropped a partial last record (an interrupted run)\n", path.c_str(),
+                   static_cast<long>(line_no));
+      break;
+    }
+    const std::string_view line(data.data() + pos, nl - pos);
+    const std::string where = path + ":" + std::to_string(line_no);
+    if (!line.empty()) {
+      KVLAB_RETURN_IF_ERROR(CheckJsonText(line, path, kMaxRecordBytes, kMaxNestingDepth, line_no));
+      json r;
+      try {
+        r = json::parse(line.begin(), line.end());
+      } catch (const std::exception&) {
+        return Status::InvalidArgument(where + ": not a JSON record (edit or remove that line; nothing was changed)");
+      }
+      KVLAB_RETURN_IF_ERROR(CheckRecord(r, where));
+      records->push_back(std::move(r));
+    }
+    pos = nl + 1;
+  }
+  return Status::OK();
+}
+
+Status AppendRecord(const std::string& path, const json& record) {
+  const std::string line = record.dump() + "\n";
+  FILE* f = std::fopen(path.c_str(), "ab");
+  if (f == nullptr) return Status::IOError(path + ": cannot open for appending");
+  const size_t n = std::fwrite(line.data(), 1, line.size(), f);
+  std::fflush(f);
+  ::fsync(fileno(f));
+  std::fclose(f);
+  if (n != line.size()) return Status::IOError(path + ": short write");
+  return Status::OK();
+}
+
+// ---- the results directory's lock ----
+
+ResultsDirLock::~ResultsDirLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the flock; the file stays (unlinking it would race a waiter)
+}
+
+namespace {
+
+std::string HolderPid(int fd) {
+  char buf[32] = {0};
+  const ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
+  std::string pid = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+  while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+  return pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos ? "unknown" : pid;
+}
+
+}  // namespace
+
+Status ResultsDirLock::Acquire(const std::string& dir, bool wait, const std::string& what,
+                               std::unique_ptr<ResultsDirLock>* out,
+                               const std::function<void(const std::string&)>& on_wait) {
+  std::unique_ptr<ResultsDirLock> lock(new ResultsDirLock());
+  lock->path_ = dir + "/" + kLockFileName;
+  lock->fd_ = ::open(lock->path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  const bool opened = lock->fd_ >= 0;
+  if (!opened || ::flock(lock->fd_, LOCK_EX | LOCK_NB) != 0) {
+    if (!opened || errno != EWOULDBLOCK) {
+      // A file system without locks, or a read-only directory: go on unguarded, and say so.
+      std::fprintf(stderr, "kvlab: warning: cannot lock %s (%s); a second process on %s would not be detected\n",
+                   lock->path_.c_str(), std::strerror(errno), dir.c_str());
+      *out = std::move(lock);
+      return Status::OK();
+    }
+    const std::string pid = HolderPid(lock->fd_);
+    if (!wait) {
+      return Status::ResourceExhausted(dir + " is in use by another kvlab process (pid " + pid + ", holding " +
+                                       lock->path_ + "); nothing was " + what + ": wait for it to finish, pass "
+                                       "--if-locked wait to queue behind it, or write elsewhere (--out DIR; "
+                                       "shards: --shard I/N with one --out per shard, then kvlab merge)");
+    }
+    if (on_wait) {
+      on_wait(pid);
+    } else {
+      std::fprintf(stderr, "kvlab: %s is in use by another kvlab process (pid %s); waiting for it (--if-locked wait)\n",
+                   dir.c_str(), pid.c_str());
+    }
+    lock->waited_for_ = pid;
+    while (::flock(lock->fd_, LOCK_EX) != 0) {
+      if (errno != EINTR) return Status::IOError(lock->path_ + ": cannot lock: " + std::strerror(errno));
+    }
+  }
+  const std::string me = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(lock->fd_, 0) != 0 || ::pwrite(lock->fd_, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
+    return Status::IOError(lock->path_ + ": cannot record this process's pid: " + std::strerror(errno));
+  }
+  *out = std::move(lock);
+  return Status::OK();
+}
+
+}  // namespace kvlab
