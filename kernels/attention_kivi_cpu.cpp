@@ -519,7 +519,7 @@ void Run(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p, cons
   sh.code_row_bytes = static_cast<int64_t>(sh.d) * BITS / 8;
   sh.code_bytes = enc.enc.CodeBytes();
   static_assert(kivi_int8::kDim == 128 && kivi_int8::kRows == 32, "KvEncoding::Int8AttentionShape names this shape");
-  sh.int8 = kivi_int8::kAvailable && enc.enc.int8_attention && enc.enc.Int8AttentionShape();
+  sh.int8 = kivi_int8::kAvailable && p.int8_attention && enc.enc.Int8AttentionShape();
   const int max_vecs = plan.q_tile * plan.group;
   RunPlan<DT, Scratch>(
       plan, p, nullptr, [&](Scratch* sc) { sc->Reserve(max_vecs, sh.d, sh.ng, sh.zlen, sh.int8); },

@@ -315,8 +315,8 @@ void DecodeKivi2(benchmark::State& state, bool int8) {
     state.SkipWithError("cannot map the pools");
     return;
   }
-  setup.enc.int8_attention = int8;  // the bytes stored do not change
   AttentionParams p = setup.Params();
+  p.int8_attention = int8;  // the kernel's arithmetic; the bytes stored do not change
   // Once: the fast path against the reference on this cache, skipping the
   // case on a mismatch. Exact path: the tests' tolerance. int8 path: within
   // 5% of the output scale and not equal to the exact result (its tested

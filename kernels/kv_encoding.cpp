@@ -169,8 +169,6 @@ std::string KvEncoding::Validate() const {
              " for per-token quantization";
     }
     if ((static_cast<int64_t>(tokens_per_block) * head_dim * bits) % 8 != 0) return "kivi: block codes are not whole bytes";
-  } else if (int8_attention) {
-    return "quant: 'attention' (int8 attention arithmetic) is a kivi parameter; int8 and fp8 blocks run the exact path";
   } else if (bits != 8) {
     return "quant: 'bits' must be 8 for int8 and fp8, got " + std::to_string(bits);
   }
@@ -186,7 +184,7 @@ std::string KvEncoding::Describe() const {
   if (kind == EncodingKind::kKivi) {
     return "kivi" + std::to_string(bits) + "-g" + std::to_string(group) + "-k" +
            (key_axis == QuantAxis::kChannel ? "channel" : "token") + "-v" +
-           (value_axis == QuantAxis::kChannel ? "channel" : "token") + (int8_attention ? "-int8attn" : "");
+           (value_axis == QuantAxis::kChannel ? "channel" : "token");
   }
   return std::string(kind == EncodingKind::kInt8 ? "int8" : "fp8") + (scale_per_token ? "-token" : "-block");
 }

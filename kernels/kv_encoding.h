@@ -50,12 +50,6 @@ struct KvEncoding {
   QuantAxis key_axis = QuantAxis::kChannel;
   QuantAxis value_axis = QuantAxis::kToken;
   bool scale_per_token = true;  // kInt8 / kFp8
-  // kKivi only (the kivi policy's `attention` = int8): when true the CPU decode
-  // kernel may compute scores with int8 queries and value sums with 8-bit
-  // weights. Approximate: the error is well below KIVI's own quantization
-  // error (see docs/policies.md). The stored bytes and the layout do not
-  // change; other backends ignore it and run the exact path.
-  bool int8_attention = false;
 
   // Number of fp16 (scale, zero) pairs for K (or V) in one block (KIVI) or
   // scales (int8/fp8).
@@ -68,8 +62,8 @@ struct KvEncoding {
   std::string Describe() const;
   // kKivi: the shape the CPU int8 attention kernel (kernels/attention_kivi_int8.h)
   // is written for: 2 bits, group 32, keys per channel, values per token,
-  // head_dim 128. The kivi policy refuses int8_attention on any other shape;
-  // the kernel runs the exact path there.
+  // head_dim 128. The kivi policy refuses its attention = "int8" on any other
+  // shape; the kernel runs the exact path there (AttentionParams::int8_attention).
   bool Int8AttentionShape() const;
 };
 

@@ -125,30 +125,6 @@ TEST(KvEncodingTest, BlockBytesAreTheAnalyticSize) {
   EXPECT_EQ(q.BlockBytes(), 2 * 16 * 128 + 2 * 2);
 }
 
-// int8_attention changes only the kernel's arithmetic: same bytes, same
-// layout (an exact block and an int8-attention block encode identically).
-TEST(KvEncodingTest, Int8AttentionKeepsTheFormat) {
-  for (int bits : {2, 4}) {
-    KvEncoding e;
-    e.head_dim = 128;
-    e.bits = bits;
-    KvEncoding a = e;
-    a.int8_attention = true;
-    ASSERT_EQ(a.Validate(), "");
-    EXPECT_EQ(a.BlockBytes(), e.BlockBytes());
-    EXPECT_EQ(a.CodeBytes(), e.CodeBytes());
-    EXPECT_EQ(a.NumKeyParams(), e.NumKeyParams());
-    EXPECT_EQ(a.NumValueParams(), e.NumValueParams());
-    EXPECT_NE(a.Describe(), e.Describe());
-    std::vector<float> k, v;
-    MakeKV(32, 128, 5, &k, &v);
-    std::vector<uint8_t> be(static_cast<size_t>(e.BlockBytes())), ba(be.size());
-    EncodeKvBlock(e, k.data(), v.data(), be.data());
-    EncodeKvBlock(a, k.data(), v.data(), ba.data());
-    EXPECT_EQ(be, ba);
-  }
-}
-
 TEST(KvEncodingTest, Sym8RoundTrip) {
   for (EncodingKind kind : {EncodingKind::kInt8, EncodingKind::kFp8}) {
     for (bool per_token : {true, false}) {
@@ -198,8 +174,6 @@ TEST(KvEncodingTest, ValidateNamesTheParameter) {
   EXPECT_NE(q.Validate().find("'bits'"), std::string::npos);
   q.bits = 8;
   EXPECT_EQ(q.Validate(), "");
-  q.int8_attention = true;  // a kivi parameter
-  EXPECT_NE(q.Validate().find("'attention'"), std::string::npos) << q.Validate();
 }
 
 }  // namespace

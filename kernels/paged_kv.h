@@ -88,6 +88,12 @@ struct AttentionParams {
   // when a selection policy has evicted slots). Slots below it may be
   // anything (kernels may skip their blocks); slot_attn gets 0 for them.
   const int32_t* first_visible = nullptr;  // [total_q * num_kv_heads]
+  // KIVI-encoded segments on the CPU (kernels/attention_kivi_cpu.h): scores
+  // with int8 queries and value sums with 8-bit weights where the encoding has
+  // the int8 kernel's shape (KvEncoding::Int8AttentionShape); approximate (the
+  // kivi policy's attention = "int8", KernelOptions). Every other kernel, and
+  // any other shape, ignores it and computes exactly.
+  bool int8_attention = false;
 };
 
 }  // namespace kvlab

@@ -13,8 +13,10 @@
 // lower slot index), where budget = budget or max(1, floor(ratio · length)),
 // heavy = floor(heavy_fraction · budget) and recent = budget − heavy.
 //
-// StreamState::score is the attention each slot has received, accumulated over
-// steps and summed over the query heads reading the stream (core accumulates).
+// StreamState::score is the attention each slot has received, summed over the
+// query heads reading the stream and over all steps so far: the paper's
+// accumulated attention, which is KVPolicy::FoldAttention's default rule (the
+// cache folds each step's attention in by it).
 #include <algorithm>
 #include <cmath>
 #include <limits>

@@ -32,7 +32,7 @@ class KiviPolicy : public KVPolicy {
     SealedEncoding(head_dim, block_size, &e, &residual);
     const std::string err = e.Validate();
     if (!err.empty()) return Status::InvalidArgument(err);
-    if (e.int8_attention && !e.Int8AttentionShape()) {
+    if (AttentionKernelOptions().int8_attention && !e.Int8AttentionShape()) {
       return Status::InvalidArgument(
           "kivi: 'attention' = \"int8\" needs bits = 2, group = 32, key_axis = channel, value_axis = token and "
           "head_dim 128 (the shape its kernel is written for); got bits " + std::to_string(e.bits) + ", group " +
@@ -53,9 +53,15 @@ class KiviPolicy : public KVPolicy {
     enc->head_dim = head_dim;
     enc->key_axis = Axis(params().GetString("key_axis"));
     enc->value_axis = Axis(params().GetString("value_axis"));
-    enc->int8_attention = params().GetString("attention") == "int8";
     *residual = params().GetInt("residual");
     return true;
+  }
+  // `attention` is the CPU decode kernel's arithmetic on sealed groups; the
+  // stored bytes are the same either way, so it is no part of the encoding.
+  KernelOptions AttentionKernelOptions() const override {
+    KernelOptions o;
+    o.int8_attention = params().GetString("attention") == "int8";
+    return o;
   }
   // Each sealed block's scales come from its own tokens only.
   bool EncodingDeterministic() const override { return true; }

@@ -208,11 +208,19 @@ bool PolicyStack::PrefixCachingByDefault() const {
   return (Concerns() & (kConcernSelection | kConcernRepresentation | kConcernPlacement)) == 0;
 }
 
-bool PolicyStack::NeedsAttentionScores() const {
+bool PolicyStack::NeedsAttentionScores() const { return ScoringPolicy() != nullptr; }
+
+const KVPolicy* PolicyStack::ScoringPolicy() const {
   for (const auto& p : policies_) {
-    if (p->NeedsAttentionScores()) return true;
+    if (p->NeedsAttentionScores()) return p.get();
   }
-  return false;
+  return nullptr;
+}
+
+KernelOptions PolicyStack::AttentionKernelOptions() const {
+  KernelOptions o;
+  for (const auto& p : policies_) o.int8_attention = o.int8_attention || p->AttentionKernelOptions().int8_attention;
+  return o;
 }
 
 }  // namespace kvlab

@@ -110,6 +110,16 @@ class PolicyParams {
   std::map<std::string, std::string> values_;
 };
 
+// Arithmetic options of the attention kernels over a representation: how a
+// kernel may compute, never what is stored (the bytes and the layout stay the
+// same). A kernel without such a path runs its exact one.
+struct KernelOptions {
+  // KIVI blocks in the CPU decode kernel: scores with int8 queries and value
+  // sums with 8-bit weights (kernels/attention_kivi_int8.h). Approximate: the
+  // error is well below KIVI's own quantization error (docs/policies.md).
+  bool int8_attention = false;
+};
+
 // What a policy may see of one stream when deciding.
 struct StreamState {
   int layer = 0;
@@ -145,8 +155,17 @@ class KVPolicy {
 
   // --- selection ---
   // True if SelectSlots needs StreamState::score (core then asks the attention
-  // kernel for per-slot attention and accumulates it).
+  // kernel for per-slot attention and the cache folds it into the scores by
+  // FoldAttention after every step).
   virtual bool NeedsAttentionScores() const { return false; }
+  // The policy's rule for its statistic: how one step's attention per slot
+  // (`step`, summed over the stream's query heads and the step's queries)
+  // joins the stream's scores (`score`, n slots, zero when a slot is
+  // written). The default sums, which is H2O's accumulated attention; a
+  // policy with another statistic (decayed, windowed, a maximum) overrides it.
+  virtual void FoldAttention(const float* step, int64_t n, float* score) const {
+    for (int64_t i = 0; i < n; ++i) score[i] += step[i];
+  }
   // Called by core after each step for every stream. Returns false to keep
   // everything; otherwise fills `keep` with the slot indices to keep, strictly
   // increasing, and core compacts the stream and frees emptied blocks.
@@ -165,6 +184,9 @@ class KVPolicy {
                               int64_t* /*residual_tokens*/) const {
     return false;
   }
+  // How the attention kernels may compute over this representation (an
+  // option of the policy that changes no stored byte, as kivi's attention).
+  virtual KernelOptions AttentionKernelOptions() const { return KernelOptions(); }
   // True when the encoding (sealed blocks, storage dtype) of a block is a
   // function of that block's tokens' K/V alone (no state, no statistics over
   // other blocks or later tokens), so two sequences with the same prefix
@@ -218,6 +240,10 @@ class PolicyStack {
   HeadMerge MergeMode() const;
   DType StorageDType(DType requested) const;
   bool NeedsAttentionScores() const;
+  // The policy whose scores the cache folds (the first that needs them), or nullptr.
+  const KVPolicy* ScoringPolicy() const;
+  // Every policy's AttentionKernelOptions, merged (an option is on when one sets it).
+  KernelOptions AttentionKernelOptions() const;
   bool KeysBeforeRope() const;
   bool SealedEncoding(int head_dim, int block_size, KvEncoding* enc, int64_t* residual_tokens) const;
   bool Placement(PlacementOptions* o) const;

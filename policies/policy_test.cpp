@@ -138,7 +138,8 @@ TEST(PolicyRegistryTest, BuiltinRangeMessages) {
 }
 
 // kivi's `attention`: a bad value is rejected naming the parameter; int8 only
-// sets KvEncoding::int8_attention (same format and block bytes as exact).
+// sets the kernels' KernelOptions::int8_attention (the same encoding, format
+// and block bytes as exact).
 TEST(PolicyRegistryTest, KiviAttentionParameter) {
   std::unique_ptr<KVPolicy> p;
   Status s = PolicyRegistry::Global().Create(PolicySpec{"kivi", {{"attention", "int4"}}, "t"}, &p);
@@ -151,13 +152,13 @@ TEST(PolicyRegistryTest, KiviAttentionParameter) {
   ASSERT_TRUE(PolicyRegistry::Global().Create(PolicySpec{"kivi", {}, "t"}, &p).ok());
   EXPECT_EQ(p->params().GetString("attention"), "exact");
   ASSERT_TRUE(p->SealedEncoding(128, 16, &exact, &residual));
-  EXPECT_FALSE(exact.int8_attention);
+  EXPECT_FALSE(p->AttentionKernelOptions().int8_attention);
   ASSERT_TRUE(PolicyRegistry::Global().Create(PolicySpec{"kivi", {{"attention", "exact"}}, "t"}, &p).ok());
   ASSERT_TRUE(p->SealedEncoding(128, 16, &exact, &residual));
-  EXPECT_FALSE(exact.int8_attention);
+  EXPECT_FALSE(p->AttentionKernelOptions().int8_attention);
   ASSERT_TRUE(PolicyRegistry::Global().Create(PolicySpec{"kivi", {{"attention", "int8"}}, "t"}, &p).ok());
   ASSERT_TRUE(p->SealedEncoding(128, 16, &int8, &residual));
-  EXPECT_TRUE(int8.int8_attention);
+  EXPECT_TRUE(p->AttentionKernelOptions().int8_attention);
   EXPECT_TRUE(p->CheckShape(8, 128, 16).ok());
   EXPECT_EQ(int8.Validate(), "");
   EXPECT_EQ(int8.BlockBytes(), exact.BlockBytes());
@@ -175,6 +176,41 @@ TEST(PolicyRegistryTest, KiviAttentionParameter) {
   s = p->CheckShape(8, 128, 16);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("bits 4"), std::string::npos) << s.message();
+}
+
+// kivi's attention = "int8" changes only the kernel's arithmetic: the same
+// encoding, bytes and layout (an exact block and an int8-attention block
+// encode identically); the stack, which results record, tells them apart and
+// passes the option on (PolicyStack::AttentionKernelOptions).
+TEST(PolicyStackTest, KiviInt8AttentionKeepsTheFormat) {
+  for (const char* bits : {"2", "4"}) {
+    PolicyStack exact, int8;
+    ASSERT_TRUE(PolicyStack::Create({PolicySpec{"kivi", {{"bits", bits}}, "t"}}, &exact).ok());
+    ASSERT_TRUE(PolicyStack::Create({PolicySpec{"kivi", {{"bits", bits}, {"attention", "int8"}}, "t"}}, &int8).ok());
+    KvEncoding e, a;
+    int64_t re = -1, ra = -1;
+    ASSERT_TRUE(exact.SealedEncoding(128, 16, &e, &re));
+    ASSERT_TRUE(int8.SealedEncoding(128, 16, &a, &ra));
+    ASSERT_EQ(a.Validate(), "");
+    EXPECT_EQ(re, ra);
+    EXPECT_EQ(a.BlockBytes(), e.BlockBytes());
+    EXPECT_EQ(a.CodeBytes(), e.CodeBytes());
+    EXPECT_EQ(a.NumKeyParams(), e.NumKeyParams());
+    EXPECT_EQ(a.NumValueParams(), e.NumValueParams());
+    EXPECT_EQ(a.Describe(), e.Describe());
+    EXPECT_NE(int8.Describe(), exact.Describe());
+    EXPECT_FALSE(exact.AttentionKernelOptions().int8_attention);
+    EXPECT_TRUE(int8.AttentionKernelOptions().int8_attention);
+    std::vector<float> k(32 * 128), v(k.size());
+    for (size_t i = 0; i < k.size(); ++i) {
+      k[i] = static_cast<float>((i * 37) % 101) / 10.0f - 5.0f + (i % 7 == 0 ? 8.0f : 0.0f);
+      v[i] = static_cast<float>((i * 53) % 97) / 10.0f - 4.8f;
+    }
+    std::vector<uint8_t> be(static_cast<size_t>(e.BlockBytes())), ba(be.size());
+    EncodeKvBlock(e, k.data(), v.data(), be.data());
+    EncodeKvBlock(a, k.data(), v.data(), ba.data());
+    EXPECT_EQ(be, ba);
+  }
 }
 
 // A kivi group past int's range must not wrap to a valid one (2^32 + 32 -> 32).
@@ -229,6 +265,7 @@ TEST(PolicyConformanceTest, EveryRegisteredPolicy) {
     }
     if (!(p->Concerns() & kConcernRepresentation)) {
       EXPECT_EQ(p->StorageDType(DType::kF16), DType::kF16);
+      EXPECT_FALSE(p->AttentionKernelOptions().int8_attention) << "kernel options belong to a representation";
     }
     if (!(p->Concerns() & kConcernSelection)) {
       std::vector<int64_t> keep;

@@ -365,7 +365,6 @@ TEST_P(KiviInt8AttentionTest, ErrorIsSmallBesideKiviOwn) {
   sh.enc.head_dim = d;
   sh.enc.group = 32;
   sh.enc.tokens_per_block = 32;
-  sh.enc.int8_attention = true;
   sh.residual = 128;
   std::unique_ptr<KVCache> c;
   ASSERT_TRUE(KVCache::Create(sh, 4000, true, &c, 4000).ok());
@@ -381,17 +380,15 @@ TEST_P(KiviInt8AttentionTest, ErrorIsSmallBesideKiviOwn) {
   std::iota(seqs.begin(), seqs.end(), 0);
   PageTable pt;
   c->BuildPageTable(seqs, &pt);
-  ASSERT_TRUE(pt.Encoded(0)->enc.int8_attention);
   std::vector<int32_t> qo(cs.lens.size() + 1);
   for (int i = 0; i < num_seqs; ++i) qo[i + 1] = qo[i] + (i + 1 < num_seqs ? 1 : cs.chunk);
   std::vector<float> q(static_cast<size_t>(qo.back() * cs.hq * d));
   for (auto& x : q) x = nd(rng);
   AttentionParams p = MakeParams(num_seqs, cs.hq, cs.hkv, d, qo.data(), q.data());
-  EncodedKV exact = *pt.Encoded(0);
-  exact.enc.int8_attention = false;
   std::vector<float> o_exact(q.size()), o_int8(q.size()), o_int8_3(q.size()), o_full(q.size());
   p.o = o_exact.data();
-  PagedAttentionKiviCpu(pt.Layer(0), exact, p);
+  PagedAttentionKiviCpu(pt.Layer(0), *pt.Encoded(0), p);
+  p.int8_attention = true;  // the kivi policy's attention = "int8" (KernelOptions), as the CPU backend passes it
   p.o = o_int8.data();
   ASSERT_TRUE(KiviCpuSupports(pt.Layer(0), *pt.Encoded(0), p));
   PagedAttentionKiviCpu(pt.Layer(0), *pt.Encoded(0), p);

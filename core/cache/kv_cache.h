@@ -3,18 +3,21 @@
 //
 // KVCache: the paged KV cache. One stream per (sequence, layer, stored KV
 // head); each stream is a list of blocks from the cache's BlockPool plus
-// per-slot metadata. Core (engine, scheduler) is the only caller that mutates
-// it: policies propose, core applies (Reserve, Compact, RemoveSequence).
-// Not thread-safe.
+// per-slot metadata. Policies propose and the cache applies their decisions
+// (ApplySelection, ApplyPlacement, FoldAttention, Seal); core (engine,
+// executors, scheduler) drives it step by step (Reserve, the page tables,
+// RemoveSequence). Not thread-safe.
 #pragma once
 
 #include <climits>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <unordered_map>
 #include <vector>
 
 #include "core/cache/block_pool.h"
+#include "core/cache/cache_shape.h"
 #include "core/cache/offload_store.h"
 #include "core/base/dtype.h"
 #include "core/cache/prefix_cache.h"
@@ -24,38 +27,6 @@
 #include "policies/kv_policy.h"
 
 namespace kvlab {
-
-struct CacheShape {
-  int num_layers = 0;
-  int num_kv_heads = 0;  // stored KV heads per layer (after any head sharing)
-  int head_dim = 0;
-  int block_size = 16;
-  DType dtype = DType::kBF16;
-  // Representation: when `encoded`, the oldest plain tokens beyond the most
-  // recent `residual` are sealed into encoded blocks of enc.tokens_per_block
-  // tokens (REQUIRES: a multiple of block_size), kept in a second pool.
-  bool encoded = false;
-  KvEncoding enc;
-  int64_t residual = 0;
-  // Sliding windows: per layer, 0 for a global layer, else the window in
-  // positions (ModelConfig::layer_sliding_window). Empty: every layer global.
-  // A window layer's streams keep only what the next queries can see (whole
-  // leading blocks are freed), and its page table carries first_visible.
-  std::vector<int64_t> layer_window;
-
-  int64_t Window(int layer) const {
-    return layer_window.empty() ? 0 : layer_window[static_cast<size_t>(layer)];
-  }
-  bool HasWindows() const {
-    for (int64_t w : layer_window) {
-      if (w > 0) return true;
-    }
-    return false;
-  }
-  int64_t BlockBytes() const { return 2LL * block_size * head_dim * DTypeBytes(dtype); }
-  int StreamsPerSequence() const { return num_layers * num_kv_heads; }
-  Status Validate() const;
-};
 
 // A block reference in a stream: >= 0 is a block id in a device pool; < 0 is
 // a block moved off the device, -1 - (its OffloadStore handle).
@@ -113,6 +84,8 @@ class PageTable {
   // Its encoded segments; nullptr when the cache has no encoding.
   const EncodedKV* Encoded(int layer) const;
   int num_seqs() const { return num_seqs_; }
+  int num_layers() const { return num_layers_; }
+  int num_kv_heads() const { return num_kv_heads_; }
   // Slots of a stream, encoded plus plain.
   int64_t StreamLength(int layer, int seq, int head) const;
   // A window layer's AttentionParams::first_visible for the step's queries
@@ -127,6 +100,42 @@ class PageTable {
   std::vector<EncodedKV> enc_layers_;
   int num_seqs_ = 0, num_layers_ = 0, num_kv_heads_ = 0;
   PagedKV base_;
+};
+
+// The attention each slot received in one step (AttentionParams::slot_attn),
+// for policies that rank by it: stream i of the page table ([layer][seq][head])
+// owns values[offsets[i], offsets[i] + its StreamLength). The attention
+// backend fills it; KVCache::FoldAttention hands it to the policy.
+struct SlotAttention {
+  std::vector<float> values;
+  std::vector<int64_t> offsets;
+  // Sized for `pt`'s streams, all zero.
+  void Reset(const PageTable& pt);
+};
+
+// The owner of a device cache's bytes (KVCache::Create with `device`): the
+// cache keeps the books and applies the policies' decisions, and tells the
+// owner which rows to move (in host pools the cache moves them itself). Set
+// once with KVCache::SetDeviceOps; the calls come in the cache's own order,
+// and each batch ends with its Finish call (the owner may queue until then).
+class DeviceKvOps {
+ public:
+  virtual ~DeviceKvOps() = default;
+  // A compaction whose kept rows move (not a kept prefix, nor leading whole
+  // units dropped): the stream's plain block list and slot count as they
+  // were before it, and the slots it kept. Streams with encoded blocks never
+  // come here (the cache refuses to compact those on a device).
+  virtual void Compacted(const std::vector<int32_t>& blocks_before, int64_t tokens_before,
+                         const std::vector<int64_t>& keep) = 0;
+  // After the compactions of one KVCache::ApplySelection.
+  virtual Status FinishCompaction() = 0;
+  // A stream sealed its oldest plain tokens: its plain block list and plain
+  // slot count before, and the encoded blocks it appended (in order, each
+  // holding the next tokens_per_block of those plain slots from slot 0).
+  virtual void Sealed(const std::vector<int32_t>& plain_before, int64_t plain_tokens_before,
+                      const std::vector<int32_t>& new_enc_blocks) = 0;
+  // After the sealing of one KVCache::Seal(seqs).
+  virtual Status FinishSeal() = 0;
 };
 
 class KVCache {
@@ -267,13 +276,38 @@ class KVCache {
   // keeping every slot, when the pools cannot supply the copies or the plain
   // blocks decoded tokens need (InvalidArgument for a copy on a device pool,
   // whose bytes the cache cannot move). With offloading, the stream's
-  // blocks are brought back to the device first.
+  // blocks are brought back to the device first. On a device cache, compact
+  // through ApplySelection, which tells the owner what to move.
   Status Compact(SeqId id, int layer, int head, const std::vector<int64_t>& keep);
 
   // Seals, in every stream of `id`, whole groups of the oldest plain tokens
   // that lie outside the residual into encoded blocks, freeing their plain
   // blocks. A no-op without an encoding, or while the encoded pool is full.
   void Seal(SeqId id);
+  // Seal of each sequence, then the device owner's FinishSeal (its error).
+  Status Seal(const std::vector<SeqId>& seqs);
+
+  // --- applying the policies' decisions after a step (kv_cache_apply.cpp) ---
+  // The device owner (KVCache::Create's `device`); the cache does not own it.
+  void SetDeviceOps(DeviceKvOps* ops) { device_ops_ = ops; }
+  // Folds a step's per-slot attention (`a`, for the page table of `seqs` that
+  // the step ran on, before any compaction) into every stream's scores by the
+  // rule of `scorer` (KVPolicy::FoldAttention).
+  void FoldAttention(const std::vector<SeqId>& seqs, const SlotAttention& a, const KVPolicy& scorer);
+  // Selection and sliding windows: compacts each stream of `seqs` to what
+  // SlotsToKeep says, next_pos[i] being seqs[i]'s next query position. A
+  // stream whose compaction the pools cannot supply (ResourceExhausted:
+  // copies of shared blocks, room for decoded tokens) keeps every slot and
+  // the others go on; any other error is returned. `sel` may be null.
+  Status ApplySelection(const std::vector<SeqId>& seqs, const std::vector<int64_t>& next_pos, const KVPolicy* sel);
+  // Placement: while the device holds more than the policy's budget, moves
+  // the blocks `place` ranks lowest (BlockPriority; ties in the order of
+  // seq_length's sequences, their layers, heads, encoded then plain blocks)
+  // off the device. The open tail block of each stream (where the next
+  // tokens are written) always stays. seq_length: every sequence of the
+  // cache with the tokens it has processed. A no-op when `place` is null or
+  // places nothing.
+  Status ApplyPlacement(const KVPolicy* place, const std::map<SeqId, int64_t>& seq_length);
 
   // Reads slot `slot` of a stream as fp32 K and V [head_dim] (decoding if
   // needed). For tests and tools, not hot paths. REQUIRES: storage present.
@@ -322,6 +356,8 @@ class KVCache {
   KVCache(const CacheShape& shape, std::unique_ptr<BlockPool> pool, std::unique_ptr<BlockPool> enc_pool);
   void UpdatePeak();
   void SealStream(Stream* s);
+  // ApplySelection's Compact on a device cache: the books, then the owner's moves.
+  Status CompactOnDevice(SeqId id, int layer, int head, const std::vector<int64_t>& keep);
   // Compact's path for DropsLeadingUnits: frees the first k slots' units.
   void DropLeadingUnits(SeqId id, size_t stream_index, Stream* s, int64_t k);
   // Device data of a block reference, reading an offloaded block into *scratch.
@@ -355,6 +391,7 @@ class KVCache {
   void DropStreamRef(SeqId id, size_t stream, bool encoded, size_t index, int32_t ref);
   std::unique_ptr<PrefixCache> prefix_;
   std::unordered_map<SeqId, SeqUnits> seq_units_;
+  DeviceKvOps* device_ops_ = nullptr;
   // Cached blocks held by more than one stream, counted once per extra
   // holder; and cached blocks no stream holds (reference count 1).
   int64_t extra_block_holds_ = 0;

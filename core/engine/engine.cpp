@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <future>
 #include <limits>
 #include <map>
 #include <thread>
@@ -11,6 +10,7 @@
 #include "core/engine/cuda_backend.h"
 #include "core/engine/run_config.h"
 #include "core/model/model.h"
+#include "core/model/paged_attention.h"
 
 namespace kvlab {
 
@@ -19,12 +19,9 @@ struct Engine::Impl {
   PolicyStack policies;
   std::unique_ptr<LlamaModel> model;
   std::unique_ptr<KVCache> cache;
+  // Chosen once at Create: where attention runs and the pools live.
+  std::unique_ptr<AttentionBackend> backend;
   std::map<int64_t, int64_t> seq_len;  // tokens processed per sequence
-  AttentionBackend backend = AttentionBackend::kCpu;
-  std::unique_ptr<CudaBackend> cuda;  // device "cuda": the step's device side
-
-  Status ApplySelection(const std::vector<SeqChunk>& chunks);
-  Status ApplyPlacement();
 };
 
 namespace {
@@ -61,6 +58,56 @@ Status MakeModel(const EngineOptions& options, std::unique_ptr<LlamaModel>* out)
   return Status::OK();
 }
 
+// The attention backends a run can ask for (EngineOptions::attention, device).
+enum class BackendKind { kCpu, kReference, kCuda };
+const char kDeviceOption[] = "device \"cuda\" (--device cuda)";
+
+Status ChooseBackend(const EngineOptions& options, BackendKind* kind) {
+  if (options.attention != "cpu" && options.attention != "reference") {
+    return Status::InvalidArgument("attention backend '" + options.attention + "': expected cpu or reference");
+  }
+  if (options.device == "cpu") {
+    *kind = options.attention == "cpu" ? BackendKind::kCpu : BackendKind::kReference;
+    return Status::OK();
+  }
+  if (options.device != "cuda") return Status::InvalidArgument("device '" + options.device + "': expected cpu or cuda");
+  const std::string device_option = kDeviceOption;
+  if (options.attention != "cpu") {
+    return Status::InvalidArgument("attention backend '" + options.attention + "' runs on device \"cpu\" only; " +
+                                   device_option + " uses the CUDA kernels");
+  }
+#if KVLAB_ENGINE_CUDA
+  KVLAB_RETURN_IF_ERROR(CudaDeviceStatus(device_option));
+  *kind = BackendKind::kCuda;
+  return Status::OK();
+#else
+  return Status::InvalidArgument(device_option + ": this kvlab was built without CUDA (no nvcc at configure time; "
+                                 "configure with -DKVLAB_CUDA=ON and a CUDA toolkit)");
+#endif
+}
+
+Status NewBackend(BackendKind kind, const PolicyStack& stack, const CacheShape& shape, const ModelConfig& mc,
+                  bool prefix_caching, std::unique_ptr<AttentionBackend>* out) {
+  if (kind != BackendKind::kCuda) {
+    *out = NewHostAttention(kind == BackendKind::kReference, stack.AttentionKernelOptions(),
+                            static_cast<int>(mc.num_attention_heads));
+    return Status::OK();
+  }
+#if KVLAB_ENGINE_CUDA
+  CudaBackendOptions co;
+  co.policies = &stack;
+  co.shape = shape;
+  co.num_qo_heads = static_cast<int>(mc.num_attention_heads);
+  co.prefix_caching = prefix_caching;
+  const Status s = NewCudaBackend(co, out);
+  if (!s.ok()) return Status::InvalidArgument(std::string(kDeviceOption) + ": " + s.message());
+  return Status::OK();
+#else
+  (void)shape, (void)mc, (void)prefix_caching;
+  return Status::Internal("engine: no CUDA backend in this build");  // ChooseBackend refused it
+#endif
+}
+
 }  // namespace
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -71,30 +118,8 @@ Status Engine::Create(const EngineOptions& options, const std::vector<PolicySpec
   KVLAB_RETURN_IF_ERROR(CheckEngineOptions(options));  // bounds before any work (run_config.h)
   auto impl = std::make_unique<Impl>();
   impl->options = options;
-  if (options.attention == "cpu") {
-    impl->backend = AttentionBackend::kCpu;
-  } else if (options.attention == "reference") {
-    impl->backend = AttentionBackend::kReference;
-  } else {
-    return Status::InvalidArgument("attention backend '" + options.attention + "': expected cpu or reference");
-  }
-  const bool on_cuda = options.device == "cuda";
-  if (!on_cuda && options.device != "cpu") {
-    return Status::InvalidArgument("device '" + options.device + "': expected cpu or cuda");
-  }
-  const std::string device_option = "device \"cuda\" (--device cuda)";
-  if (on_cuda) {
-    if (options.attention != "cpu") {
-      return Status::InvalidArgument("attention backend '" + options.attention + "' runs on device \"cpu\" only; " +
-                                     device_option + " uses the CUDA kernels");
-    }
-#if KVLAB_ENGINE_CUDA
-    KVLAB_RETURN_IF_ERROR(CudaDeviceStatus(device_option));
-#else
-    return Status::InvalidArgument(device_option + ": this kvlab was built without CUDA (no nvcc at configure time; "
-                                   "configure with -DKVLAB_CUDA=ON and a CUDA toolkit)");
-#endif
-  }
+  BackendKind kind = BackendKind::kCpu;
+  KVLAB_RETURN_IF_ERROR(ChooseBackend(options, &kind));
   const int threads = options.num_threads > 0 ? options.num_threads
                                               : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   at::set_num_threads(threads);
@@ -103,25 +128,13 @@ Status Engine::Create(const EngineOptions& options, const std::vector<PolicySpec
 
   KVLAB_RETURN_IF_ERROR(MakeModel(options, &impl->model));
   const ModelConfig& mc = impl->model->config();
-  KVLAB_RETURN_IF_ERROR(impl->policies.CheckShape(static_cast<int>(mc.num_key_value_heads),
-                                                   static_cast<int>(mc.head_dim), options.block_size));
-  const int stored = impl->policies.StoredKvHeads(static_cast<int>(mc.num_key_value_heads));
-  KVLAB_RETURN_IF_ERROR(impl->model->SetStoredKvHeads(stored, impl->policies.MergeMode()));
+  CacheShape shape;
+  KVLAB_RETURN_IF_ERROR(DeriveCacheShape(KvShapeOf(mc), impl->policies, options.block_size, options.kv_dtype, &shape));
+  KVLAB_RETURN_IF_ERROR(impl->model->SetStoredKvHeads(shape.num_kv_heads, impl->policies.MergeMode()));
   KVLAB_RETURN_IF_ERROR(impl->model->SetKeysBeforeRope(impl->policies.KeysBeforeRope()));
   impl->model->SetRopeContext(options.max_context);
-
-  CacheShape shape;
-  shape.num_layers = static_cast<int>(mc.num_hidden_layers);
-  shape.num_kv_heads = stored;
-  shape.head_dim = static_cast<int>(mc.head_dim);
-  shape.block_size = options.block_size;
-  shape.dtype = impl->policies.StorageDType(options.kv_dtype);
-  shape.layer_window = mc.layer_sliding_window;
-  int64_t residual = 0;
-  shape.encoded = impl->policies.SealedEncoding(shape.head_dim, shape.block_size, &shape.enc, &residual);
-  shape.residual = residual;
-  KVLAB_RETURN_IF_ERROR(shape.Validate());
-  KVLAB_RETURN_IF_ERROR(impl->model->CheckPagedSupport(shape.encoded, on_cuda));
+  KVLAB_RETURN_IF_ERROR(NewBackend(kind, impl->policies, shape, mc, options.prefix_caching, &impl->backend));
+  KVLAB_RETURN_IF_ERROR(impl->model->CheckPagedSupport(shape.encoded, impl->backend->on_device()));
   if (options.max_seqs <= 0 || options.max_context <= 0) {
     return Status::InvalidArgument("engine: max_seqs and max_context must be positive");
   }
@@ -133,33 +146,15 @@ Status Engine::Create(const EngineOptions& options, const std::vector<PolicySpec
     num_enc_blocks = options.max_seqs * shape.StreamsPerSequence() *
                      ((options.max_context + shape.enc.tokens_per_block - 1) / shape.enc.tokens_per_block);
   }
-#if KVLAB_ENGINE_CUDA
-  if (on_cuda) {
-    CudaBackendOptions co;
-    co.policies = &impl->policies;
-    co.shape = shape;
-    co.num_qo_heads = static_cast<int>(mc.num_attention_heads);
-    Status s = NewCudaBackend(co, &impl->cuda);
-    if (!s.ok()) return Status::InvalidArgument(device_option + ": " + s.message());
-  }
-#endif
   KVLAB_RETURN_IF_ERROR(KVCache::Create(shape, num_blocks, /*with_storage=*/true, &impl->cache, num_enc_blocks,
-                                        impl->cuda ? &impl->cuda->arena_allocator() : nullptr));
-  if (impl->cuda) {
-    impl->cuda->Attach(impl->cache.get());
-    KVLAB_RETURN_IF_ERROR(impl->model->To(impl->cuda->torch_device()));
-  }
+                                        impl->backend->arena_allocator()));
+  KVLAB_RETURN_IF_ERROR(impl->backend->Attach(impl->cache.get(), impl->model.get()));
   PlacementOptions placement;
   if (impl->policies.Placement(&placement)) KVLAB_RETURN_IF_ERROR(impl->cache->EnableOffload(placement));
   if (options.prefix_caching) {
     std::string why_not;
     if (!impl->policies.SharesPrefixBlocks(&why_not)) {
       return Status::InvalidArgument("engine: prefix caching with the stack '" + impl->policies.Describe() + "': " + why_not);
-    }
-    if (impl->cuda && impl->policies.For(kConcernSelection) != nullptr) {
-      return Status::InvalidArgument(device_option + ": prefix caching with the selection policy '" +
-                                     std::string(impl->policies.For(kConcernSelection)->Name()) +
-                                     "' is not supported yet (copy-on-write of shared blocks on the device)");
     }
     KVLAB_RETURN_IF_ERROR(impl->cache->EnablePrefixCaching());
   }
@@ -255,159 +250,47 @@ Status Engine::Forward(const std::vector<SeqChunk>& chunks, bool all_logits,
   KVLAB_RETURN_IF_ERROR(s.cache->PlanStep(seqs, &pt, &staging));
   s.cache->BuildWindows(seqs, qo_indptr, &pt);
 
-  // Per-slot attention for selection policies that rank by it (H2O).
-  std::vector<float> slot_attn;
-  std::vector<int64_t> slot_offsets;
-  const CacheShape& shape = s.cache->shape();
-  const bool want_scores = s.policies.NeedsAttentionScores();
-  int64_t total = 0;
-  if (want_scores) {
-    for (int l = 0; l < shape.num_layers; ++l) {
-      for (size_t b = 0; b < seqs.size(); ++b) {
-        for (int h = 0; h < shape.num_kv_heads; ++h) {
-          slot_offsets.push_back(total);
-          total += pt.StreamLength(l, static_cast<int>(b), h);
-        }
-      }
-    }
-    slot_attn.assign(static_cast<size_t>(total), 0.0f);
+  // Per-slot attention for a policy that ranks by it (H2O).
+  SlotAttention slot_attn;
+  AttentionStep step;
+  step.page_table = &pt;
+  step.qo_indptr = &qo_indptr;
+  step.staging = &staging;
+  if (s.policies.NeedsAttentionScores()) {
+    slot_attn.Reset(pt);
+    step.slot_attn = &slot_attn;
   }
-
+  if (Status st = s.backend->BeginStep(step); !st.ok()) {
+    s.cache->ReleaseStaging(&staging);
+    return st;
+  }
   PagedForward in;
   in.tokens = &tokens;
   in.positions = &positions;
   in.qo_indptr = &qo_indptr;
   in.page_table = &pt;
-  in.backend = s.backend;
+  in.attention = s.backend.get();
   in.all_logits = all_logits;
-  if (s.cuda) {
-    KVLAB_RETURN_IF_ERROR(s.cuda->BeginStep(pt, qo_indptr, want_scores ? &slot_offsets : nullptr, total));
-    CudaBackend* cuda = s.cuda.get();
-    in.attention = [cuda](int layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-      return cuda->Attention(layer, q, k, v);
-    };
-  } else if (want_scores) {
-    in.slot_attn = slot_attn.data();
-    in.slot_attn_offsets = slot_offsets.data();
-  }
-  // Offloaded blocks: layer 0's are loaded before it runs; each layer starts
-  // loading the next layer's into the other staging set while it computes.
-  Status load_status;
-  std::future<Status> next_load;
-  if (!staging.empty()) {
-    in.before_attention = [&](int layer) {
-      Status st = layer == 0 ? s.cache->LoadStaged(staging, 0) : next_load.get();
-      if (!st.ok() && load_status.ok()) load_status = st;
-      if (layer + 1 < shape.num_layers) {
-        next_load = std::async(std::launch::async, [&s, &staging, layer] { return s.cache->LoadStaged(staging, layer + 1); });
-      }
-    };
-  }
+  in.slot_attn = step.slot_attn;
   // Logits come back to the host (a no-op on the CPU).
   at::Tensor out = s.model->ForwardPaged(in).to(at::kCPU).contiguous();
+  const Status step_status = s.backend->EndStep();
   s.cache->ReleaseStaging(&staging);
-  KVLAB_RETURN_IF_ERROR(load_status);
-  if (s.cuda) KVLAB_RETURN_IF_ERROR(s.cuda->EndStep(want_scores ? &slot_attn : nullptr));
+  KVLAB_RETURN_IF_ERROR(step_status);
   const float* data = out.data_ptr<float>();
   logits->assign(chunks.size(), {});
+  std::vector<int64_t> next_pos;
   for (size_t i = 0; i < chunks.size(); ++i) {
     const int64_t row0 = all_logits ? qo_indptr[i] : static_cast<int64_t>(i);
     const int64_t rows = all_logits ? qo_indptr[i + 1] - qo_indptr[i] : 1;
     (*logits)[i].assign(data + row0 * vocab, data + (row0 + rows) * vocab);
-    s.seq_len[chunks[i].seq] += static_cast<int64_t>(chunks[i].tokens.size());
+    next_pos.push_back(s.seq_len[chunks[i].seq] += static_cast<int64_t>(chunks[i].tokens.size()));
   }
-  if (want_scores) {
-    size_t k = 0;
-    for (int l = 0; l < shape.num_layers; ++l) {
-      for (size_t b = 0; b < seqs.size(); ++b) {
-        for (int h = 0; h < shape.num_kv_heads; ++h, ++k) {
-          Stream& st = s.cache->mutable_stream(seqs[b], l, h);
-          const float* a = slot_attn.data() + slot_offsets[k];
-          for (int64_t j = 0; j < st.num_tokens; ++j) st.score[static_cast<size_t>(j)] += a[j];
-        }
-      }
-    }
-  }
-  KVLAB_RETURN_IF_ERROR(s.ApplySelection(chunks));
-  if (s.cuda) {
-    KVLAB_RETURN_IF_ERROR(s.cuda->Seal(seqs));
-  } else {
-    for (const SeqChunk& c : chunks) s.cache->Seal(c.seq);
-  }
-  return s.ApplyPlacement();
-}
-
-// Core applies what the selection policy proposes and what sliding windows
-// no longer show: compaction and freeing (on the device, the CUDA backend
-// moves the kept rows).
-Status Engine::Impl::ApplySelection(const std::vector<SeqChunk>& chunks) {
-  const KVPolicy* sel = policies.For(kConcernSelection);
-  const CacheShape& shape = cache->shape();
-  if (sel == nullptr && !shape.HasWindows()) return Status::OK();
-  std::vector<int64_t> keep;
-  for (const SeqChunk& c : chunks) {
-    for (int l = 0; l < shape.num_layers; ++l) {
-      for (int h = 0; h < shape.num_kv_heads; ++h) {
-        // The next query sits at position seq_len (the tokens processed so far).
-        if (!cache->SlotsToKeep(c.seq, l, h, seq_len[c.seq], sel, &keep)) continue;
-        if (cuda) {
-          KVLAB_RETURN_IF_ERROR(cuda->Compact(c.seq, l, h, keep));
-        } else {
-          cache->Compact(c.seq, l, h, keep);
-        }
-      }
-    }
-  }
-  return cuda ? cuda->FinishCompaction() : Status::OK();
-}
-
-// Core moves what the placement policy ranks lowest off the device until the
-// resident bytes fit its budget. The open tail block of each stream (where
-// the next tokens are written) always stays.
-Status Engine::Impl::ApplyPlacement() {
-  const KVPolicy* place = policies.For(kConcernPlacement);
-  PlacementOptions po;
-  if (place == nullptr || !place->Placement(&po) || cache->DeviceBytesInUse() <= po.device_budget_bytes) {
-    return Status::OK();
-  }
-  struct Candidate {
-    double priority;
-    int64_t seq;
-    int layer, head;
-    bool encoded;
-    size_t index;
-    int64_t bytes;
-  };
-  std::vector<Candidate> cands;
-  const CacheShape& shape = cache->shape();
-  for (const auto& kv : seq_len) {
-    for (int l = 0; l < shape.num_layers; ++l) {
-      for (int h = 0; h < shape.num_kv_heads; ++h) {
-        const Stream& st = cache->stream(kv.first, l, h);
-        const StreamState ss = StateOf(st, l, h, kv.second, shape.block_size);
-        const int tpb = shape.enc.tokens_per_block;
-        for (size_t i = 0; i < st.enc_blocks.size(); ++i) {
-          if (IsOffloaded(st.enc_blocks[i])) continue;
-          cands.push_back({place->BlockPriority(ss, static_cast<int64_t>(i) * tpb, tpb), kv.first, l, h, true, i,
-                           cache->encoded_pool()->block_bytes()});
-        }
-        for (size_t i = 0; i + 1 < st.blocks.size(); ++i) {
-          if (IsOffloaded(st.blocks[i])) continue;
-          const int64_t first = st.num_encoded + static_cast<int64_t>(i) * shape.block_size;
-          cands.push_back({place->BlockPriority(ss, first, shape.block_size), kv.first, l, h, false, i,
-                           cache->pool().block_bytes()});
-        }
-      }
-    }
-  }
-  std::stable_sort(cands.begin(), cands.end(), [](const Candidate& a, const Candidate& b) { return a.priority < b.priority; });
-  int64_t resident = cache->DeviceBytesInUse();
-  for (const Candidate& c : cands) {
-    if (resident <= po.device_budget_bytes) break;
-    KVLAB_RETURN_IF_ERROR(cache->Demote(c.seq, c.layer, c.head, c.encoded, c.index));
-    resident -= c.bytes;
-  }
-  return Status::OK();
+  // The cache applies the stack's decisions: scores, selection and windows, sealing, placement.
+  if (step.slot_attn != nullptr) s.cache->FoldAttention(seqs, slot_attn, *s.policies.ScoringPolicy());
+  KVLAB_RETURN_IF_ERROR(s.cache->ApplySelection(seqs, next_pos, s.policies.For(kConcernSelection)));
+  KVLAB_RETURN_IF_ERROR(s.cache->Seal(seqs));
+  return s.cache->ApplyPlacement(s.policies.For(kConcernPlacement), s.seq_len);
 }
 
 Status Engine::Generate(const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& options,

@@ -1,10 +1,11 @@
 // Room core/engine/: the engine (steps over cache and model), run configs, sampling, backends.
 // Called by core/serve, datasets and evals; includes core/model and below.
 //
-// Engine: the paged decode engine. Owns the model, the paged KV cache and
-// the policy stack; runs forward steps over ragged batches (prefill chunks
-// and decode tokens of many sequences in one step) and applies the policies'
-// decisions between steps. Torch-free header (pimpl) so the CLI and future
+// Engine: the paged decode engine. Owns the model, the paged KV cache, the
+// policy stack and the attention backend (chosen once at Create); runs
+// forward steps over ragged batches (prefill chunks and decode tokens of many
+// sequences in one step) and has the cache apply the policies' decisions
+// between steps. Torch-free header (pimpl) so the CLI and future
 // schedulers compile without libtorch. Not thread-safe.
 #pragma once
 

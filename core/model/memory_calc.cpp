@@ -11,11 +11,14 @@ Status EstimateKVMemory(const ModelConfig& c, int64_t tokens, int bits, const Po
     return Status::InvalidArgument("--bits must be 32, 16, 8, 4 or 2, got " + std::to_string(bits));
   }
   if (tokens < 0) return Status::InvalidArgument("--tokens must be >= 0");
-  KVLAB_RETURN_IF_ERROR(stack.CheckShape(static_cast<int>(c.num_key_value_heads), static_cast<int>(c.head_dim), 16));
+  // The engine's cache shape at its default block size; the storage width is
+  // `bits`, not the shape's dtype.
+  CacheShape shape;
+  KVLAB_RETURN_IF_ERROR(DeriveCacheShape(KvShapeOf(c), stack, /*block_size=*/16, DType::kF32, &shape));
   MemoryEstimate e;
   e.num_layers = c.num_hidden_layers;
   e.kv_heads = c.num_key_value_heads;
-  e.stored_kv_heads = stack.StoredKvHeads(static_cast<int>(c.num_key_value_heads));
+  e.stored_kv_heads = shape.num_kv_heads;
   e.head_dim = c.head_dim;
   e.q_heads = c.num_attention_heads;
   e.hidden = c.hidden_size;
@@ -23,8 +26,8 @@ Status EstimateKVMemory(const ModelConfig& c, int64_t tokens, int bits, const Po
   e.tokens = tokens;
   e.bytes_per_token = 2 * e.num_layers * e.stored_kv_heads * e.head_dim * bits / 8;
   const int64_t layer_token_bytes = 2 * e.stored_kv_heads * e.head_dim * bits / 8;
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const int64_t w = c.LayerWindow(l);
+  for (int l = 0; l < shape.num_layers; ++l) {
+    const int64_t w = shape.Window(l);
     auto it = std::find_if(e.groups.begin(), e.groups.end(), [w](const LayerGroup& g) { return g.window == w; });
     if (it == e.groups.end()) {
       e.groups.push_back(LayerGroup{w, 0, w > 0 ? std::min(tokens, w) : tokens, 0});
@@ -33,9 +36,9 @@ Status EstimateKVMemory(const ModelConfig& c, int64_t tokens, int bits, const Po
     ++it->layers;
   }
   std::sort(e.groups.begin(), e.groups.end(), [](const LayerGroup& a, const LayerGroup& b) { return a.window < b.window; });
-  KvEncoding enc;
-  int64_t residual = 0;
-  const bool encoded = stack.SealedEncoding(static_cast<int>(e.head_dim), 16, &enc, &residual);
+  const KvEncoding& enc = shape.enc;
+  const int64_t residual = shape.residual;
+  const bool encoded = shape.encoded;
   if (encoded) e.encoding = enc.Describe();
   e.bytes_per_sequence = 0;
   for (LayerGroup& g : e.groups) {

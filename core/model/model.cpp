@@ -143,22 +143,6 @@ TensorT& SpecTensor(LayersT& layers, TensorT& embed, TensorT& final_norm, Tensor
   return spec.role == LlamaTensor::kEmbed ? embed : spec.role == LlamaTensor::kFinalNorm ? final_norm : lm_head;
 }
 
-// The CPU kernels' split for a step, planned once over every layer's longest
-// streams (FlashInfer's plan/run split) and run by each layer.
-void PlanCpuStep(const PageTable& pt, int num_layers, const std::vector<int32_t>& qo_indptr,
-                 const CpuDecodeShape& shape, CpuDecodePlan* plan) {
-  std::vector<int64_t> longest(static_cast<size_t>(shape.num_seqs) * shape.num_kv_heads, 0);
-  for (int li = 0; li < num_layers; ++li) {
-    const PagedKV kv = pt.Layer(li);
-    const EncodedKV* enc = pt.Encoded(li);
-    for (int s = 0; s < static_cast<int>(longest.size()); ++s) {
-      const int64_t len = kv.StreamLength(s) + (enc == nullptr ? 0 : enc->StreamTokens(s));
-      longest[static_cast<size_t>(s)] = std::max(longest[static_cast<size_t>(s)], len);
-    }
-  }
-  PlanCpuDecode(shape, qo_indptr.data(), longest.data(), nullptr, 0, plan);
-}
-
 }  // namespace
 
 int64_t DenseKVCache::bytes() const {
@@ -541,11 +525,6 @@ at::Tensor LlamaModel::ForwardPaged(const PagedForward& in) const {
   RopeCache rc;
   RopeTables(*in.positions, &rc);
   at::Tensor x = Embed(tokens);
-  CpuDecodePlan cpu_plan;
-  if (in.backend == AttentionBackend::kCpu && !in.attention) {
-    PlanCpuStep(*in.page_table, static_cast<int>(layers_.size()), qo_indptr,
-                CpuDecodeShape{B, static_cast<int>(Hq), stored_kv_heads_, static_cast<int>(d)}, &cpu_plan);
-  }
   for (size_t li = 0; li < layers_.size(); ++li) {
     const Layer& l = layers_[li];
     at::Tensor q, k, v;
@@ -554,55 +533,23 @@ at::Tensor LlamaModel::ForwardPaged(const PagedForward& in) const {
     q = q.contiguous();
     k = MergeHeads(k).contiguous();
     v = MergeHeads(v).contiguous();
-    if (in.before_attention) in.before_attention(static_cast<int>(li));
-    if (in.attention) {
-      at::Tensor o = in.attention(static_cast<int>(li), q, k, v);
-      x = FinishLayer(l, x, o.view({T, Hq * d}));
-      continue;
-    }
-    const PagedKV kv = in.page_table->Layer(static_cast<int>(li));
-    AppendKV(kv, qo_indptr.data(), B, stored_kv_heads_, k.data_ptr<float>(), v.data_ptr<float>());
-    // Sliding-window layers: the first slot each query sees (the cache's
-    // BuildWindows); null for global layers.
-    const int32_t* first_visible = in.page_table->FirstVisible(static_cast<int>(li));
-    float* slot_attn = nullptr;
-    const int64_t* slot_offsets = nullptr;
-    if (in.slot_attn != nullptr) {
-      slot_attn = in.slot_attn;
-      slot_offsets = in.slot_attn_offsets + li * static_cast<size_t>(kv.num_streams);
-    }
-    const EncodedKV* enc = in.page_table->Encoded(static_cast<int>(li));
+    const int layer = static_cast<int>(li);
+    in.attention->Append(layer, k, v);
     at::Tensor o;
-    if (enc == nullptr && cap > 0) {
+    if (in.page_table->Encoded(layer) == nullptr && cap > 0) {
       // Soft-capping, which the paged kernels do not compute: the model's own
-      // attention over the gathered blocks.
-      o = GatheredAttention(li, kv, qo_indptr, q, first_visible, slot_attn, slot_offsets);
+      // attention over the gathered blocks (host pools only: CheckPagedSupport).
+      const PagedKV kv = in.page_table->Layer(layer);
+      float* slot_attn = in.slot_attn != nullptr ? in.slot_attn->values.data() : nullptr;
+      const int64_t* slot_offsets =
+          in.slot_attn != nullptr ? in.slot_attn->offsets.data() + li * static_cast<size_t>(kv.num_streams) : nullptr;
+      o = GatheredAttention(li, kv, qo_indptr, q, in.page_table->FirstVisible(layer), slot_attn, slot_offsets);
     } else {
-      o = at::empty({T, Hq, d}, q.options());
-      AttentionParams p;
-      p.num_seqs = B;
-      p.num_qo_heads = static_cast<int>(Hq);
-      p.num_kv_heads = stored_kv_heads_;
-      p.head_dim = static_cast<int>(d);
-      p.sm_scale = static_cast<float>(AttentionScale());
-      p.qo_indptr = qo_indptr.data();
-      p.q = q.data_ptr<float>();
-      p.o = o.data_ptr<float>();
-      if (keys_before_rope_) p.rope_inv_freq = rope_[RopeIndex(li)].inv_freq_f32.data();
-      p.first_visible = first_visible;
-      p.slot_attn = slot_attn;
-      p.slot_attn_offsets = slot_offsets;
-      if (enc != nullptr) {
-        if (in.backend == AttentionBackend::kReference) {
-          PagedAttentionEncodedReference(kv, *enc, p);
-        } else {
-          PagedAttentionEncodedCpu(kv, *enc, p, cpu_plan);
-        }
-      } else if (in.backend == AttentionBackend::kReference) {
-        PagedAttentionReference(kv, p);
-      } else {
-        PagedAttentionCpu(kv, p, cpu_plan);
-      }
+      LayerAttention a;
+      a.layer = layer;
+      a.sm_scale = static_cast<float>(AttentionScale());
+      if (keys_before_rope_) a.rope_inv_freq = rope_[RopeIndex(li)].inv_freq_f32.data();
+      o = in.attention->Attend(a, q);
     }
     x = FinishLayer(l, x, o.view({T, Hq * d}));
   }

@@ -5,50 +5,41 @@
 // GELU-tanh MLP, sliding-window layers, soft-capping, tied or untied heads.
 // Forward passes: over the paged KV cache (the engine), over a contiguous
 // per-sequence cache with plain libtorch attention (the dense reference), and
-// without a cache (recompute). Compute is fp32. Only model.cpp, engine.cpp
-// and tests include this header: it pulls in libtorch.
+// without a cache (recompute). Compute is fp32. Only model.cpp, the engine
+// (engine.cpp, its CUDA backend) and tests include this header: it pulls in
+// libtorch.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/cache/kv_cache.h"
 #include "core/model/model_config.h"
+#include "core/model/paged_attention.h"
 #include "core/base/status.h"
 #include "policies/kv_policy.h"
 
 namespace kvlab {
 
-enum class AttentionBackend { kReference, kCpu };
-
 // Inputs of one paged forward pass over a ragged batch. The cache has
-// already reserved the slots of the new tokens (KVCache::Reserve), and
-// page_table was built after that.
+// already reserved the slots of the new tokens (KVCache::Reserve), page_table
+// was built after that, and `attention` began the step on it
+// (AttentionBackend::BeginStep; the caller ends it).
 struct PagedForward {
   const std::vector<int32_t>* tokens = nullptr;     // [T] new tokens, sequences concatenated
   const std::vector<int32_t>* positions = nullptr;  // [T] their positions (RoPE)
   const std::vector<int32_t>* qo_indptr = nullptr;  // [B+1]
   const PageTable* page_table = nullptr;
-  AttentionBackend backend = AttentionBackend::kCpu;
+  AttentionBackend* attention = nullptr;  // writes each layer's K/V and computes its attention
   bool all_logits = false;  // logits of every token, else of each sequence's last token
-  // Optional per-slot attention (see AttentionParams::slot_attn); offsets are
-  // per (layer, stream) in the page table's [layer][seq][head] order.
-  float* slot_attn = nullptr;
-  const int64_t* slot_attn_offsets = nullptr;
-  // Called before each layer's attention reads the cache (offload staging).
-  std::function<void(int layer)> before_attention;
-  // When set, replaces the CPU kernels (AppendKV and paged attention) for
-  // every layer: the CUDA engine path (core/engine/cuda_backend.h). It gets q
-  // [T, H_q, d] and the stored heads' new k, v [T, H_stored, d] (fp32,
-  // contiguous, on the model's device), writes k and v into the cache and
-  // returns the attention output [T, H_q, d] on the same device. slot_attn
-  // and rope_inv_freq are then the hook's business.
-  std::function<at::Tensor(int layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v)> attention;
+  // The step's per-slot attention when a policy asked for it (the same as
+  // AttentionStep::slot_attn): the model's own attention over gathered
+  // blocks (soft-capping, host pools only) adds to it as the kernels do.
+  SlotAttention* slot_attn = nullptr;
 };
 
 // A contiguous per-sequence cache: per layer, K and V as [S, H_kv, d] tensors

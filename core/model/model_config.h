@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/base/status.h"
+#include "core/cache/cache_shape.h"
 
 namespace kvlab {
 
@@ -84,6 +85,17 @@ struct ModelConfig {
   Status Validate(const std::string& source) const;
   Status ValidateSpec(const std::string& source) const;
 };
+
+// What the KV cache needs of a model (DeriveCacheShape's input): its layers,
+// KV heads, head_dim and per-layer sliding windows.
+inline ModelKvShape KvShapeOf(const ModelConfig& c) {
+  ModelKvShape m;
+  m.num_layers = static_cast<int>(c.num_hidden_layers);
+  m.num_kv_heads = static_cast<int>(c.num_key_value_heads);
+  m.head_dim = static_cast<int>(c.head_dim);
+  m.layer_window = c.layer_sliding_window;
+  return m;
+}
 
 // Reads an HF config.json (model_type llama, mistral, qwen2, qwen3, phi3,
 // gemma2, gemma3_text, or gemma3 with a text_config) and validates it. Missing

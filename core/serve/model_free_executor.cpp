@@ -18,22 +18,9 @@ int64_t ServeCachePlan::MaxSequenceTokens() const {
 Status PlanServeCache(const ModelConfig& model, const PolicyStack& stack, int block_size, DType kv_dtype,
                       const ServePoolSpec& spec, ServeCachePlan* out) {
   ServeCachePlan plan;
-  KVLAB_RETURN_IF_ERROR(stack.CheckShape(static_cast<int>(model.num_key_value_heads), static_cast<int>(model.head_dim),
-                                         block_size));
-  CacheShape& shape = plan.shape;
-  shape.num_layers = static_cast<int>(model.num_hidden_layers);
-  shape.num_kv_heads = stack.StoredKvHeads(static_cast<int>(model.num_key_value_heads));
-  shape.head_dim = static_cast<int>(model.head_dim);
-  shape.block_size = block_size;
-  shape.dtype = stack.StorageDType(kv_dtype);
-  shape.layer_window = model.layer_sliding_window;
-  if (shape.layer_window.size() > static_cast<size_t>(shape.num_layers)) {
-    shape.layer_window.resize(static_cast<size_t>(shape.num_layers));
-  }
-  int64_t residual = 0;
-  shape.encoded = stack.SealedEncoding(shape.head_dim, shape.block_size, &shape.enc, &residual);
-  shape.residual = residual;
-  KVLAB_RETURN_IF_ERROR(shape.Validate());
+  KVLAB_RETURN_IF_ERROR(DeriveCacheShape(KvShapeOf(model), stack, block_size, kv_dtype, &plan.shape));
+  const CacheShape& shape = plan.shape;
+  const int64_t residual = shape.residual;
   plan.has_selection = stack.For(kConcernSelection) != nullptr;
   PlacementOptions placement;
   plan.has_placement = stack.Placement(&placement);
@@ -175,28 +162,18 @@ class ModelFreeExecutor : public StepExecutor {
       len += n;
       next_tokens->push_back(static_cast<int32_t>((31 * c.seq + len) % vocab_));
     }
-    ApplySelection(chunks);
-    for (const SeqChunk& c : chunks) cache_->Seal(c.seq);
-    return Status::OK();
+    // As the engine: the cache applies selection and sliding windows (scores
+    // stay zero: no attention here) and seals.
+    std::vector<int64_t> seqs, next_pos;
+    for (const SeqChunk& c : chunks) {
+      seqs.push_back(c.seq);
+      next_pos.push_back(len_[c.seq]);
+    }
+    KVLAB_RETURN_IF_ERROR(cache_->ApplySelection(seqs, next_pos, stack_.For(kConcernSelection)));
+    return cache_->Seal(seqs);
   }
 
  private:
-  // As Engine applies a selection policy and sliding windows after each step
-  // (scores stay zero).
-  void ApplySelection(const std::vector<SeqChunk>& chunks) {
-    const KVPolicy* sel = stack_.For(kConcernSelection);
-    const CacheShape& shape = cache_->shape();
-    if (sel == nullptr && !shape.HasWindows()) return;
-    std::vector<int64_t> keep;
-    for (const SeqChunk& c : chunks) {
-      for (int l = 0; l < shape.num_layers; ++l) {
-        for (int h = 0; h < shape.num_kv_heads; ++h) {
-          if (cache_->SlotsToKeep(c.seq, l, h, len_[c.seq], sel, &keep)) cache_->Compact(c.seq, l, h, keep);
-        }
-      }
-    }
-  }
-
   int64_t vocab_;
   PolicyStack stack_;
   ServeCachePlan plan_;

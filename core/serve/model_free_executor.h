@@ -1,5 +1,5 @@
 // Serving pools without a model: the cache shape a policy stack gives a
-// model (as Engine::Create builds it), pool sizes from a byte budget, and a
+// model (DeriveCacheShape, the rule Engine::Create uses), pool sizes from a byte budget, and a
 // StepExecutor over a memory-only KVCache (no storage, real model shapes such
 // as llama-3.1-70b) that emits dummy tokens. The scheduler and pools are the
 // ones the engine uses, so a serving scenario (such as a 70B model's
@@ -69,8 +69,8 @@ struct ServeCachePlan {
   int64_t MaxSequenceTokens() const;
 };
 
-// The cache shape of `stack` on `model` (stored heads, storage dtype, sealed
-// encoding: the same rules as Engine::Create), the pools of `spec`, and
+// The cache shape of `stack` on `model` (DeriveCacheShape: stored heads,
+// storage dtype, sealed encoding, as Engine::Create), the pools of `spec`, and
 // whether prefix caching is on (InvalidArgument if spec asks for it with a
 // stack that cannot share blocks).
 Status PlanServeCache(const ModelConfig& model, const PolicyStack& stack, int block_size, DType kv_dtype,

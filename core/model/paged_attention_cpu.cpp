@@ -1,0 +1,144 @@
+// The CPU attention backends (core/model/paged_attention.h): the cache's
+// bytes are host memory, so a layer's K/V are written by AppendKV and read by
+// the CPU kernels straight from the page table's blocks. The optimised
+// kernels' split is planned once per step over every layer's longest streams
+// (FlashInfer's plan/run split) and run by each layer. Offloaded blocks are
+// loaded into their staging blocks layer by layer: layer 0's before it runs,
+// and each layer starts loading the next one's on another thread while it
+// computes.
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <future>
+
+#include "core/model/paged_attention.h"
+#include "kernels/append_kv.h"
+#include "kernels/attention_cpu.h"
+#include "kernels/attention_encoded.h"
+#include "kernels/attention_reference.h"
+
+namespace kvlab {
+namespace {
+
+// The CPU kernels' split for a step, planned once over every layer's longest
+// streams and run by each layer.
+void PlanCpuStep(const PageTable& pt, const std::vector<int32_t>& qo_indptr, const CpuDecodeShape& shape,
+                 CpuDecodePlan* plan) {
+  std::vector<int64_t> longest(static_cast<size_t>(shape.num_seqs) * shape.num_kv_heads, 0);
+  for (int li = 0; li < pt.num_layers(); ++li) {
+    const PagedKV kv = pt.Layer(li);
+    const EncodedKV* enc = pt.Encoded(li);
+    for (int s = 0; s < static_cast<int>(longest.size()); ++s) {
+      const int64_t len = kv.StreamLength(s) + (enc == nullptr ? 0 : enc->StreamTokens(s));
+      longest[static_cast<size_t>(s)] = std::max(longest[static_cast<size_t>(s)], len);
+    }
+  }
+  PlanCpuDecode(shape, qo_indptr.data(), longest.data(), nullptr, 0, plan);
+}
+
+class HostAttention : public AttentionBackend {
+ public:
+  HostAttention(bool reference, const KernelOptions& kernels, int num_qo_heads)
+      : reference_(reference), kernels_(kernels), num_qo_heads_(num_qo_heads) {}
+  ~HostAttention() override {
+    if (next_load_.valid()) next_load_.wait();
+  }
+
+  const char* Name() const override { return reference_ ? "reference" : "cpu"; }
+  Status Attach(KVCache* cache, LlamaModel* /*model: stays on the CPU*/) override {
+    cache_ = cache;
+    return Status::OK();
+  }
+
+  Status BeginStep(const AttentionStep& step) override {
+    if (cache_ == nullptr) return Status::Internal("attention backend: BeginStep before Attach");
+    step_ = step;
+    status_ = Status::OK();
+    if (!reference_) {
+      const CacheShape& sh = cache_->shape();
+      PlanCpuStep(*step.page_table, *step.qo_indptr,
+                  CpuDecodeShape{step.page_table->num_seqs(), num_qo_heads_, sh.num_kv_heads, sh.head_dim}, &plan_);
+    }
+    return Status::OK();
+  }
+
+  void Append(int layer, const at::Tensor& k, const at::Tensor& v) override {
+    if (step_.staging != nullptr && !step_.staging->empty()) LoadStaged(layer);
+    const std::vector<int32_t>& qo = *step_.qo_indptr;
+    const PagedKV kv = step_.page_table->Layer(layer);
+    const int num_seqs = static_cast<int>(qo.size()) - 1;
+    AppendKV(kv, qo.data(), num_seqs, kv.num_streams / num_seqs, k.data_ptr<float>(), v.data_ptr<float>());
+  }
+
+  at::Tensor Attend(const LayerAttention& a, const at::Tensor& q) override {
+    const std::vector<int32_t>& qo = *step_.qo_indptr;
+    const PageTable& pt = *step_.page_table;
+    const PagedKV kv = pt.Layer(a.layer);
+    at::Tensor o = at::empty_like(q);
+    AttentionParams p;
+    p.num_seqs = static_cast<int>(qo.size()) - 1;
+    p.num_qo_heads = static_cast<int>(q.size(1));
+    p.num_kv_heads = kv.num_streams / p.num_seqs;
+    p.head_dim = static_cast<int>(q.size(2));
+    p.sm_scale = a.sm_scale;
+    p.qo_indptr = qo.data();
+    p.q = q.data_ptr<float>();
+    p.o = o.data_ptr<float>();
+    p.rope_inv_freq = a.rope_inv_freq;
+    p.first_visible = pt.FirstVisible(a.layer);
+    if (step_.slot_attn != nullptr) {
+      p.slot_attn = step_.slot_attn->values.data();
+      p.slot_attn_offsets = step_.slot_attn->offsets.data() + static_cast<size_t>(a.layer) * kv.num_streams;
+    }
+    p.int8_attention = kernels_.int8_attention;
+    if (const EncodedKV* enc = pt.Encoded(a.layer)) {
+      if (reference_) {
+        PagedAttentionEncodedReference(kv, *enc, p);
+      } else {
+        PagedAttentionEncodedCpu(kv, *enc, p, plan_);
+      }
+    } else if (reference_) {
+      PagedAttentionReference(kv, p);
+    } else {
+      PagedAttentionCpu(kv, p, plan_);
+    }
+    return o;
+  }
+
+  Status EndStep() override {
+    if (next_load_.valid()) Keep(next_load_.get());
+    step_ = AttentionStep();
+    return status_;
+  }
+
+ private:
+  void Keep(const Status& s) {
+    if (!s.ok() && status_.ok()) status_ = s;
+  }
+  // Layer `layer`'s offloaded blocks are in place when this returns.
+  void LoadStaged(int layer) {
+    const StagingPlan& staging = *step_.staging;
+    Keep(layer == 0 ? cache_->LoadStaged(staging, 0) : next_load_.get());
+    if (layer + 1 < step_.page_table->num_layers()) {
+      KVCache* cache = cache_;
+      next_load_ = std::async(std::launch::async, [cache, &staging, layer] { return cache->LoadStaged(staging, layer + 1); });
+    }
+  }
+
+  const bool reference_;
+  const KernelOptions kernels_;
+  const int num_qo_heads_;
+  CpuDecodePlan plan_;  // the step's (optimised kernels only), reused between steps
+  KVCache* cache_ = nullptr;
+  AttentionStep step_;
+  Status status_;
+  std::future<Status> next_load_;
+};
+
+}  // namespace
+
+std::unique_ptr<AttentionBackend> NewHostAttention(bool reference, const KernelOptions& kernels, int num_qo_heads) {
+  return std::make_unique<HostAttention>(reference, kernels, num_qo_heads);
+}
+
+}  // namespace kvlab
