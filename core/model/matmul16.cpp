@@ -51,7 +51,11 @@ at::Tensor MatMul16(const at::Tensor& x, const at::Tensor& w, const at::Tensor& 
   // Many rows (a prefill chunk): larger chunks, which BLAS multiplies more
   // efficiently, while widening stays a small share of the arithmetic.
   const int64_t scale = std::clamp<int64_t>(rows / 32, 1, 16);
-  const int64_t chunk = std::max<int64_t>(1, widen_chunk_bytes * scale / (K * 4));
+  // At least one chunk per thread: a matrix smaller than threads x chunk (a
+  // GQA k/v projection at 512 rows) would otherwise run on one core.
+  const int64_t threads = std::max<int64_t>(1, at::get_num_threads());
+  const int64_t chunk = std::clamp<int64_t>((N + threads - 1) / threads, 1,
+                                            std::max<int64_t>(1, widen_chunk_bytes * scale / (K * 4)));
   const int64_t num_chunks = (N + chunk - 1) / chunk;
   at::Tensor y = at::empty({rows, N}, x2.options());
   at::parallel_for(0, num_chunks, 1, [&](int64_t c0, int64_t c1) {
