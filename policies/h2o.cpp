@@ -40,7 +40,17 @@ class H2OPolicy : public KVPolicy {
 
   const char* Name() const override { return "h2o"; }
   uint32_t Concerns() const override { return kConcernSelection; }
+  Status CheckShape(int /*kv_heads*/, int /*head_dim*/, int block_size) const override {
+    if (budget_ > 0 && budget_ < block_size) {
+      return Status::InvalidArgument("h2o: budget " + std::to_string(budget_) + " is smaller than one block (block_size " +
+                                     std::to_string(block_size) + "): the pools hand out whole blocks per stream");
+    }
+    return Status::OK();
+  }
   bool NeedsAttentionScores() const override { return true; }
+  int64_t KeptSlotsBound(int64_t max_length) const override {
+    return budget_ > 0 ? std::min(budget_, max_length) : std::max<int64_t>(1, FloorOfProduct(ratio_, max_length));
+  }
 
   bool SelectSlots(const StreamState& s, std::vector<int64_t>* keep) const override {
     const int64_t n = s.num_tokens;

@@ -1,5 +1,6 @@
 #include "policies/kv_policy.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -206,6 +207,11 @@ bool PolicyStack::SharesPrefixBlocks(std::string* why_not) const {
 
 bool PolicyStack::PrefixCachingByDefault() const {
   return (Concerns() & (kConcernSelection | kConcernRepresentation | kConcernPlacement)) == 0;
+}
+
+int64_t PolicyStack::KeptSlotsBound(int64_t max_length) const {
+  const KVPolicy* p = For(kConcernSelection);
+  return p ? std::max<int64_t>(0, std::min(max_length, p->KeptSlotsBound(max_length))) : max_length;
 }
 
 bool PolicyStack::NeedsAttentionScores() const { return ScoringPolicy() != nullptr; }

@@ -170,6 +170,13 @@ class KVPolicy {
   // everything; otherwise fills `keep` with the slot indices to keep, strictly
   // increasing, and core compacts the stream and frees emptied blocks.
   virtual bool SelectSlots(const StreamState& /*s*/, std::vector<int64_t>* /*keep*/) const { return false; }
+  // The most slots a stream keeps after SelectSlots, over every sequence
+  // length up to `max_length` tokens (REQUIRES max_length >= 1). Core sizes
+  // the pools from it (core/cache/cache_reservation.h): each stream gets room
+  // for this bound plus the tokens of one step. The default, max_length,
+  // claims no bound; a policy that keeps a budget says so here, and one that
+  // under-reports makes a later step fail for want of blocks.
+  virtual int64_t KeptSlotsBound(int64_t max_length) const { return max_length; }
   // True to store keys before RoPE and rotate them at read time by their
   // slot index (positions within the cache, as StreamingLLM does).
   virtual bool KeysBeforeRope() const { return false; }
@@ -240,6 +247,9 @@ class PolicyStack {
   HeadMerge MergeMode() const;
   DType StorageDType(DType requested) const;
   bool NeedsAttentionScores() const;
+  // The selection policy's KVPolicy::KeptSlotsBound, at most max_length;
+  // max_length without selection.
+  int64_t KeptSlotsBound(int64_t max_length) const;
   // The policy whose scores the cache folds (the first that needs them), or nullptr.
   const KVPolicy* ScoringPolicy() const;
   // Every policy's AttentionKernelOptions, merged (an option is on when one sets it).

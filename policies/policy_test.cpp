@@ -339,6 +339,11 @@ TEST(PolicyConformanceTest, EverySelectionPolicyOnALongStream) {
         }
       }
       EXPECT_EQ(keep.back(), n - 1) << "drops the token just written";
+      // The pools are sized from KeptSlotsBound (core/cache/cache_reservation.h):
+      // a choice above it would leave a later step without blocks.
+      EXPECT_LE(static_cast<int64_t>(keep.size()), p->KeptSlotsBound(std::max(n, s.state.seq_length)))
+          << "keeps more slots than its KeptSlotsBound";
+      EXPECT_LT(p->KeptSlotsBound(1 << 20), 1 << 20) << "a selection policy that claims no bound on what it keeps";
 
       std::vector<int64_t> again = {-1};  // a stale vector must be overwritten, not appended to
       ASSERT_TRUE(p->SelectSlots(s.state, &again));

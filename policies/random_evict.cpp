@@ -66,6 +66,18 @@ class RandomEvictPolicy : public KVPolicy {
   // Slots kept: the token budget, or the ratio of the sequence's length so
   // far (seq_length >= num_tokens in any real state; the max guards
   // hand-built ones), at least 1. The 1e-6 keeps floor(0.29 * 100) at 29.
+  Status CheckShape(int /*kv_heads*/, int /*head_dim*/, int block_size) const override {
+    if (budget_ > 0 && budget_ < block_size) {
+      return Status::InvalidArgument("random: budget " + std::to_string(budget_) + " is smaller than one block (block_size " +
+                                     std::to_string(block_size) + "): the pools hand out whole blocks per stream");
+    }
+    return Status::OK();
+  }
+  int64_t KeptSlotsBound(int64_t max_length) const override {
+    if (budget_ > 0) return std::min(budget_, max_length);
+    return std::max<int64_t>(1, static_cast<int64_t>(std::floor(ratio_ * static_cast<double>(max_length) + 1e-6)));
+  }
+
   int64_t Budget(const StreamState& s) const {
     if (budget_ > 0) return budget_;
     const double length = static_cast<double>(std::max(s.seq_length, s.num_tokens));

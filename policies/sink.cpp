@@ -31,6 +31,17 @@ class SinkWindowPolicy : public KVPolicy {
   uint32_t Concerns() const override { return kConcernSelection; }
   bool KeysBeforeRope() const override { return cache_positions_; }
 
+  Status CheckShape(int /*kv_heads*/, int /*head_dim*/, int block_size) const override {
+    if (n_sink_ < block_size && window_ < block_size - n_sink_) {  // n_sink + window < block_size, overflow-free
+      return Status::InvalidArgument(std::string(name_) + ": n_sink + window = " + std::to_string(n_sink_) + " + " +
+                                     std::to_string(window_) + " is smaller than one block (block_size " + std::to_string(block_size) +
+                                     "): the pools hand out whole blocks per stream");
+    }
+    return Status::OK();
+  }
+  int64_t KeptSlotsBound(int64_t max_length) const override {
+    return max_length - window_ <= n_sink_ ? max_length : n_sink_ + window_;
+  }
   bool SelectSlots(const StreamState& s, std::vector<int64_t>* keep) const override {
     const int64_t n = s.num_tokens;
     if (n - window_ <= n_sink_) return false;  // within budget (written so huge params cannot overflow)

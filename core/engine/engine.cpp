@@ -22,6 +22,8 @@ struct Engine::Impl {
   // Chosen once at Create: where attention runs and the pools live.
   std::unique_ptr<AttentionBackend> backend;
   std::map<int64_t, int64_t> seq_len;  // tokens processed per sequence
+  PoolReservation reservation;
+  int64_t step_tokens = 0;             // Engine::step_tokens()
 };
 
 namespace {
@@ -138,19 +140,31 @@ Status Engine::Create(const EngineOptions& options, const std::vector<PolicySpec
   if (options.max_seqs <= 0 || options.max_context <= 0) {
     return Status::InvalidArgument("engine: max_seqs and max_context must be positive");
   }
-  const int64_t blocks_per_stream = (options.max_context + shape.block_size - 1) / shape.block_size;
-  const int64_t num_blocks =
-      options.num_blocks > 0 ? options.num_blocks : options.max_seqs * shape.StreamsPerSequence() * blocks_per_stream;
-  int64_t num_enc_blocks = 0;
-  if (shape.encoded) {
-    num_enc_blocks = options.max_seqs * shape.StreamsPerSequence() *
-                     ((options.max_context + shape.enc.tokens_per_block - 1) / shape.enc.tokens_per_block);
+  PlacementOptions placement;
+  const bool places = impl->policies.Placement(&placement);
+  const bool bounded = options.max_step_tokens > 0 &&
+                       (impl->policies.For(kConcernSelection) != nullptr || shape.encoded || places);
+  impl->step_tokens = bounded ? options.max_step_tokens : 0;
+  ReservationRequest rr;
+  rr.max_seqs = options.max_seqs;
+  rr.max_context = options.max_context;
+  rr.step_tokens = bounded ? options.max_step_tokens : options.max_context;
+  rr.prefix_caching = options.prefix_caching;
+  KVLAB_RETURN_IF_ERROR(ReservePools(shape, KvShapeOf(mc), options.kv_dtype, impl->policies, rr, &impl->reservation));
+  PoolReservation& res = impl->reservation;
+  if (options.num_blocks > 0) {
+    res.plain_blocks = options.num_blocks;
+    res.plain_bytes = options.num_blocks * shape.BlockBytes();
+    const size_t enc_rule = res.why.find("\nencoded");
+    res.why = "plain: " + std::to_string(options.num_blocks) + " blocks (num_blocks, as given)" +
+              (enc_rule == std::string::npos ? "" : res.why.substr(enc_rule));
   }
+  const int64_t num_blocks = res.plain_blocks;
+  const int64_t num_enc_blocks = res.encoded_blocks;
   KVLAB_RETURN_IF_ERROR(KVCache::Create(shape, num_blocks, /*with_storage=*/true, &impl->cache, num_enc_blocks,
                                         impl->backend->arena_allocator()));
   KVLAB_RETURN_IF_ERROR(impl->backend->Attach(impl->cache.get(), impl->model.get()));
-  PlacementOptions placement;
-  if (impl->policies.Placement(&placement)) KVLAB_RETURN_IF_ERROR(impl->cache->EnableOffload(placement));
+  if (places) KVLAB_RETURN_IF_ERROR(impl->cache->EnableOffload(placement));
   if (options.prefix_caching) {
     std::string why_not;
     if (!impl->policies.SharesPrefixBlocks(&why_not)) {
@@ -167,6 +181,8 @@ DType Engine::weight_dtype() const { return impl_->model->WeightDType(); }
 const PolicyStack& Engine::policies() const { return impl_->policies; }
 const KVCache& Engine::cache() const { return *impl_->cache; }
 const EngineOptions& Engine::options() const { return impl_->options; }
+const PoolReservation& Engine::reservation() const { return impl_->reservation; }
+int64_t Engine::step_tokens() const { return impl_->step_tokens; }
 
 Status Engine::AddSequence(int64_t seq) {
   KVLAB_RETURN_IF_ERROR(impl_->cache->AddSequence(seq));
@@ -195,7 +211,11 @@ int64_t Engine::SequenceLength(int64_t seq) const {
 
 bool Engine::CanForward(const std::vector<SeqChunk>& chunks) const {
   int64_t need = 0;
-  for (const SeqChunk& c : chunks) need += impl_->cache->BlocksNeeded(c.seq, static_cast<int64_t>(c.tokens.size()));
+  const int64_t cap = impl_->step_tokens;
+  for (const SeqChunk& c : chunks) {
+    const int64_t n = static_cast<int64_t>(c.tokens.size());
+    need += impl_->cache->BlocksNeeded(c.seq, cap > 0 ? std::min(n, cap) : n);
+  }
   return need <= impl_->cache->AvailableBlocks();
 }
 
@@ -208,15 +228,14 @@ Status CheckContextLength(const ModelConfig& config, int64_t have, int64_t add, 
                                  " (--allow-long-context, or allow_long_context = true in a config, runs past it)");
 }
 
-Status Engine::Forward(const std::vector<SeqChunk>& chunks, bool all_logits,
-                       std::vector<std::vector<float>>* logits) {
-  Impl& s = *impl_;
+Status Engine::CheckChunks(const std::vector<SeqChunk>& chunks) const {
+  const Impl& s = *impl_;
   const int64_t vocab = s.model->config().vocab_size;
   if (chunks.empty()) return Status::InvalidArgument("Forward: no chunks");
-  std::vector<int32_t> tokens, positions, qo_indptr{0};
   std::vector<int64_t> seqs;
   for (const SeqChunk& c : chunks) {
-    if (!s.seq_len.count(c.seq)) return Status::NotFound("Forward: sequence " + std::to_string(c.seq) + " was not added");
+    auto it = s.seq_len.find(c.seq);
+    if (it == s.seq_len.end()) return Status::NotFound("Forward: sequence " + std::to_string(c.seq) + " was not added");
     if (std::find(seqs.begin(), seqs.end(), c.seq) != seqs.end()) {
       return Status::InvalidArgument("Forward: sequence " + std::to_string(c.seq) + " appears twice in one step");
     }
@@ -228,9 +247,57 @@ Status Engine::Forward(const std::vector<SeqChunk>& chunks, bool all_logits,
       }
     }
     seqs.push_back(c.seq);
-    const int64_t start = s.seq_len[c.seq];
-    KVLAB_RETURN_IF_ERROR(CheckContextLength(s.model->config(), start, static_cast<int64_t>(c.tokens.size()),
+    KVLAB_RETURN_IF_ERROR(CheckContextLength(s.model->config(), it->second, static_cast<int64_t>(c.tokens.size()),
                                              s.options.allow_long_context, "sequence " + std::to_string(c.seq)));
+  }
+  return Status::OK();
+}
+
+Status Engine::Forward(const std::vector<SeqChunk>& chunks, bool all_logits,
+                       std::vector<std::vector<float>>* logits) {
+  const int64_t cap = impl_->step_tokens;
+  size_t longest = 0;
+  for (const SeqChunk& c : chunks) longest = std::max(longest, c.tokens.size());
+  if (cap <= 0 || static_cast<int64_t>(longest) <= cap) return ForwardStep(chunks, all_logits, logits);
+  KVLAB_RETURN_IF_ERROR(CheckChunks(chunks));
+  // Bounded steps: piece k of every chunk that has one, batched, then the
+  // policies act (ForwardStep applies them) before piece k + 1.
+  logits->assign(chunks.size(), {});
+  std::vector<std::vector<float>> out;
+  for (size_t off = 0; off < longest; off += static_cast<size_t>(cap)) {
+    std::vector<SeqChunk> piece;
+    std::vector<size_t> idx;
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      const std::vector<int32_t>& t = chunks[i].tokens;
+      if (t.size() <= off) continue;
+      const size_t end = std::min(t.size(), off + static_cast<size_t>(cap));
+      piece.push_back({chunks[i].seq, std::vector<int32_t>(t.begin() + static_cast<std::ptrdiff_t>(off),
+                                                           t.begin() + static_cast<std::ptrdiff_t>(end))});
+      idx.push_back(i);
+    }
+    KVLAB_RETURN_IF_ERROR(ForwardStep(piece, all_logits, &out));
+    for (size_t j = 0; j < idx.size(); ++j) {
+      std::vector<float>& dst = (*logits)[idx[j]];
+      if (all_logits) {
+        dst.insert(dst.end(), out[j].begin(), out[j].end());
+      } else {
+        dst = std::move(out[j]);
+      }
+    }
+  }
+  return Status::OK();
+}
+
+Status Engine::ForwardStep(const std::vector<SeqChunk>& chunks, bool all_logits,
+                           std::vector<std::vector<float>>* logits) {
+  Impl& s = *impl_;
+  const int64_t vocab = s.model->config().vocab_size;
+  KVLAB_RETURN_IF_ERROR(CheckChunks(chunks));
+  std::vector<int32_t> tokens, positions, qo_indptr{0};
+  std::vector<int64_t> seqs;
+  for (const SeqChunk& c : chunks) {
+    seqs.push_back(c.seq);
+    const int64_t start = s.seq_len[c.seq];
     for (size_t i = 0; i < c.tokens.size(); ++i) {
       tokens.push_back(c.tokens[i]);
       positions.push_back(static_cast<int32_t>(start + static_cast<int64_t>(i)));
@@ -390,6 +457,9 @@ MemoryStats Engine::Memory() const {
   MemoryStats m;
   m.bytes_in_use = c.BytesInUse();
   m.bytes_reserved = c.BytesReserved();
+  m.plain_bytes_reserved = c.pool().bytes_reserved();
+  m.encoded_bytes_reserved = c.encoded_pool() ? c.encoded_pool()->bytes_reserved() : 0;
+  m.full_bytes_reserved = impl_->reservation.full_bytes;
   m.peak_bytes_in_use = c.PeakBytesInUse();
   m.blocks_in_use = c.BlocksInUse();
   m.block_bytes = c.pool().block_bytes();

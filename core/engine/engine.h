@@ -18,6 +18,7 @@
 #include "core/model/model_config.h"
 #include "core/engine/sampling.h"
 #include "core/base/status.h"
+#include "core/cache/cache_reservation.h"
 #include "policies/kv_policy.h"
 
 namespace kvlab {
@@ -38,6 +39,13 @@ struct EngineOptions {
   int64_t max_seqs = 1;
   int64_t max_context = 4096;
   int64_t prefill_chunk = 512;   // prompt tokens per prefill step (chunked prefill)
+  // With a stack that bounds the cache (selection, a sealed encoding, or
+  // placement): the most tokens one step adds to a sequence. A longer chunk
+  // runs as several steps with the policies acting after each, so no stream
+  // holds more than what its policy keeps plus this many tokens, and the
+  // pools are sized for that (core/cache/cache_reservation.h). 0: chunks run
+  // as given, and the pools hold every stream's whole context.
+  int64_t max_step_tokens = 64;
   std::string attention = "cpu"; // "cpu" (optimised) or "reference"; device "cpu" only
   // Where the model and the KV pools live: "cpu", or "cuda" (weights as
   // libtorch CUDA tensors, pools in device memory, attention through
@@ -67,7 +75,10 @@ struct SeqChunk {
 
 struct MemoryStats {
   int64_t bytes_in_use = 0;      // blocks held by sequences, from the pool
-  int64_t bytes_reserved = 0;    // the pool's capacity
+  int64_t bytes_reserved = 0;    // the pools' capacity (plain + encoded)
+  int64_t plain_bytes_reserved = 0;
+  int64_t encoded_bytes_reserved = 0;
+  int64_t full_bytes_reserved = 0;  // what the full cache would reserve for the same run
   int64_t peak_bytes_in_use = 0;
   int64_t blocks_in_use = 0;
   int64_t block_bytes = 0;
@@ -108,6 +119,11 @@ class Engine {
   const PolicyStack& policies() const;
   const KVCache& cache() const;
   const EngineOptions& options() const;
+  // How the pools were sized (ReservePools), with the rule behind each.
+  const PoolReservation& reservation() const;
+  // The most tokens one step adds to a sequence (EngineOptions::max_step_tokens
+  // when the stack bounds the cache), or 0 when chunks run as given.
+  int64_t step_tokens() const;
 
   Status AddSequence(int64_t seq);
   Status RemoveSequence(int64_t seq);
@@ -128,7 +144,10 @@ class Engine {
   // the model over the paged cache, then applies the policy stack's
   // selection. logits[i] holds the chunk's last-token logits [vocab], or with
   // all_logits every token's [n * vocab]. ResourceExhausted (nothing changed)
-  // when the pool is too small.
+  // when the pool is too small. A chunk longer than step_tokens() runs as
+  // several steps of at most that many tokens (all chunks' pieces batched
+  // together, the policies applied after each); the chunks are checked before
+  // the first, and a failure in a later step leaves the earlier ones applied.
   Status Forward(const std::vector<SeqChunk>& chunks, bool all_logits, std::vector<std::vector<float>>* logits);
 
   // Batched generation: each prompt is prefilled in chunks, then all
@@ -142,6 +161,11 @@ class Engine {
  private:
   struct Impl;
   explicit Engine(std::unique_ptr<Impl> impl);
+  // One step of Forward (no splitting).
+  Status ForwardStep(const std::vector<SeqChunk>& chunks, bool all_logits, std::vector<std::vector<float>>* logits);
+  // Forward's checks of the chunks (sequences added and distinct, tokens in
+  // the vocabulary, context length), before any step runs.
+  Status CheckChunks(const std::vector<SeqChunk>& chunks) const;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "core/engine/engine.h"
+#include "core/model/memory_calc.h"
 #include "core/model/model.h"
 #include "policies/registry.h"
 
@@ -163,6 +164,123 @@ TEST(PolicyEngineTest, H2OPerHeadEvictionFreesBlocks) {
   EXPECT_TRUE(heads_differ) << "H2O should keep different tokens in different heads";
   EXPECT_EQ(c.pool().num_used(), blocks);
   EXPECT_LT(h2o->Memory().bytes_in_use, full->Memory().bytes_in_use / 3);
+}
+
+// Bounded steps: a chunk longer than max_step_tokens runs as steps of at
+// most that many tokens with the policy acting after each, so no stream
+// holds more than the policy keeps plus one step during a long prefill.
+// With max_step_tokens = 1, one 300-token Forward is token-by-token
+// decoding, the rule H2O defines: the same kept set in every stream and the
+// same last logits, bit for bit.
+TEST(PolicyEngineTest, BoundedStepsKeepTheTokenByTokenSetAndBoundThePeak) {
+  auto make = [](int64_t step) {
+    EngineOptions o;
+    o.model = TinyModelDir();
+    o.kv_dtype = DType::kF32;
+    o.max_context = 512;
+    o.max_step_tokens = step;
+    std::unique_ptr<Engine> e;
+    Status s = Engine::Create(o, {PolicySpec{"h2o", {{"budget", "40"}}, "t"}}, &e);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    return e;
+  };
+  const auto tokens = Tokens(300);
+  auto one_chunk = make(1), by_token = make(1);
+  ASSERT_TRUE(one_chunk->AddSequence(0).ok());
+  ASSERT_TRUE(by_token->AddSequence(0).ok());
+  std::vector<std::vector<float>> a, b;
+  ASSERT_TRUE(one_chunk->Forward({SeqChunk{0, tokens}}, false, &a).ok());
+  for (int32_t t : tokens) ASSERT_TRUE(by_token->Forward({SeqChunk{0, {t}}}, false, &b).ok());
+  EXPECT_EQ(a[0], b[0]);
+  for (int l = 0; l < 2; ++l) {
+    for (int h = 0; h < 2; ++h) {
+      EXPECT_EQ(one_chunk->cache().stream(0, l, h).positions, by_token->cache().stream(0, l, h).positions);
+      EXPECT_EQ(one_chunk->cache().stream(0, l, h).num_tokens, 40);
+    }
+  }
+  // The default step of 64: the peak is 40 + 64 slots a stream, in blocks
+  // (2 layers x 2 heads x 7 blocks of 16 x 2 x 32 floats), against the whole
+  // chunk's 300 slots a stream with steps as given (0).
+  auto bounded = make(64), unbounded = make(0);
+  EXPECT_EQ(bounded->step_tokens(), 64);
+  EXPECT_EQ(unbounded->step_tokens(), 0);
+  for (Engine* e : {bounded.get(), unbounded.get()}) {
+    ASSERT_TRUE(e->AddSequence(0).ok());
+    ASSERT_TRUE(e->Forward({SeqChunk{0, tokens}}, true, &a).ok());
+    EXPECT_EQ(a[0].size(), tokens.size() * 300) << "every token's logits, across the steps";
+  }
+  const int64_t block_bytes = 2 * 16 * 32 * 4;
+  EXPECT_LE(bounded->Memory().peak_bytes_in_use, 4 * 7 * block_bytes);
+  EXPECT_GE(unbounded->Memory().peak_bytes_in_use, 4 * 19 * block_bytes);
+  // And the pools were sized for it: 4 streams x 7 blocks, against full's 32.
+  EXPECT_EQ(bounded->Memory().plain_bytes_reserved, 4 * 7 * block_bytes);
+  EXPECT_EQ(bounded->Memory().full_bytes_reserved, 4 * 32 * block_bytes);
+  EXPECT_EQ(unbounded->Memory().plain_bytes_reserved, 4 * 32 * block_bytes);
+}
+
+// Reservations follow the stack: every compressing stack reserves less than
+// full for the same run, and says why. (Offload cannot at two layers: its two
+// staging sets of one layer's blocks are the whole cache; the llama-3.1-8b
+// case is in model_io_test's CacheReservationTest.)
+TEST(PolicyEngineTest, ReservationsAreBelowFullsForEveryCompressingStack) {
+  const std::vector<std::vector<PolicySpec>> stacks = {
+      {PolicySpec{"sink", {{"n_sink", "4"}, {"window", "60"}}, "t"}},
+      {PolicySpec{"h2o", {{"ratio", "0.25"}}, "t"}},
+      {PolicySpec{"kivi", {{"residual", "32"}}, "t"}},
+      {PolicySpec{"quant", {}, "t"}},
+      {PolicySpec{"gqa-reuse", {}, "t"}},
+      {PolicySpec{"sink", {{"window", "60"}}, "t"}, PolicySpec{"kivi", {{"residual", "32"}}, "t"}},
+  };
+  auto full = MakeEngine({PolicySpec{"full", {}, "t"}});
+  const MemoryStats fm = full->Memory();
+  EXPECT_EQ(fm.bytes_reserved, fm.full_bytes_reserved);
+  for (const auto& st : stacks) {
+    auto e = MakeEngine(st);
+    ASSERT_NE(e, nullptr);
+    SCOPED_TRACE(e->policies().Describe());
+    const MemoryStats m = e->Memory();
+    EXPECT_EQ(m.full_bytes_reserved, fm.bytes_reserved);
+    EXPECT_LT(m.bytes_reserved, fm.bytes_reserved) << e->reservation().why;
+    EXPECT_EQ(m.bytes_reserved, m.plain_bytes_reserved + m.encoded_bytes_reserved);
+    EXPECT_FALSE(e->reservation().why.empty());
+    // A long run fits: 400 tokens teacher-forced, 100 at once then one a step.
+    TeacherForce(e.get(), Tokens(400), 100);
+  }
+}
+
+// `kvlab memory`'s analytic figure (EstimateKVMemory, in whole blocks) is
+// what the engine's pools hold at the end of a teacher-forced run, for every
+// concern: selection, representation, head sharing, placement and stacks.
+TEST(PolicyEngineTest, MemoryCalculatorEqualsTheEnginesEndBytes) {
+  const std::vector<std::vector<PolicySpec>> stacks = {
+      {PolicySpec{"full", {}, "t"}},
+      {PolicySpec{"sink", {{"n_sink", "4"}, {"window", "60"}}, "t"}},
+      {PolicySpec{"h2o", {{"ratio", "0.25"}}, "t"}},
+      {PolicySpec{"h2o", {{"budget", "50"}}, "t"}},
+      {PolicySpec{"kivi", {{"residual", "32"}}, "t"}},
+      {PolicySpec{"quant", {}, "t"}},
+      {PolicySpec{"gqa-reuse", {}, "t"}},
+      {PolicySpec{"offload", {{"device_budget", "16384"}, {"host_budget", "32768"}}, "t"}},
+      {PolicySpec{"sink", {{"window", "60"}}, "t"}, PolicySpec{"kivi", {{"residual", "32"}}, "t"}},
+      {PolicySpec{"gqa-reuse", {}, "t"}, PolicySpec{"h2o", {{"budget", "40"}}, "t"}},
+  };
+  ModelConfig mc;
+  ASSERT_TRUE(LoadModelConfig(TinyModelDir() + "/config.json", &mc).ok());
+  for (const auto& specs : stacks) {
+    auto e = MakeEngine(specs, DType::kBF16);
+    ASSERT_NE(e, nullptr);
+    SCOPED_TRACE(e->policies().Describe());
+    TeacherForce(e.get(), Tokens(333), 100);
+    MemoryEstimate est;
+    ASSERT_TRUE(EstimateKVMemory(mc, 333, 16, e->policies(), &est).ok());
+    const MemoryStats m = e->Memory();
+    EXPECT_EQ(est.bytes_in_blocks, m.bytes_in_use);
+    if (est.placed) {
+      EXPECT_EQ(est.host_bytes, m.host_bytes);
+      EXPECT_EQ(est.disk_bytes, m.disk_bytes);
+      EXPECT_EQ(est.device_bytes + est.host_bytes + est.disk_bytes, m.bytes_in_use);
+    }
+  }
 }
 
 // gqa-reuse with merge = mean stores, in layer 0, the mean of the two K heads

@@ -21,7 +21,8 @@ Status CheckEngineOptions(const EngineOptions& o) {
   KVLAB_RETURN_IF_ERROR(CheckIntIn("block_size (--block-size)", o.block_size, kAny, kMaxBlockSize));
   KVLAB_RETURN_IF_ERROR(CheckIntIn("the context (prompt + new tokens)", o.max_context, kAny, kMaxContextTokens));
   KVLAB_RETURN_IF_ERROR(CheckIntIn("sequences at once (batch)", o.max_seqs, kAny, kMaxBatch));
-  return CheckIntIn("prefill_chunk", o.prefill_chunk, kAny, kMaxContextTokens);
+  KVLAB_RETURN_IF_ERROR(CheckIntIn("max_step_tokens (--max-step-tokens)", o.max_step_tokens, 0, kMaxContextTokens));
+  return CheckIntIn("prefill_chunk (--prefill-chunk)", o.prefill_chunk, 1, kMaxContextTokens);
 }
 
 Status CheckGenerateOptions(const GenerateOptions& o) {
@@ -172,6 +173,8 @@ Status ParseRunConfig(const std::string& text, const std::string& path, RunConfi
       cfg.engine.block_size = static_cast<int>(iv);
     } else if (key == "prefill_chunk") {
       KVLAB_RETURN_IF_ERROR(want_int(&cfg.engine.prefill_chunk));
+    } else if (key == "max_step_tokens") {
+      KVLAB_RETURN_IF_ERROR(want_int(&cfg.engine.max_step_tokens));
     } else if (key == "attention") {
       KVLAB_RETURN_IF_ERROR(want_string(&cfg.engine.attention));
     } else if (key == "device") {
@@ -191,7 +194,7 @@ Status ParseRunConfig(const std::string& text, const std::string& path, RunConfi
     } else {
       return Status::InvalidArgument(where + ": unknown key '" + key +
                                      "'; valid keys: model, prompt, prompt_file, tokens, max_new_tokens, kv_dtype, block_size, "
-                                     "prefill_chunk, attention, device, temperature, top_p, seed, allow_long_context, policy");
+                                     "prefill_chunk, max_step_tokens, attention, device, temperature, top_p, seed, allow_long_context, policy");
     }
   }
   if (static_cast<int>(!cfg.prompt.empty()) + static_cast<int>(!cfg.prompt_file.empty()) +

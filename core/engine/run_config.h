@@ -23,6 +23,7 @@ namespace kvlab {
 //   kv_dtype = "bf16"          # f32 | f16 | bf16
 //   block_size = 16
 //   prefill_chunk = 512
+//   max_step_tokens = 64       # with selection, an encoding or offload: tokens a step adds (0 = as given)
 //   attention = "cpu"          # cpu | reference
 //   device = "cpu"             # cpu | cuda
 //   temperature = 0.0

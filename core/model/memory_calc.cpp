@@ -26,11 +26,25 @@ Status EstimateKVMemory(const ModelConfig& c, int64_t tokens, int bits, const Po
   e.tokens = tokens;
   e.bytes_per_token = 2 * e.num_layers * e.stored_kv_heads * e.head_dim * bits / 8;
   const int64_t layer_token_bytes = 2 * e.stored_kv_heads * e.head_dim * bits / 8;
+  // Selection: what the policy keeps of a stream at `tokens` tokens.
+  const KVPolicy* sel = stack.For(kConcernSelection);
+  int64_t kept = tokens;
+  if (sel != nullptr) {
+    constexpr int64_t kHuge = int64_t{1} << 40;
+    if (sel->KeptSlotsBound(kHuge) >= kHuge) {
+      return Status::InvalidArgument("kvlab memory: policy '" + std::string(sel->Name()) +
+                                     "' (selection) declares no bound on what it keeps (KVPolicy::KeptSlotsBound), "
+                                     "so its memory cannot be modelled");
+    }
+    kept = tokens > 0 ? stack.KeptSlotsBound(tokens) : 0;
+    e.selection = sel->Name() + std::string("(") + sel->params().ToString() + ")";
+  }
+  e.tokens_kept = kept;
   for (int l = 0; l < shape.num_layers; ++l) {
     const int64_t w = shape.Window(l);
     auto it = std::find_if(e.groups.begin(), e.groups.end(), [w](const LayerGroup& g) { return g.window == w; });
     if (it == e.groups.end()) {
-      e.groups.push_back(LayerGroup{w, 0, w > 0 ? std::min(tokens, w) : tokens, 0});
+      e.groups.push_back(LayerGroup{w, 0, std::min(kept, w > 0 ? std::min(tokens, w) : tokens), 0});
       it = e.groups.end() - 1;
     }
     ++it->layers;
@@ -41,18 +55,34 @@ Status EstimateKVMemory(const ModelConfig& c, int64_t tokens, int bits, const Po
   const bool encoded = shape.encoded;
   if (encoded) e.encoding = enc.Describe();
   e.bytes_per_sequence = 0;
+  e.bytes_in_blocks = 0;
+  const int64_t bs = e.block_size;
+  const int64_t plain_block_bytes = 2 * bs * e.head_dim * bits / 8;
   for (LayerGroup& g : e.groups) {
     const int64_t held = g.tokens_held;
     int64_t per_layer = layer_token_bytes * held;
+    int64_t enc_tokens = 0, enc_bytes = 0;
     if (encoded) {
       // Sealed groups outside the residual are encoded; the rest stays at `bits`.
       const int64_t tpb = enc.tokens_per_block;
-      const int64_t enc_tokens = held > residual ? (held - residual) / tpb * tpb : 0;
+      enc_tokens = held > residual ? (held - residual) / tpb * tpb : 0;
       if (g.window == 0 || e.encoded_tokens == 0) e.encoded_tokens = enc_tokens;
-      per_layer = e.stored_kv_heads * (enc_tokens / tpb * enc.BlockBytes()) + layer_token_bytes * (held - enc_tokens);
+      enc_bytes = enc_tokens / tpb * enc.BlockBytes();
+      per_layer = e.stored_kv_heads * enc_bytes + layer_token_bytes * (held - enc_tokens);
     }
     g.bytes = g.layers * per_layer;
     e.bytes_per_sequence += g.bytes;
+    // A window layer frees only whole leading blocks out of its window, so it
+    // may hold up to a block more; the figure here is the exact window.
+    const int64_t plain_blocks = (held - enc_tokens + bs - 1) / bs;
+    e.bytes_in_blocks += g.layers * e.stored_kv_heads * (plain_blocks * plain_block_bytes + enc_bytes);
+  }
+  PlacementOptions po;
+  if (stack.Placement(&po)) {
+    e.placed = true;
+    e.device_bytes = std::min(e.bytes_in_blocks, po.device_budget_bytes);
+    e.host_bytes = std::min(e.bytes_in_blocks - e.device_bytes, po.host_budget_bytes);
+    e.disk_bytes = e.bytes_in_blocks - e.device_bytes - e.host_bytes;
   }
   e.mha_shortcut_bytes = 2 * e.num_layers * e.hidden * tokens * bits / 8;
   e.policy = stack.Describe();
@@ -127,8 +157,18 @@ std::string FormatMemoryReport(const MemoryEstimate& e, int64_t pool_bytes) {
   out += "\n";
   out += "per token      " + WithCommas(e.bytes_per_token) + " B = " + BinaryUnits(e.bytes_per_token) +
          "   (2 x L x H_kv x d_h x b)\n";
+  if (!e.selection.empty()) {
+    out += "selection      " + e.selection + " keeps " + WithCommas(e.tokens_kept) + " of " + WithCommas(e.tokens) +
+           " tokens per stream\n";
+  }
   out += "per sequence   " + WithCommas(e.bytes_per_sequence) + " B = " + BinaryUnits(e.bytes_per_sequence) + " = " +
          DecimalUnits(e.bytes_per_sequence) + " at " + WithCommas(e.tokens) + " tokens\n";
+  out += "in blocks      " + WithCommas(e.bytes_in_blocks) + " B in blocks of " + std::to_string(e.block_size) +
+         " tokens (what the engine's pools hold at the end)\n";
+  if (e.placed) {
+    out += "tiers          device " + WithCommas(e.device_bytes) + " B, host " + WithCommas(e.host_bytes) + " B, disk " +
+           WithCommas(e.disk_bytes) + " B (the placement policy's budgets)\n";
+  }
   // Against the model's own uncompressed GQA cache, not the policy's.
   const int64_t gqa_bytes = 2 * e.num_layers * e.kv_heads * e.head_dim * e.tokens * e.bits / 8;
   if (e.mha_shortcut_bytes != gqa_bytes && gqa_bytes > 0 && e.hidden > 0) {

@@ -1,8 +1,12 @@
 // The KV-cache size calculator: bytes per token and per sequence,
 // 2 * L * H_kv * d_h * S * b, for any model config, storage width and policy
-// stack whose effect is fixed by its parameters (head sharing, storage dtype);
-// sliding-window layers hold at most their window.
-// Formula only: the engine's pools report what is really held.
+// stack: head sharing (stored heads), representation (the sealed encoding's
+// bytes, its plain residual included), selection (what the policy keeps at
+// S tokens: KVPolicy::KeptSlotsBound) and placement (device, host and disk
+// bytes by the policy's budgets); sliding-window layers hold at most their
+// window. A policy it cannot model is an error naming it, never the
+// uncompressed figure under its name. Formula only: the engine's pools report
+// what is really held (the block-rounded figure is what they hold at the end).
 #pragma once
 
 #include <cstdint>
@@ -31,6 +35,12 @@ struct MemoryEstimate {
   std::string policy;                 // stack description
   std::string encoding;               // sealed-block encoding, if the stack has one
   int64_t encoded_tokens = 0;         // tokens in sealed encoded blocks
+  int64_t tokens_kept = 0;            // per stream of a global layer, after selection
+  std::string selection;              // the selection policy's description, if any
+  int64_t block_size = 16;
+  int64_t bytes_in_blocks = 0;        // bytes_per_sequence with every stream's plain part in whole blocks
+  bool placed = false;                // a placement policy splits bytes_in_blocks by tier:
+  int64_t device_bytes = 0, host_bytes = 0, disk_bytes = 0;
   std::vector<LayerGroup> groups;     // one per distinct window, global first
   std::string unverified_model_type;  // set when the config's family is not one kvlab models
 };

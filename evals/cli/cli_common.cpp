@@ -67,10 +67,28 @@ void PrintEngineMemory(const Engine& engine, const MemoryStats& m, int64_t token
   const CacheShape& s = engine.cache().shape();
   std::printf("KV cache (%s, block_size %d, %s storage):\n", engine.policies().Describe().c_str(), s.block_size,
               DTypeName(s.dtype));
-  std::printf("  in use    %s B in %lld blocks of %s B\n", WithCommas(m.bytes_in_use).c_str(),
-              static_cast<long long>(m.blocks_in_use), WithCommas(m.block_bytes).c_str());
+  const KVCache& c = engine.cache();
+  auto pool_line = [](const BlockPool& p) {
+    return p.name() + " " + WithCommas(p.num_used()) + " blocks of " + WithCommas(p.block_bytes()) + " B";
+  };
+  std::string pools = pool_line(c.pool());
+  if (c.encoded_pool() != nullptr) pools += ", " + pool_line(*c.encoded_pool());
+  std::printf("  in use    %s B: %s\n", WithCommas(m.bytes_in_use).c_str(), pools.c_str());
   std::printf("  peak      %s B\n", WithCommas(m.peak_bytes_in_use).c_str());
-  std::printf("  reserved  %s B (pool capacity)\n", WithCommas(m.bytes_reserved).c_str());
+  const PoolReservation& r = engine.reservation();
+  std::printf("  reserved  %s B (pool capacity) = %.3fx the full cache's %s B for this run\n",
+              WithCommas(m.bytes_reserved).c_str(),
+              r.full_bytes > 0 ? static_cast<double>(m.bytes_reserved) / static_cast<double>(r.full_bytes) : 0.0,
+              WithCommas(r.full_bytes).c_str());
+  for (size_t a = 0, b = 0; a < r.why.size(); a = b + 1) {
+    b = r.why.find('\n', a);
+    if (b == std::string::npos) b = r.why.size();
+    std::printf("            %s\n", r.why.substr(a, b - a).c_str());
+  }
+  if (engine.step_tokens() > 0) {
+    std::printf("  steps     at most %lld tokens a step: longer chunks run as several, the policies acting after each\n",
+                static_cast<long long>(engine.step_tokens()));
+  }
   if (m.host_bytes + m.disk_bytes > 0) {
     std::printf("  tiers     device %s B (peak %s B), host %s B, disk %s B\n", WithCommas(m.device_bytes).c_str(),
                 WithCommas(m.peak_device_bytes).c_str(), WithCommas(m.host_bytes).c_str(),

@@ -180,6 +180,10 @@ Command AddGenerateCommand(CLI::App& app) {
   gen->add_option("--batch", a->batch, "Decode this many copies of the prompt together")->capture_default_str();
   gen->add_option("--layers", a->eo.num_layers, "Keep only this many layers of a preset");
   gen->add_option("--prefill-chunk", a->eo.prefill_chunk, "Prompt tokens per prefill step")->capture_default_str();
+  gen->add_option("--max-step-tokens", a->eo.max_step_tokens,
+                  "With selection, an encoding or offload: the most tokens a step adds to a sequence, so the cache "
+                  "never holds more than the policy keeps plus this (0 = chunks as given, pools for the whole context)")
+      ->capture_default_str();
   gen->add_option("--weight-seed", a->eo.weight_seed, "Seed of a preset's random weights")->capture_default_str();
   gen->add_option("--attention", a->eo.attention, "cpu or reference")->capture_default_str();
   gen->add_option("--device", a->eo.device, "cpu, or cuda (model and KV pools on the GPU; docs/kernels.md)")

@@ -21,6 +21,7 @@ struct LogitsArgs {
   int block = 16;
   int threads = 0;  // 0: all cores
   int64_t chunk = 0;  // prefill mode: tokens per chunk (0: one chunk)
+  int64_t max_step_tokens = EngineOptions().max_step_tokens;
   bool allow_long_context = false;
 };
 
@@ -58,6 +59,7 @@ int RunLogits(const LogitsArgs& a) {
   o.model = a.model;
   o.block_size = a.block;
   o.num_threads = a.threads;
+  o.max_step_tokens = a.max_step_tokens;
   if (a.threads < 0) return Fail(Status::InvalidArgument("--threads must be >= 0 (0: all cores), got " +
                                                          std::to_string(a.threads)));
   // dense and nocache run the model without the paged cache, so no policy
@@ -183,6 +185,9 @@ Command AddLogitsCommand(CLI::App& app) {
   lg->add_option("--prefill-chunk", a->chunk, "prefill mode: feed the tokens this many at a time (chunked prefill)");
   lg->add_option("--policy", a->policy_args,
                  "prefill and decode modes: policy NAME or NAME:key=value,...; repeat to stack (default full)");
+  lg->add_option("--max-step-tokens", a->max_step_tokens,
+                 "With selection, an encoding or offload: the most tokens a step adds (0 = chunks as given)")
+      ->capture_default_str();
   lg->add_option("--threads", a->threads, "Threads (0 = all cores)")->capture_default_str();
   lg->add_flag("--allow-long-context", a->allow_long_context,
                "Run past the model's max_position_embeddings (otherwise an error)");

@@ -76,6 +76,9 @@ nlohmann::ordered_json MemoryJson(const MemoryStats& m) {
   j["host_bytes"] = m.host_bytes;
   j["disk_bytes"] = m.disk_bytes;
   j["kv_bytes_reserved"] = m.bytes_reserved;
+  j["plain_bytes_reserved"] = m.plain_bytes_reserved;
+  j["encoded_bytes_reserved"] = m.encoded_bytes_reserved;
+  j["full_bytes_reserved"] = m.full_bytes_reserved;
   return j;
 }
 

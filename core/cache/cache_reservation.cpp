@@ -1,0 +1,153 @@
+#include "core/cache/cache_reservation.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace kvlab {
+namespace {
+
+int64_t CeilDiv(int64_t a, int64_t b) { return a <= 0 ? 0 : (a + b - 1) / b; }
+
+// a * b, or false when it does not fit in int64.
+bool Mul(int64_t a, int64_t b, int64_t* out) { return !__builtin_mul_overflow(a, b, out); }
+bool Add(int64_t a, int64_t b, int64_t* out) { return !__builtin_add_overflow(a, b, out); }
+
+std::string Num(int64_t v) {
+  std::string s = std::to_string(v);
+  for (int i = static_cast<int>(s.size()) - 3; i > (s[0] == '-' ? 1 : 0); i -= 3) s.insert(static_cast<size_t>(i), ",");
+  return s;
+}
+
+Status Overflow(const char* what) {
+  return Status::InvalidArgument(std::string("pool reservation: the ") + what + " overflow 64 bits (max_seqs x max_context too large)");
+}
+
+}  // namespace
+
+Status ReservePools(const CacheShape& shape, const ModelKvShape& model, DType requested_dtype, const PolicyStack& stack,
+                    const ReservationRequest& req, PoolReservation* out) {
+  *out = PoolReservation();
+  if (req.max_seqs <= 0 || req.max_context <= 0) {
+    return Status::InvalidArgument("pool reservation: max_seqs and max_context must be positive");
+  }
+  const int64_t ctx = req.max_context;
+  const int64_t step = req.step_tokens > 0 ? std::min(req.step_tokens, ctx) : ctx;
+  const int64_t bs = shape.block_size;
+  const int64_t tpb = shape.encoded ? shape.enc.tokens_per_block : 0;
+  const KVPolicy* sel = stack.For(kConcernSelection);
+  const int64_t kept = stack.KeptSlotsBound(ctx);
+  const int64_t slots = std::min(ctx, kept + step);
+
+  // Full cache for the same request: the baseline every ratio is against.
+  int64_t full_block_bytes = 2 * bs * model.head_dim * DTypeBytes(requested_dtype);
+  int64_t full = 0;
+  if (!Mul(req.max_seqs, static_cast<int64_t>(model.num_layers) * model.num_kv_heads, &full) ||
+      !Mul(full, CeilDiv(ctx, bs), &full) || !Mul(full, full_block_bytes, &full)) {
+    return Overflow("full cache's bytes");
+  }
+  out->full_bytes = full;
+
+  // Per layer: plain and encoded blocks of one stream.
+  std::vector<int64_t> plain_l(static_cast<size_t>(shape.num_layers)), enc_l(plain_l.size());
+  int64_t windowed_layers = 0;
+  for (int l = 0; l < shape.num_layers; ++l) {
+    int64_t sl = slots;
+    if (shape.Window(l) > 0) {
+      sl = std::min(sl, shape.Window(l) + bs + step);
+      ++windowed_layers;
+    }
+    if (req.prefix_caching) sl = ctx;
+    int64_t p = CeilDiv(sl, bs);
+    if (shape.encoded && sel == nullptr && !req.prefix_caching) {
+      p = std::min(p, CeilDiv(shape.residual + tpb - 1 + step, bs));
+    }
+    plain_l[static_cast<size_t>(l)] = p;
+    enc_l[static_cast<size_t>(l)] = shape.encoded ? CeilDiv(sl, tpb) : 0;
+  }
+  int64_t plain_per_seq = 0, enc_per_seq = 0;
+  for (size_t l = 0; l < plain_l.size(); ++l) {
+    plain_per_seq += plain_l[l] * shape.num_kv_heads;
+    enc_per_seq += enc_l[l] * shape.num_kv_heads;
+  }
+  int64_t plain = 0, enc = 0;
+  if (!Mul(plain_per_seq, req.max_seqs, &plain) || !Mul(enc_per_seq, req.max_seqs, &enc)) return Overflow("block counts");
+
+  const int64_t streams = static_cast<int64_t>(shape.num_layers) * shape.num_kv_heads;
+  std::string why;
+  auto line = [&why](const std::string& s) { why += (why.empty() ? "" : "\n") + s; };
+  const std::string seqs_streams = Num(req.max_seqs) + " seqs x " + Num(streams) + " streams";
+  if (req.prefix_caching) {
+    line("plain: " + seqs_streams + " x " + Num(CeilDiv(ctx, bs)) + " blocks (prefix caching keeps the full reservation: " +
+         "cached blocks outlive their sequences)");
+  } else if (sel != nullptr) {
+    line("plain: " + seqs_streams + ", each at most " + Num(slots) + " slots (" + sel->Name() + " keeps <= " + Num(kept) +
+         " of " + Num(ctx) + " + a " + Num(step) + "-token step)" +
+         (windowed_layers > 0 ? "; " + Num(windowed_layers) + " window layers less" : ""));
+  } else if (shape.encoded) {
+    line("plain: " + seqs_streams + " x " + Num(plain_l.empty() ? 0 : plain_l[0]) + " blocks (residual " +
+         Num(shape.residual) + " + a " + Num(tpb) + "-token group being filled + a " + Num(step) + "-token step)");
+  } else {
+    line("plain: " + seqs_streams + " x " + Num(CeilDiv(ctx, bs)) + " blocks (" + Num(ctx) + " tokens" +
+         (windowed_layers > 0 ? "; " + Num(windowed_layers) + " window layers hold their window + a block + a step" : "") +
+         ")");
+  }
+  if (shape.encoded) {
+    line("encoded: " + seqs_streams + ", " + Num(tpb) + " tokens a block, for up to " + Num(req.prefix_caching ? ctx : slots) +
+         " slots");
+  }
+
+  PlacementOptions po;
+  if (stack.Placement(&po) && !req.prefix_caching) {
+    const int64_t sets = shape.num_layers > 1 ? 2 : 1;
+    const int64_t max_plain_l = plain_l.empty() ? 0 : *std::max_element(plain_l.begin(), plain_l.end());
+    const int64_t max_enc_l = enc_l.empty() ? 0 : *std::max_element(enc_l.begin(), enc_l.end());
+    int64_t all_streams = 0;
+    if (!Mul(streams, req.max_seqs, &all_streams)) return Overflow("stream counts");
+    const int64_t budget_plain = CeilDiv(po.device_budget_bytes, shape.BlockBytes());
+    // Per stream: its open tail block and one step's tokens after it.
+    const int64_t working = CeilDiv(bs - 1 + step, bs);
+    const int64_t staging = sets * req.max_seqs * shape.num_kv_heads * max_plain_l;
+    // Compaction brings a stream's offloaded blocks back before it moves slots,
+    // and placement runs only after every stream is compacted, so with
+    // selection the device may hold every stream's bound at once.
+    int64_t headroom = 0;
+    if (sel != nullptr && !Mul(all_streams, max_plain_l, &headroom)) return Overflow("device block counts");
+    int64_t dev_plain = 0;
+    if (!Mul(all_streams, working, &dev_plain) || !Add(dev_plain, budget_plain, &dev_plain) ||
+        !Add(dev_plain, staging + headroom, &dev_plain)) {
+      return Overflow("device block counts");
+    }
+    if (dev_plain < plain) {
+      out->budget_blocks = budget_plain;
+      out->staging_blocks = staging;
+      plain = dev_plain;
+      why = "plain (device): " + Num(budget_plain) + " blocks of the " + Num(po.device_budget_bytes) +
+            "-byte device budget + " + Num(all_streams) + " streams x " + Num(working) + " (open tail and a " + Num(step) +
+            "-token step) + " + Num(staging) + " staging (" + Num(sets) + " sets of one layer's blocks)" +
+            (headroom > 0 ? " + " + Num(headroom) + " for compaction, which brings every stream back" : "") + "\n" + why;
+    }
+    if (shape.encoded) {
+      const int64_t budget_enc = CeilDiv(po.device_budget_bytes, shape.enc.BlockBytes());
+      const int64_t staging_enc = sets * req.max_seqs * shape.num_kv_heads * max_enc_l;
+      int64_t dev_enc = 0;
+      if (!Mul(all_streams, CeilDiv(step, tpb) + 1, &dev_enc) || !Add(dev_enc, budget_enc + staging_enc, &dev_enc)) {
+        return Overflow("device block counts");
+      }
+      if (dev_enc < enc) {
+        enc = dev_enc;
+        line("encoded (device): " + Num(budget_enc) + " blocks of the device budget + " + Num(all_streams) +
+             " streams x " + Num(CeilDiv(step, tpb) + 1) + " sealed a step + " + Num(staging_enc) + " staging");
+      }
+    }
+  }
+  out->plain_blocks = plain;
+  out->encoded_blocks = enc;
+  if (!Mul(plain, shape.BlockBytes(), &out->plain_bytes) ||
+      (shape.encoded && !Mul(enc, shape.enc.BlockBytes(), &out->encoded_bytes))) {
+    return Overflow("pool bytes");
+  }
+  out->why = why;
+  return Status::OK();
+}
+
+}  // namespace kvlab

@@ -1,0 +1,73 @@
+// Pool reservations that follow the policy stack: how many plain and encoded
+// blocks a cache reserves for max_seqs sequences of up to max_context tokens,
+// given what the stack can hold, and why. The engine sizes its pools with
+// ReservePools; `kvlab memory` and the tests compare against it.
+//
+// The rules, per stream (one (sequence, layer, stored KV head)):
+//   slots    the most slots a stream holds during a step: the selection
+//            policy's KeptSlotsBound(max_context) plus the tokens of one step
+//            (step_tokens), at most max_context; on a sliding-window layer at
+//            most window + block_size + step_tokens (whole leading blocks out
+//            of the window are freed).
+//   plain    ceil(slots / block_size) blocks; with a sealed encoding and no
+//            selection only the residual, the group being filled and one
+//            step's tokens stay plain: ceil((residual + tokens_per_block - 1 +
+//            step_tokens) / block_size) blocks. (Selection over an encoding
+//            may decode groups back to plain, so it keeps `slots` plain.)
+//   encoded  ceil(slots / tokens_per_block) blocks with an encoding.
+// Placement (offload) replaces the device side: the resident budget
+// (device_budget_bytes over the block bytes) plus the open tail block of
+// every stream, one step's new blocks for every stream, and two staging
+// sets of one layer's offloaded blocks (KVCache::PlanStep). With selection
+// the device keeps the selection's bound: compaction brings each stream's
+// blocks back before it moves slots, and placement runs only after every
+// stream is compacted. Each pool is capped at what the rules above give
+// without placement.
+// Prefix caching keeps the full-cache reservation: its cached blocks outlive
+// their sequences, and a pool sized to live tokens would evict them at once.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/base/status.h"
+#include "core/cache/cache_shape.h"
+#include "policies/kv_policy.h"
+
+namespace kvlab {
+
+struct ReservationRequest {
+  int64_t max_seqs = 1;
+  int64_t max_context = 0;  // tokens per sequence
+  // The most tokens one step adds to a sequence (the engine's bounded step
+  // under selection or placement, else its largest chunk: max_context).
+  int64_t step_tokens = 0;
+  bool prefix_caching = false;
+};
+
+struct PoolReservation {
+  int64_t plain_blocks = 0;
+  int64_t encoded_blocks = 0;
+  int64_t plain_bytes = 0;
+  int64_t encoded_bytes = 0;
+  // What the full cache (no policy: the model's KV heads, the requested
+  // dtype, no encoding) reserves for the same request.
+  int64_t full_bytes = 0;
+  // Device-side detail under placement (0 otherwise): the budget's blocks
+  // and the staging blocks (plain pool).
+  int64_t budget_blocks = 0;
+  int64_t staging_blocks = 0;
+  // One line per rule that set a pool's size, e.g. "plain: 2 seqs x 1,024
+  // streams x 5 blocks (h2o keeps <= 64 slots + a 16-token step)".
+  std::string why;
+
+  int64_t bytes() const { return plain_bytes + encoded_bytes; }
+};
+
+// The reservation for `shape` (DeriveCacheShape of `stack`) and `model` (its
+// KV shape before head sharing) under `req`. InvalidArgument when a request
+// size is not positive, or a count overflows.
+Status ReservePools(const CacheShape& shape, const ModelKvShape& model, DType requested_dtype, const PolicyStack& stack,
+                    const ReservationRequest& req, PoolReservation* out);
+
+}  // namespace kvlab
