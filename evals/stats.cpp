@@ -70,9 +70,9 @@ Interval BootstrapMean(const std::vector<double>& values, int resamples, uint64_
   return StratifiedBootstrap({Stratum{values, 1.0}}, resamples, seed, level);
 }
 
-Interval MeanInterval(const std::vector<double>& values, uint64_t seed) {
+Interval MeanInterval(const std::vector<double>& values, bool proportion, uint64_t seed) {
   int64_t ones = 0;
-  bool binary = !values.empty();
+  bool binary = proportion && !values.empty();
   for (double v : values) {
     if (v == 1) ++ones;
     else if (v != 0) binary = false;

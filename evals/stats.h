@@ -58,9 +58,11 @@ Interval StratifiedBootstrap(const std::vector<Stratum>& strata, int resamples, 
 Interval BootstrapMean(const std::vector<double>& values, int resamples, uint64_t seed, double level = 0.95);
 
 // The interval the reports give the mean of a metric over its units: Wilson's
-// when every value is 0 or 1 (a proportion: exact-match accuracy), else the
-// percentile bootstrap of the mean (kBootstrapResamples).
-Interval MeanInterval(const std::vector<double>& values, uint64_t seed);
+// when the units are trials of a proportion (`proportion`: exact-match
+// accuracy per sample) and every value is 0 or 1, else the percentile
+// bootstrap of the mean (kBootstrapResamples). A window's top-1 agreement of
+// exactly 1 is not a trial: its caller passes proportion = false.
+Interval MeanInterval(const std::vector<double>& values, bool proportion, uint64_t seed);
 
 // The paired estimate of mean(a) - mean(b) on the same units: the bootstrap
 // of the mean of the per-unit differences a_i - b_i. REQUIRES: a.size() == b.size().

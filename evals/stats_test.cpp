@@ -111,12 +111,17 @@ TEST(StatsTest, BootstrapAgreesWithTheNormalIntervalForALargeSample) {
 }
 
 TEST(StatsTest, MeanIntervalPicksWilsonForProportions) {
-  const Interval p = MeanInterval({1, 1, 0, 1, 1, 1, 1, 0, 1, 1}, 1);
+  const Interval p = MeanInterval({1, 1, 0, 1, 1, 1, 1, 0, 1, 1}, /*proportion=*/true, 1);
   EXPECT_STREQ(p.method, "wilson");
   EXPECT_NEAR(p.lo, 0.4902, 1e-4);
-  const Interval q = MeanInterval({1, 0.5, 0, 1}, 1);
+  const Interval q = MeanInterval({1, 0.5, 0, 1}, true, 1);
   EXPECT_STREQ(q.method, "bootstrap");
   EXPECT_DOUBLE_EQ(q.estimate, 0.625);
+  // Not trials (windows' top-1 agreement): 0/1 values are not a proportion; one window has no interval.
+  const Interval w = MeanInterval({1}, /*proportion=*/false, 1);
+  EXPECT_STREQ(w.method, "");
+  EXPECT_FALSE(w.has_interval());
+  EXPECT_STREQ(MeanInterval({1, 1, 0}, false, 1).method, "bootstrap");
 }
 
 // Stratified: each stratum keeps its size; the estimate weighs strata, not values.
