@@ -305,6 +305,8 @@ def plot_by_length(sw, out):
                         marker="*" if s in sw.baseline else "o", capsize=3, color=sw.color[s], label=s)
         if lengths and max(lengths) >= 4 * min(lengths):
             ax.set_xscale("log", base=2)
+        elif len(lengths) == 1:
+            ax.set_xlim(min(lengths) * 0.8, min(lengths) * 1.2)
         if lengths:
             ax.set_xticks(sorted(lengths), [str(L) for L in sorted(lengths)])
         ax.set_xlabel("context length (tokens)")
