@@ -153,6 +153,8 @@ TEST(SweepRecordsTest, RepeatedPointsKeepOneAndSaySo) {
                          "more ok records); the tables keep one record per point"),
             std::string::npos)
       << summary;
+  // Records without per-sample values count as one unit each, and the summary says so.
+  EXPECT_NE(summary.find("2 record(s) hold no per-sample values"), std::string::npos) << summary;
   std::ifstream csv(dir + "/results.csv");
   std::string line;
   int rows = -1;

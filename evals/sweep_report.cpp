@@ -427,6 +427,15 @@ Status WriteReports(const std::string& dir, std::string* summary) {
     }
   }
   if (errors > 0) md << errors << " point(s) failed; their errors are in results.jsonl and results.csv.\n\n";
+  int64_t no_samples = 0;
+  for (const json& r : recs) {
+    const json& m = Field(r, "metrics");
+    if (r.value("status", "") == "ok" && (m.contains("accuracy") || m.contains("bpb")) && !m.contains("per_sample")) ++no_samples;
+  }
+  if (no_samples > 0) {
+    md << no_samples << " record(s) hold no per-sample values (made before kvlab kept them): each counts as one unit, "
+          "its point's mean, so their n counts points and their intervals are over points.\n\n";
+  }
   md << RepeatedPointsNote(all);
   {
     std::ofstream out(dir + "/summary.md", std::ios::trunc);
