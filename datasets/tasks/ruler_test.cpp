@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <regex>
 
@@ -234,6 +235,23 @@ TEST(RulerTest, TemplatesAreRulers) {
     }
   }
   EXPECT_EQ(fwe.answer_prefix, " Answer: According to the coded text above, the three most frequently appeared words are:");
+}
+
+// cwe's shortest list is about 900 bytes: at 1,024 byte tokens (with RULER's
+// 120-token budget) it fits most seeds, not all (docs/sweeps.md quotes the count).
+TEST(RulerTest, CweAtOneThousandBytesFitsMostSeeds) {
+  int fits = 0;
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    RulerSpec spec;
+    spec.task = "cwe";
+    spec.length = 1024;
+    spec.seed = seed;
+    spec.fewshot = 0;
+    RulerSample s;
+    fits += MakeRulerSample(spec, kBytes, &s).ok() ? 1 : 0;
+  }
+  std::printf("cwe at 1024 byte tokens: %d of 200 seeds fit\n", fits);
+  EXPECT_EQ(fits, 157);
 }
 
 TEST(RulerTest, ErrorsNameTheTaskAndLength) {
