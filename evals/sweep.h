@@ -12,6 +12,7 @@
 //   name = "quickstart"                 # default: the file's stem
 //   models = ["../../datasets/models/tiny-gqa"]   # paths relative to the config; or presets
 //   tasks = ["bpb", "passkey", "latency"]        # bpb | bpb-recompute | passkey | multi-needle | recall | latency | paging
+//                                       # | RULER's niah_single_1 ... niah_multiquery, vt, cwe, fwe
 //                                       # (the registry, evals/tasks/task.h; docs/sweeps.md "Adding a task")
 //   lengths = [512, 1024]
 //   batch_sizes = [1]                   # latency task only; accuracy tasks run one sequence
@@ -30,6 +31,8 @@
 //                   # recompute": each prediction recomputes the last `window` tokens from
 //                   # scratch (positions 0..window-1); KL and top-1 are against full-cache logits
 //   [task.paging]   requests = 256; median = 0; sigma = 1.0; block_sizes = [1, 16, 64, 256]
+//   [task.niah_single_2] samples = 20; depths = [...]; text = "essays.txt"; tokens_to_generate = 0
+//   [task.vt]       samples = 20; fewshot = 1      # RULER's tasks (datasets/tasks/ruler.h)
 //                   # vLLM's paging: share of reserved KV memory holding real tokens
 //   [[sweep]]                           # a stack; list-valued parameters form a grid
 //   [[sweep.policy]]
@@ -67,6 +70,9 @@ struct SweepTaskOptions {
   int64_t requests = 256, median = 0;      // median 0: length / 8
   double sigma = 1.0;
   std::vector<int64_t> block_sizes = {1, 16, 64, 256};
+  // RULER's tasks: tokens generated per prompt (0: RULER's, per task) and its
+  // worked example before vt and cwe (-1: RULER's one; 0 drops it).
+  int64_t tokens_to_generate = 0, fewshot = -1;
 };
 
 struct SweepPoint {

@@ -59,4 +59,9 @@ if "$kvlab" run "$dir/bad.toml" > "$dir/err.txt" 2>&1; then fail "bad config acc
 grep -q "bad.toml:3:[0-9]*: unknown key 'bogus'" "$dir/err.txt" || fail "error text: $(cat "$dir/err.txt")"
 if "$kvlab" run "$dir/s.toml" --shard 2/2 > "$dir/err.txt" 2>&1; then fail "bad shard accepted"; fi
 grep -q -- "--shard" "$dir/err.txt" || fail "shard error text"
+# A sweep whose every point fails (its model does not exist) exits non-zero, after writing its records.
+printf 'models = ["no-such-model"]\ntasks = ["passkey"]\nlengths = [64]\n[task.passkey]\ndepths = [0.5]\nsamples = 1\n' > "$dir/gone.toml"
+if "$kvlab" run "$dir/gone.toml" --out "$dir/gone" --no-progress > "$dir/err.txt" 2>&1; then fail "a sweep of failed points exited 0"; fi
+grep -q "every one of the 1 point(s) failed" "$dir/err.txt" || fail "all-failed text: $(cat "$dir/err.txt")"
+[ -s "$dir/gone/results.jsonl" ] || fail "the failed point was not recorded"
 echo "sweep CLI: kill -9 + rerun, shards + merge, errors: ok"

@@ -278,6 +278,9 @@ Status ParseSweepConfig(const std::string& text, const std::string& path, const 
           } else if (okey == "window") { KVLAB_RETURN_IF_ERROR(want_int(&o.window, 1, kMaxContextTokens));
           } else if (okey == "requests") { KVLAB_RETURN_IF_ERROR(want_int(&o.requests, 1));
           } else if (okey == "median") { KVLAB_RETURN_IF_ERROR(want_int(&o.median, 0, kMaxContextTokens));
+          } else if (okey == "tokens_to_generate") {
+            KVLAB_RETURN_IF_ERROR(want_int(&o.tokens_to_generate, 1, kMaxContextTokens));
+          } else if (okey == "fewshot") { KVLAB_RETURN_IF_ERROR(want_int(&o.fewshot, 0, 1));
           } else if (okey == "sigma") {
             if (!GetDouble(v, &o.sigma) || o.sigma < 0) return Where(path, v, "'" + full + "' must be a number >= 0");
             // Lengths are median * exp(sigma * z): past 4 they overflow before they are clipped.

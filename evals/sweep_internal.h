@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "evals/stats.h"
 #include "evals/sweep.h"
 #include "evals/tasks/task.h"
 
@@ -29,6 +30,7 @@ class SweepRunner final : public TaskContext {
   const SweepConfig& config() const override { return config_; }
   Status Tokens(const SweepPoint& p, const std::string& path, const TaskTokens** out) override;
   Status ModelTokenizer(const SweepPoint& p, const Tokenizer** out) override;
+  Status Text(const std::string& path, const std::string** out) override;
   std::map<std::string, std::vector<float>>* logits_cache() override { return &baseline_logits_; }
 
  private:
@@ -84,6 +86,40 @@ class ResultsDirLock {
   std::string path_, waited_for_;
   int fd_ = -1;
 };
+
+// ---- the reports' intervals (evals/sweep_intervals.cpp, on evals/stats.h) ----
+
+// The units a record contributes to the mean of `metric`: its
+// metrics.per_sample[metric] (one value per sample, or per window for bpb)
+// when recorded, else the point's own value as one unit (records made before
+// per-sample values were kept; *per_sample false); empty when it has neither.
+std::vector<double> MetricUnits(const nlohmann::ordered_json& r, const std::string& metric, bool* per_sample = nullptr);
+
+// A report cell: the mean of a metric over the units of its records, with its
+// interval (MeanInterval: Wilson for per-sample exact-match `accuracy` of 0s
+// and 1s, else the bootstrap), and the
+// paired difference from the baseline: the bootstrap of the per-unit
+// differences from each record's baseline record (same model, task, length,
+// seed and repetition, hence the same samples). delta.n is 0 when no record
+// pairs (a baseline row, or no baseline). Seeded by `seed_text`.
+struct CellStats {
+  Interval value, delta;
+  int64_t groups = 0;  // ComputeAverage: the groups (tasks) averaged
+};
+using BaselineOf = std::function<const nlohmann::ordered_json*(const nlohmann::ordered_json&)>;
+CellStats ComputeCell(const std::vector<const nlohmann::ordered_json*>& recs, const std::string& metric,
+                      const BaselineOf& base_of, const std::string& seed_text);
+// The unweighted average over groups (RULER's average over its tasks) of each
+// group's mean: a stratified bootstrap, each group resampled within itself;
+// the difference likewise, when every group pairs with its baseline.
+CellStats ComputeAverage(const std::vector<std::vector<const nlohmann::ordered_json*>>& groups, const std::string& metric,
+                         const BaselineOf& base_of, const std::string& seed_text);
+// "0.812 [0.710, 0.890] n=40" (f: printf format of one number; values times
+// scale); "0.812 n=1" without an interval; "–" without an estimate.
+std::string FormatInterval(const Interval& i, const char* f, double scale = 1.0);
+// "+0.012 [+0.004, +0.020] n=8", ending in " ~" when the interval contains 0
+// (or there is none): the data cannot tell the setting from the baseline.
+std::string FormatDifference(const Interval& i, const char* f, double scale = 1.0);
 
 std::string GitRevision();
 std::string MachineDescription();

@@ -84,6 +84,33 @@ Status CheckRecord(const json& r, const std::string& where) {
                                      ", expected an object");
     }
   }
+  // Per-sample values (the reports' intervals): arrays of numbers, one entry per sample, all as long.
+  const auto per = m->find("per_sample");
+  if (per != m->end()) {
+    if (!per->is_object()) {
+      return Status::InvalidArgument(where + ": field 'metrics.per_sample' is " + QuoteJson(*per) + ", expected an object");
+    }
+    size_t n = 0;
+    bool first = true;
+    for (const auto& kv : per->items()) {
+      const std::string field = "metrics.per_sample." + QuoteBytes(kv.key());
+      if (!kv.value().is_array()) {
+        return Status::InvalidArgument(where + ": field '" + field + "' is " + QuoteJson(kv.value()) +
+                                       ", expected an array of numbers");
+      }
+      for (const auto& v : kv.value()) {
+        if (!v.is_number()) {
+          return Status::InvalidArgument(where + ": field '" + field + "' holds " + QuoteJson(v) + ", expected numbers");
+        }
+      }
+      if (!first && kv.value().size() != n) {
+        return Status::InvalidArgument(where + ": field '" + field + "' has " + std::to_string(kv.value().size()) +
+                                       " entries, the other per-sample fields " + std::to_string(n));
+      }
+      n = kv.value().size();
+      first = false;
+    }
+  }
   const auto paged = m->find("paged_utilization_by_block_size");
   if (paged != m->end()) {
     for (const auto& kv : paged->items()) {

@@ -6,6 +6,9 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <map>
+#include <regex>
+#include <sstream>
 #include <set>
 #include <thread>
 
@@ -51,6 +54,12 @@ TEST(SweepRecordsTest, BadRecordsAreOneErrorNamingFileLineAndField) {
       {"{\"key\": \"b\", \"metrics\": {\"memory\": 3}}", path + ":2: field 'metrics.memory' is 3, expected an object"},
       {Record(1, "b", "{\"paged_utilization_by_block_size\": {\"x\\n\": 0.5}}", "paging"),
        path + ":2: metrics.paged_utilization_by_block_size has key 'x\\n', expected a block size"},
+      {Record(1, "b", "{\"per_sample\": [1, 0]}", "passkey"),
+       path + ":2: field 'metrics.per_sample' is [1, 0], expected an object"},
+      {Record(1, "b", "{\"per_sample\": {\"accuracy\": [1, \"0\"]}}", "passkey"),
+       path + ":2: field 'metrics.per_sample.accuracy' holds \"0\", expected numbers"},
+      {Record(1, "b", "{\"per_sample\": {\"accuracy\": [1, 0], \"depth\": [0.5]}}", "passkey"),
+       path + ":2: field 'metrics.per_sample.depth' has 1 entries, the other per-sample fields 2"},
   };
   for (const auto& [line, want] : cases) {
     std::string summary;
@@ -78,6 +87,63 @@ TEST(SweepRecordsTest, MissingOptionalFieldsAreReportedAsEmpty) {
   fs::remove_all(dir);
 }
 
+// A passkey record of a setting and its baseline, hand-written: per-sample exact matches.
+std::string Passkey(int index, const std::string& stack, const std::string& scores, int seed = 0) {
+  const bool base = stack == "full";
+  return "{\"key\": \"" + stack + std::to_string(seed) + "\", \"sweep\": \"s\", \"index\": " + std::to_string(index) +
+         ", \"status\": \"ok\", \"model\": \"m\", \"stack\": \"" + stack + "\", \"baseline\": " +
+         (base ? "true" : "false") + ", \"task\": \"passkey\", \"length\": 64, \"batch\": 1, \"seed\": " +
+         std::to_string(seed) + ", \"repetition\": 0, \"metrics\": {\"accuracy\": 0.5, \"per_sample\": {\"accuracy\": " +
+         scores + "}, \"memory\": {\"kv_bytes_end\": " + (base ? "1000" : "500") + "}}}";
+}
+
+// The reports' intervals from per-sample values: Wilson's for 8 of 10 (by
+// hand: [0.490, 0.943]), the n behind each cell, and paired differences,
+// marked ~ where their interval holds 0.
+TEST(SweepRecordsTest, ReportsCarryIntervalsAndPairedDifferences) {
+  const std::string dir = TempDir("intervals");
+  std::string summary;
+  const std::string base = "[1, 1, 1, 1, 1, 1, 1, 1, 1, 1]";
+  ASSERT_TRUE(Report(dir, {Passkey(0, "full", base, 0), Passkey(1, "full", "[1, 1, 1, 1, 1, 1, 1, 1, 1, 1]", 1),
+                           Passkey(2, "bad", "[1, 1, 0, 1, 0, 1, 1, 1, 1, 1]", 0), Passkey(3, "bad", "[0, 0, 0, 0, 0, 0, 0, 0, 0, 0]", 1),
+                           Passkey(4, "same", "[1, 1, 1, 1, 1, 1, 1, 1, 1, 0]", 0), Passkey(5, "same", base, 1)},
+                     &summary).ok());
+  // Pooled over both seeds: 8 of 20 for "bad"; Wilson of 8/20 = [0.2188, 0.6134].
+  EXPECT_NE(summary.find("| `bad` | 0.500 | 2.00x | 0.40 [0.22, 0.61] n=20 |"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("| `full` | 1.000 | 1.00x | 1.00 [0.84, 1.00] n=20 |"), std::string::npos) << summary;
+  // Paired: bad loses 0.6 (12 of 20 samples), clearly (about ±1.96·sqrt(0.24/20) = ±0.21);
+  // same loses one sample of 20: its interval reaches 0, marked ~.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(summary, m, std::regex("\\| `bad` \\| -0\\.60 \\[(-0\\.[0-9]+), (-0\\.[0-9]+)\\] n=20 \\|")))
+      << summary;
+  EXPECT_NEAR(std::stod(m[1]), -0.81, 0.06);
+  EXPECT_NEAR(std::stod(m[2]), -0.39, 0.06);
+  EXPECT_TRUE(std::regex_search(summary, std::regex("\\| `same` \\| -0\\.05 \\[-0\\.[0-9]+, \\+0\\.00\\] n=20 ~ \\|")))
+      << summary;
+  // results.csv: the point's own interval and its paired difference.
+  std::ifstream csv(dir + "/results.csv");
+  std::string header, line;
+  std::getline(csv, header);
+  std::vector<std::string> h;
+  std::stringstream hs(header);
+  for (std::string x; std::getline(hs, x, ',');) h.push_back(x);
+  std::map<std::string, std::string> bad0;
+  while (std::getline(csv, line)) {
+    std::vector<std::string> v;
+    std::stringstream vs(line);
+    for (std::string x; std::getline(vs, x, ',');) v.push_back(x);
+    if (v.size() > 3 && v[3] == "bad" && v[0] == "2") {
+      for (size_t i = 0; i < h.size() && i < v.size(); ++i) bad0[h[i]] = v[i];
+    }
+  }
+  EXPECT_EQ(bad0["n_samples"], "10");
+  EXPECT_EQ(bad0["accuracy_lo"], "0.4902");  // 8 of 10
+  EXPECT_EQ(bad0["accuracy_hi"], "0.9433");
+  EXPECT_EQ(bad0["accuracy_delta"], "-0.2");
+  EXPECT_EQ(bad0["accuracy_delta_hi"], "0");  // a bootstrap of 8 zeros and 2 minus ones reaches 0
+  fs::remove_all(dir);
+}
+
 TEST(SweepRecordsTest, RepeatedPointsKeepOneAndSaySo) {
   const std::string dir = TempDir("dups");
   std::string summary;
@@ -87,6 +153,8 @@ TEST(SweepRecordsTest, RepeatedPointsKeepOneAndSaySo) {
                          "more ok records); the tables keep one record per point"),
             std::string::npos)
       << summary;
+  // Records without per-sample values count as one unit each, and the summary says so.
+  EXPECT_NE(summary.find("2 record(s) hold no per-sample values"), std::string::npos) << summary;
   std::ifstream csv(dir + "/results.csv");
   std::string line;
   int rows = -1;

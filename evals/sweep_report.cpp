@@ -1,5 +1,6 @@
 // results.jsonl -> results.csv and summary.md (ratios against the baseline of
-// the same sweep), and `kvlab merge`.
+// the same sweep; intervals and paired differences, evals/sweep_intervals.cpp),
+// and `kvlab merge`.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include <sstream>
 
 #include "core/base/untrusted.h"
+#include "datasets/tasks/ruler.h"
 #include "evals/sweep.h"
 #include "evals/sweep_internal.h"
 
@@ -104,6 +106,69 @@ struct Mean {
   std::string Str(const char* f = "%.4g") const { return n ? Fmt(sum / static_cast<double>(n), f) : "–"; }
 };
 
+// The lengths at which a model ran a task, ascending.
+std::vector<int64_t> Lengths(const std::vector<json>& recs, const std::string& model, const std::string& task) {
+  std::vector<int64_t> lengths;
+  for (const json& r : recs) {
+    if (r.value("model", "") == model && r.value("task", "") == task) {
+      const int64_t L = r.value("length", 0);
+      if (std::find(lengths.begin(), lengths.end(), L) == lengths.end()) lengths.push_back(L);
+    }
+  }
+  std::sort(lengths.begin(), lengths.end());
+  return lengths;
+}
+
+std::vector<int64_t> RulerLengths(const std::vector<json>& recs, const std::string& model,
+                                  const std::vector<std::string>& ruler) {
+  std::set<int64_t> all;
+  for (const std::string& t : ruler) for (int64_t L : Lengths(recs, model, t)) all.insert(L);
+  return std::vector<int64_t>(all.begin(), all.end());
+}
+
+// vLLM's paging: share of reserved KV bytes that hold real tokens.
+void WritePagingTable(const std::vector<json>& recs, const std::string& model, std::ostringstream* out) {
+  std::ostringstream& md = *out;
+  std::vector<std::string> sizes;
+  for (const json& r : recs) {
+    if (r.value("model", "") != model || r.value("task", "") != "paging" || r.value("status", "") != "ok") continue;
+    const json& paged = Field(Field(r, "metrics"), "paged_utilization_by_block_size");
+    if (!paged.is_object()) continue;
+    for (auto& kv : paged.items()) {
+      if (std::find(sizes.begin(), sizes.end(), kv.key()) == sizes.end()) sizes.push_back(kv.key());
+    }
+  }
+  std::sort(sizes.begin(), sizes.end(), [](const std::string& a, const std::string& b) { return std::stoll(a) < std::stoll(b); });
+  md << "### paging: share of reserved KV memory holding tokens\n\n| max length | requests | mean length | contiguous |";
+  for (const auto& b : sizes) md << " paged, block " << b << " |";
+  md << "\n|---|---|---|---|";
+  for (size_t i = 0; i < sizes.size(); ++i) md << "---|";
+  md << "\n";
+  for (int64_t L : Lengths(recs, model, "paging")) {
+    Mean contiguous, mean_len, reqs;
+    std::map<std::string, Mean> paged;
+    for (const json& r : recs) {
+      if (r.value("model", "") != model || r.value("task", "") != "paging" || r.value("length", 0) != L ||
+          r.value("status", "") != "ok") continue;
+      const json& m = Field(r, "metrics");
+      contiguous.Add(Num(m, "contiguous_utilization"));
+      mean_len.Add(Num(m, "mean_length"));
+      reqs.Add(Num(m, "requests"));
+      for (const auto& b : sizes) paged[b].Add(Num(Field(m, "paged_utilization_by_block_size"), b.c_str()));
+    }
+    md << "| " << L << " | " << reqs.Str("%.0f") << " | " << mean_len.Str("%.0f") << " | " << contiguous.Str("%.3f") << " |";
+    for (const auto& b : sizes) md << " " << paged[b].Str("%.3f") << " |";
+    md << "\n";
+  }
+  md << "\n(means over seeds)\n\n";
+}
+
+// A column of the summary's tables: a task's metric.
+struct Column {
+  std::string task, metric, title;
+  const char* fmt;
+};
+
 }  // namespace
 
 Status WriteReports(const std::string& dir, std::string* summary) {
@@ -123,7 +188,7 @@ Status WriteReports(const std::string& dir, std::string* summary) {
   for (const json& r : recs) {
     if (r.value("baseline", false) && r.value("status", "") == "ok") baselines[PeerKey(r)] = &r;
   }
-  auto base_of = [&](const json& r) -> const json* {
+  const BaselineOf base_of = [&](const json& r) -> const json* {
     auto it = baselines.find(PeerKey(r));
     return it == baselines.end() ? nullptr : it->second;
   };
@@ -133,11 +198,27 @@ Status WriteReports(const std::string& dir, std::string* summary) {
     std::ofstream csv(dir + "/results.csv", std::ios::trunc);
     csv << "index,sweep,model,stack,policy,baseline,task,length,batch,seed,repetition,kv_dtype,block_size,status,error,"
            "wall_s,kv_bytes_end,kv_bytes_per_token,peak_kv_bytes,blocks_in_use,device_bytes,host_bytes,disk_bytes,"
-           "memory_ratio,compression,bpb,bpb_ratio,kl,top1_agreement,accuracy,char_accuracy,accuracy_delta,prefill_ms,"
-           "decode_ms_median,decode_ms_p90,decode_tokens_per_s,decode_ratio,prefill_ratio,checkpoint,git_revision\n";
+           "memory_ratio,compression,n_samples,bpb,bpb_lo,bpb_hi,bpb_ratio,bpb_delta,bpb_delta_lo,bpb_delta_hi,kl,kl_lo,"
+           "kl_hi,kl_delta,kl_delta_lo,kl_delta_hi,top1_agreement,top1_lo,top1_hi,top1_delta,top1_delta_lo,top1_delta_hi,"
+           "accuracy,accuracy_lo,accuracy_hi,char_accuracy,char_accuracy_lo,char_accuracy_hi,accuracy_delta,"
+           "accuracy_delta_lo,accuracy_delta_hi,prefill_ms,decode_ms_median,decode_ms_p90,decode_tokens_per_s,"
+           "decode_ratio,prefill_ratio,checkpoint,git_revision\n";
     for (const json& r : recs) {
       const json& m = Field(r, "metrics");
-      const Derived d = Derive(r, r.value("status", "") == "ok" ? base_of(r) : nullptr);
+      const bool ok = r.value("status", "") == "ok";
+      const Derived d = Derive(r, ok ? base_of(r) : nullptr);
+      // The point's own intervals, over its samples (windows for bpb), and the paired differences.
+      const std::string seed = "point|" + r.value("key", "");
+      auto cell = [&](const char* metric) {
+        return ok && Field(m, metric).is_number() ? ComputeCell({&r}, metric, base_of, seed) : CellStats();
+      };
+      const CellStats bpb = cell("bpb"), kl = cell("kl"), top = cell("top1_agreement"), acc = cell("accuracy"),
+                      chars = cell("char_accuracy");
+      const int64_t n = acc.value.n > 0 ? acc.value.n : bpb.value.n;
+      auto ci = [](const Interval& i) { return Fmt(i.lo) + "," + Fmt(i.hi); };
+      auto delta = [](const Interval& i, double fallback) {
+        return Fmt(i.n > 0 ? i.estimate : fallback) + "," + Fmt(i.lo) + "," + Fmt(i.hi);
+      };
       csv << r.value("index", 0) << "," << Csv(r.value("sweep", "")) << "," << Csv(r.value("model", "")) << ","
           << Csv(r.value("stack", "")) << "," << Csv(r.value("policy", "")) << "," << (r.value("baseline", false) ? 1 : 0)
           << "," << r.value("task", "") << "," << r.value("length", 0) << "," << r.value("batch", 0) << ","
@@ -147,16 +228,19 @@ Status WriteReports(const std::string& dir, std::string* summary) {
           << Fmt(Mem(r, "kv_bytes_per_token")) << "," << Fmt(Mem(r, "peak_kv_bytes"), "%.0f") << ","
           << Fmt(Mem(r, "blocks_in_use"), "%.0f") << "," << Fmt(Mem(r, "device_bytes"), "%.0f") << ","
           << Fmt(Mem(r, "host_bytes"), "%.0f") << "," << Fmt(Mem(r, "disk_bytes"), "%.0f") << "," << Fmt(d.memory_ratio)
-          << "," << Fmt(d.compression) << "," << Fmt(Num(m, "bpb")) << "," << Fmt(d.bpb_ratio) << "," << Fmt(Num(m, "kl"))
-          << "," << Fmt(Num(m, "top1_agreement")) << "," << Fmt(Num(m, "accuracy")) << "," << Fmt(Num(m, "char_accuracy"))
-          << "," << Fmt(d.accuracy_delta) << "," << Fmt(Num(m, "prefill_ms")) << "," << Fmt(Num(m, "decode_ms_median")) << ","
-          << Fmt(Num(m, "decode_ms_p90")) << "," << Fmt(Num(m, "decode_tokens_per_s")) << "," << Fmt(d.decode_ratio) << ","
-          << Fmt(d.prefill_ratio) << "," << Csv(r.value("checkpoint", "")) << "," << r.value("git_revision", "") << "\n";
+          << "," << Fmt(d.compression) << "," << (n > 0 ? std::to_string(n) : "") << "," << Fmt(Num(m, "bpb")) << ","
+          << ci(bpb.value) << "," << Fmt(d.bpb_ratio) << "," << delta(bpb.delta, NAN) << "," << Fmt(Num(m, "kl")) << ","
+          << ci(kl.value) << "," << delta(kl.delta, NAN) << "," << Fmt(Num(m, "top1_agreement")) << "," << ci(top.value)
+          << "," << delta(top.delta, NAN) << "," << Fmt(Num(m, "accuracy")) << "," << ci(acc.value) << ","
+          << Fmt(Num(m, "char_accuracy")) << "," << ci(chars.value) << "," << delta(acc.delta, d.accuracy_delta) << ","
+          << Fmt(Num(m, "prefill_ms")) << "," << Fmt(Num(m, "decode_ms_median")) << "," << Fmt(Num(m, "decode_ms_p90"))
+          << "," << Fmt(Num(m, "decode_tokens_per_s")) << "," << Fmt(d.decode_ratio) << "," << Fmt(d.prefill_ratio) << ","
+          << Csv(r.value("checkpoint", "")) << "," << r.value("git_revision", "") << "\n";
     }
     if (!csv) return Status::IOError(dir + "/results.csv: cannot write");
   }
 
-  // summary.md: per model, one row per policy setting, means over its points.
+  // summary.md: per model, one row per policy setting, means over its points' samples.
   std::ostringstream md;
   const std::string name = recs.empty() ? "" : recs[0].value("sweep", "");
   md << "# Sweep `" << name << "`\n\n";
@@ -164,144 +248,194 @@ Status WriteReports(const std::string& dir, std::string* summary) {
     md << "Made by `kvlab run " << recs[0].value("config", "") << "` (git " << recs[0].value("git_revision", "?")
        << "; " << recs[0].value("machine", "?") << ").\n\n";
   }
-  md << "Means over each setting's points (lengths, seeds, repetitions). memory = KV bytes held at the end of each "
-        "sequence / the `full` baseline's on the same model, task, length and seed; bpb on held-out text, teacher forced "
-        "token by token; KL (nats) and top-1 agreement of next-token distributions against the baseline; retrieval = "
-        "exact-match accuracy; decode = median time per decode step / the baseline's.\n\n";
+  md << "Means over each setting's samples (all its lengths, seeds and repetitions; a bpb sample is a text window). "
+        "memory = KV bytes held at the end of each sequence / the `full` baseline's on the same model, task, length "
+        "and seed; bpb on held-out text, teacher forced token by token; KL (nats) and top-1 agreement of next-token "
+        "distributions against the baseline; retrieval = exact-match accuracy; RULER = RULER's score (%), its average "
+        "over its tasks; decode = median time per decode step / the baseline's.\n\n"
+        "Each figure is `mean [95% interval] n=samples`: Wilson's interval for exact-match proportions, else a "
+        "percentile bootstrap (" << kBootstrapResamples << " resamples, seeded). Differences from the baseline are "
+        "paired on the same samples (bootstrap of the per-sample differences); `~` marks a difference whose interval "
+        "contains 0: the data cannot tell that setting from the baseline there.\n\n";
   std::vector<std::string> models;
   for (const json& r : recs) {
     const std::string m = r.value("model", "");
     if (std::find(models.begin(), models.end(), m) == models.end()) models.push_back(m);
   }
+  // The ok records of a model's setting and task (at one length, or all when L < 0).
+  auto select = [&](const std::string& model, const std::string& stack, const std::string& task, int64_t L) {
+    std::vector<const json*> out;
+    for (const json& r : recs) {
+      if (r.value("model", "") == model && r.value("stack", "") == stack && r.value("task", "") == task &&
+          (L < 0 || r.value("length", 0) == L) && r.value("status", "") == "ok") {
+        out.push_back(&r);
+      }
+    }
+    return out;
+  };
   int64_t errors = 0;
   for (const std::string& model : models) {
     std::vector<std::string> stacks;
-    std::set<std::string> tasks, lengths_set;
+    std::set<std::string> tasks;
+    std::map<std::string, bool> is_baseline;
     for (const json& r : recs) {
       if (r.value("model", "") != model) continue;
       const std::string s = r.value("stack", "");
       if (std::find(stacks.begin(), stacks.end(), s) == stacks.end()) stacks.push_back(s);
+      if (r.value("baseline", false)) is_baseline[s] = true;
       tasks.insert(r.value("task", ""));
     }
-    const bool has_bpb = tasks.count("bpb") > 0, has_lat = tasks.count("latency") > 0,
-               has_rc = tasks.count("bpb-recompute") > 0;
-    const char* retrieval[] = {"passkey", "multi-needle", "recall"};
+    std::vector<std::string> ruler;
+    for (const std::string& t : RulerTaskNames()) if (tasks.count(t)) ruler.push_back(t);
+    std::vector<Column> cols;
+    if (tasks.count("bpb")) {
+      cols.push_back({"bpb", "bpb", "bpb", "%.3f"});
+      cols.push_back({"bpb", "kl", "KL", "%.4f"});
+      cols.push_back({"bpb", "top1_agreement", "top-1", "%.3f"});
+    }
+    if (tasks.count("bpb-recompute")) cols.push_back({"bpb-recompute", "bpb", "bpb (recompute)", "%.3f"});
+    for (const char* t : {"passkey", "multi-needle", "recall"}) {
+      if (tasks.count(t)) cols.push_back({t, "accuracy", t, "%.2f"});
+    }
+    const bool has_lat = tasks.count("latency") > 0;
+    auto ruler_groups = [&](const std::string& stack, int64_t L) {
+      std::vector<std::vector<const json*>> g;
+      for (const std::string& t : ruler) g.push_back(select(model, stack, t, L));
+      return g;
+    };
+    auto ruler_avg = [&](const std::string& stack, int64_t L) {
+      return ComputeAverage(ruler_groups(stack, L), "accuracy", base_of,
+                            "summary|" + model + "|" + stack + "|ruler|" + std::to_string(L));
+    };
+    auto ruler_note = [&](const CellStats& c) {
+      return c.groups > 0 && c.groups < static_cast<int64_t>(ruler.size())
+                 ? " (" + std::to_string(c.groups) + " of " + std::to_string(ruler.size()) + " tasks)"
+                 : std::string();
+    };
     md << "## " << model << "\n\n| setting | memory | compression |";
-    if (has_bpb) md << " bpb | KL | top-1 |";
-    if (has_rc) md << " bpb (recompute) |";
-    for (const char* t : retrieval) if (tasks.count(t)) md << " " << t << " |";
+    for (const Column& c : cols) md << " " << c.title << " |";
+    if (!ruler.empty()) md << " RULER avg (%) |";
     if (has_lat) md << " decode ms | decode |";
     md << " points |\n|---|---|---|";
-    if (has_bpb) md << "---|---|---|";
-    if (has_rc) md << "---|";
-    for (const char* t : retrieval) if (tasks.count(t)) md << "---|";
+    for (size_t i = 0; i < cols.size() + (ruler.empty() ? 0 : 1); ++i) md << "---|";
     if (has_lat) md << "---|---|";
     md << "---|\n";
     for (const std::string& s : stacks) {
-      Mean mem, comp, bpb, kl, top, dec_ms, dec_ratio, rc;
-      std::map<std::string, Mean> acc;
+      Mean mem, comp, dec_ms, dec_ratio;
       int64_t n = 0, bad = 0;
       for (const json& r : recs) {
         if (r.value("model", "") != model || r.value("stack", "") != s) continue;
         ++n;
         if (r.value("status", "") != "ok") { ++bad; continue; }
-        const json& m = Field(r, "metrics");
         const Derived d = Derive(r, base_of(r));
         mem.Add(d.memory_ratio);
         comp.Add(d.compression);
-        const std::string task = r.value("task", "");
-        if (task == "bpb") { bpb.Add(Num(m, "bpb")); kl.Add(Num(m, "kl")); top.Add(Num(m, "top1_agreement")); }
-        if (task == "bpb-recompute") rc.Add(Num(m, "bpb"));
-        if (task == "latency") { dec_ms.Add(Num(m, "decode_ms_median")); dec_ratio.Add(d.decode_ratio); }
-        acc[task].Add(Num(m, "accuracy"));
+        if (r.value("task", "") == "latency") {
+          dec_ms.Add(Num(Field(r, "metrics"), "decode_ms_median"));
+          dec_ratio.Add(d.decode_ratio);
+        }
       }
       errors += bad;
       md << "| `" << s << "` | " << mem.Str("%.3f") << " | " << comp.Str("%.2f") << "x |";
-      if (has_bpb) md << " " << bpb.Str("%.3f") << " | " << kl.Str("%.4f") << " | " << top.Str("%.3f") << " |";
-      if (has_rc) md << " " << rc.Str("%.3f") << " |";
-      for (const char* t : retrieval) if (tasks.count(t)) md << " " << acc[t].Str("%.2f") << " |";
+      for (const Column& c : cols) {
+        md << " " << FormatInterval(ComputeCell(select(model, s, c.task, -1), c.metric, base_of,
+                                                "summary|" + model + "|" + s + "|" + c.task).value, c.fmt) << " |";
+      }
+      if (!ruler.empty()) {
+        const CellStats a = ruler_avg(s, -1);
+        md << " " << FormatInterval(a.value, "%.1f", 100) << ruler_note(a) << " |";
+      }
       if (has_lat) md << " " << dec_ms.Str("%.2f") << " | " << dec_ratio.Str("%.2f") << "x |";
       md << " " << n << (bad ? " (" + std::to_string(bad) + " failed)" : "") << " |\n";
     }
     md << "\n";
-    if (tasks.count("paging")) {
-      // vLLM's paging: share of reserved KV bytes that hold real tokens.
-      std::vector<std::string> sizes;
-      for (const json& r : recs) {
-        if (r.value("model", "") != model || r.value("task", "") != "paging" || r.value("status", "") != "ok") continue;
-        const json& paged = Field(Field(r, "metrics"), "paged_utilization_by_block_size");
-        if (!paged.is_object()) continue;
-        for (auto& kv : paged.items()) {
-          if (std::find(sizes.begin(), sizes.end(), kv.key()) == sizes.end()) sizes.push_back(kv.key());
-        }
-      }
-      std::sort(sizes.begin(), sizes.end(), [](const std::string& a, const std::string& b) { return std::stoll(a) < std::stoll(b); });
-      md << "### paging: share of reserved KV memory holding tokens\n\n| max length | requests | mean length | contiguous |";
-      for (const auto& b : sizes) md << " paged, block " << b << " |";
-      md << "\n|---|---|---|---|";
-      for (size_t i = 0; i < sizes.size(); ++i) md << "---|";
-      md << "\n";
-      std::vector<int64_t> lengths;
-      for (const json& r : recs) {
-        if (r.value("model", "") == model && r.value("task", "") == "paging") {
-          const int64_t L = r.value("length", 0);
-          if (std::find(lengths.begin(), lengths.end(), L) == lengths.end()) lengths.push_back(L);
-        }
-      }
-      std::sort(lengths.begin(), lengths.end());
-      for (int64_t L : lengths) {
-        Mean contiguous, mean_len, reqs;
-        std::map<std::string, Mean> paged;
-        for (const json& r : recs) {
-          if (r.value("model", "") != model || r.value("task", "") != "paging" || r.value("length", 0) != L ||
-              r.value("status", "") != "ok") continue;
-          const json& m = Field(r, "metrics");
-          contiguous.Add(Num(m, "contiguous_utilization"));
-          mean_len.Add(Num(m, "mean_length"));
-          reqs.Add(Num(m, "requests"));
-          for (const auto& b : sizes) paged[b].Add(Num(Field(m, "paged_utilization_by_block_size"), b.c_str()));
-        }
-        md << "| " << L << " | " << reqs.Str("%.0f") << " | " << mean_len.Str("%.0f") << " | " << contiguous.Str("%.3f") << " |";
-        for (const auto& b : sizes) md << " " << paged[b].Str("%.3f") << " |";
-        md << "\n";
-      }
-      md << "\n(means over seeds)\n\n";
-    }
-    // Per length: the accuracy-type metric of each task.
-    for (const std::string& task : tasks) {
-      if (task == "latency" || task == "paging") continue;
-      std::vector<int64_t> lengths;
-      for (const json& r : recs) {
-        if (r.value("model", "") == model && r.value("task", "") == task) {
-          const int64_t L = r.value("length", 0);
-          if (std::find(lengths.begin(), lengths.end(), L) == lengths.end()) lengths.push_back(L);
-        }
-      }
-      std::sort(lengths.begin(), lengths.end());
-      if (lengths.size() < 2) continue;
-      md << "### " << task << (task.rfind("bpb", 0) == 0 ? " (bits per byte)" : " (accuracy)") << " by context length\n\n| setting |";
-      for (int64_t L : lengths) md << " " << L << " |";
+    // Paired differences from the baseline.
+    const bool any_other = std::any_of(stacks.begin(), stacks.end(), [&](const std::string& s) { return !is_baseline[s]; });
+    if (any_other && (!cols.empty() || !ruler.empty())) {
+      md << "### " << model << ": differences from the baseline (paired on the same samples)\n\n| setting |";
+      for (const Column& c : cols) md << " " << c.title << " |";
+      if (!ruler.empty()) md << " RULER avg (points) |";
       md << "\n|---|";
-      for (size_t i = 0; i < lengths.size(); ++i) md << "---|";
+      for (size_t i = 0; i < cols.size() + (ruler.empty() ? 0 : 1); ++i) md << "---|";
       md << "\n";
       for (const std::string& s : stacks) {
+        if (is_baseline[s]) continue;
         md << "| `" << s << "` |";
-        for (int64_t L : lengths) {
-          Mean v;
-          for (const json& r : recs) {
-            if (r.value("model", "") == model && r.value("stack", "") == s && r.value("task", "") == task &&
-                r.value("length", 0) == L && r.value("status", "") == "ok") {
-              v.Add(Num(Field(r, "metrics"), task.rfind("bpb", 0) == 0 ? "bpb" : "accuracy"));
-            }
-          }
-          md << " " << v.Str("%.3f") << " |";
+        for (const Column& c : cols) {
+          md << " " << FormatDifference(ComputeCell(select(model, s, c.task, -1), c.metric, base_of,
+                                                    "summary|" + model + "|" + s + "|" + c.task).delta, c.fmt) << " |";
         }
+        if (!ruler.empty()) md << " " << FormatDifference(ruler_avg(s, -1).delta, "%.1f", 100) << " |";
         md << "\n";
       }
       md << "\n";
+    }
+    if (tasks.count("paging")) WritePagingTable(recs, model, &md);
+    // Per length: the accuracy-type metric of each task (RULER's in its own tables below).
+    for (const std::string& task : tasks) {
+      if (task == "latency" || task == "paging" || IsRulerTask(task)) continue;
+      const std::vector<int64_t> lengths = Lengths(recs, model, task);
+      if (lengths.size() < 2) continue;
+      const bool bpb = task.rfind("bpb", 0) == 0;
+      const char* metric = bpb ? "bpb" : "accuracy";
+      const char* fmt = bpb ? "%.3f" : "%.2f";
+      for (int pass = 0; pass < 2; ++pass) {
+        if (pass == 1 && !any_other) break;
+        md << "### " << task << (bpb ? " (bits per byte)" : " (accuracy)")
+           << (pass == 0 ? " by context length" : ": difference from the baseline by context length") << "\n\n| setting |";
+        for (int64_t L : lengths) md << " " << L << " |";
+        md << "\n|---|";
+        for (size_t i = 0; i < lengths.size(); ++i) md << "---|";
+        md << "\n";
+        for (const std::string& s : stacks) {
+          if (pass == 1 && is_baseline[s]) continue;
+          md << "| `" << s << "` |";
+          for (int64_t L : lengths) {
+            const CellStats c = ComputeCell(select(model, s, task, L), metric, base_of,
+                                            "summary|" + model + "|" + s + "|" + task + "|" + std::to_string(L));
+            md << " " << (pass == 0 ? FormatInterval(c.value, fmt) : FormatDifference(c.delta, fmt)) << " |";
+          }
+          md << "\n";
+        }
+        md << "\n";
+      }
+    }
+    // RULER: its score (%) per task and its average over tasks, per length.
+    for (const int64_t L : RulerLengths(recs, model, ruler)) {
+      for (int pass = 0; pass < 2; ++pass) {
+        if (pass == 1 && !any_other) break;
+        md << "### RULER at " << L << " tokens" << (pass == 0 ? ": score (%)" : ": difference from the baseline (points)")
+           << "\n\n| setting |";
+        for (const std::string& t : ruler) md << " " << t << " |";
+        md << " average |\n|---|";
+        for (size_t i = 0; i <= ruler.size(); ++i) md << "---|";
+        md << "\n";
+        for (const std::string& s : stacks) {
+          if (pass == 1 && is_baseline[s]) continue;
+          md << "| `" << s << "` |";
+          for (const std::string& t : ruler) {
+            const CellStats c = ComputeCell(select(model, s, t, L), "accuracy", base_of,
+                                            "summary|" + model + "|" + s + "|" + t + "|" + std::to_string(L));
+            md << " " << (pass == 0 ? FormatInterval(c.value, "%.1f", 100) : FormatDifference(c.delta, "%.1f", 100)) << " |";
+          }
+          const CellStats a = ruler_avg(s, L);
+          md << " " << (pass == 0 ? FormatInterval(a.value, "%.1f", 100) : FormatDifference(a.delta, "%.1f", 100))
+             << ruler_note(a) << " |\n";
+        }
+        md << "\n";
+      }
     }
   }
   if (errors > 0) md << errors << " point(s) failed; their errors are in results.jsonl and results.csv.\n\n";
+  int64_t no_samples = 0;
+  for (const json& r : recs) {
+    const json& m = Field(r, "metrics");
+    if (r.value("status", "") == "ok" && (m.contains("accuracy") || m.contains("bpb")) && !m.contains("per_sample")) ++no_samples;
+  }
+  if (no_samples > 0) {
+    md << no_samples << " record(s) hold no per-sample values (made before kvlab kept them): each counts as one unit, "
+          "its point's mean, so their n counts points and their intervals are over points.\n\n";
+  }
   md << RepeatedPointsNote(all);
   {
     std::ofstream out(dir + "/summary.md", std::ios::trunc);

@@ -84,13 +84,20 @@ Status SweepRunner::ModelTokenizer(const SweepPoint& p, const Tokenizer** out) {
 }
 
 Status SweepRunner::CachedText(const std::string& path, std::string* out) {
+  const std::string* t = nullptr;
+  KVLAB_RETURN_IF_ERROR(Text(path, &t));
+  *out = *t;
+  return Status::OK();
+}
+
+Status SweepRunner::Text(const std::string& path, const std::string** out) {
   auto it = texts_.find(path);
   if (it == texts_.end()) {
     std::string t;
     KVLAB_RETURN_IF_ERROR(ReadText(path, &t));
     it = texts_.emplace(path, std::move(t)).first;
   }
-  *out = it->second;
+  *out = &it->second;
   return Status::OK();
 }
 
@@ -324,7 +331,8 @@ Status RunSweep(const SweepConfig& config, const RunSweepOptions& opts, std::str
   double est_total = 0;
   for (size_t i = 0; i < todo.size(); ++i) est_total += est[i] = EstimateSeconds(config, *todo[i]);
   ProgressBar bar(static_cast<int64_t>(todo.size()), opts.progress);
-  int64_t failures = 0;
+  int64_t failures = 0, ok_now = 0;
+  std::string first_error;
   double est_done = 0;
   const auto t_start = Clock::now();
   for (size_t i = 0; i < todo.size(); ++i) {
@@ -342,7 +350,9 @@ Status RunSweep(const SweepConfig& config, const RunSweepOptions& opts, std::str
     r["status"] = s.ok() ? "ok" : "error";
     if (!s.ok()) {
       r["error"] = s.ToString();
-      ++failures;
+      if (failures++ == 0) first_error = "point " + std::to_string(p->index) + ": " + s.ToString();
+    } else {
+      ++ok_now;
     }
     r["model"] = p->model_label;
     ModelConfig point_model;
@@ -387,6 +397,23 @@ Status RunSweep(const SweepConfig& config, const RunSweepOptions& opts, std::str
   if (opts.print_summary) rep << "\n" << summary;
   rep << "\nwrote " << out_dir << "/results.jsonl, results.csv, summary.md\n";
   *report = rep.str();
+  // A sweep in which no point of this shard succeeded (this run's and the ones
+  // recorded before) measured nothing: that is an error, not a quiet exit 0.
+  int64_t ok_before = 0;
+  for (const SweepPoint& p : mine) ok_before += done.count(p.key) ? 1 : 0;
+  if (!mine.empty() && ok_now + ok_before == 0) {
+    std::string why = first_error;
+    if (why.empty()) {  // nothing ran now: every point was recorded as failed before
+      for (auto it = records.rbegin(); it != records.rend() && why.empty(); ++it) {
+        if (it->value("status", "") != "ok" && it->contains("error") && (*it)["error"].is_string()) {
+          why = "point " + std::to_string(it->value("index", 0)) + ": " + (*it)["error"].get<std::string>();
+        }
+      }
+      why += " (recorded before; --retry-failed runs them again)";
+    }
+    return Status::InvalidArgument("every one of the " + std::to_string(mine.size()) + " point(s) failed; first: " + why +
+                                   " (all errors in " + jsonl + ")");
+  }
   return Status::OK();
 }
 

@@ -312,6 +312,30 @@ TEST(SweepRunTest, FailedPointIsRecordedAndTheSweepGoesOn) {
   fs::remove_all(dir);
 }
 
+// A sweep in which every point fails measured nothing: RunSweep returns an
+// error naming the first failure (the records are still written), on the run
+// and on a rerun that finds only failed records; one ok point is enough to pass.
+TEST(SweepRunTest, EveryPointFailingIsAnError) {
+  const std::string dir = TempDir("allfail");
+  const SweepConfig c = Parse(dir, "models = [\"no-such-model\"]\ntasks = [\"passkey\"]\nlengths = [64]\nthreads = 1\n"
+                                   "[task.passkey]\ndepths = [0.5]\nsamples = 1\n"
+                                   "[[point]]\n[[point.policy]]\nname = \"sink\"\nwindow = 16\n");
+  std::string report;
+  Status s = RunSweep(c, Quiet(dir + "/out"), &report);
+  ASSERT_FALSE(s.ok()) << report;
+  EXPECT_NE(s.message().find("every one of the 2 point(s) failed"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("no-such-model"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find(dir + "/out/results.jsonl"), std::string::npos) << s.message();
+  const std::vector<json> recs = Records(dir + "/out");
+  ASSERT_EQ(recs.size(), 2u);
+  EXPECT_EQ(recs[0]["status"], "error");
+  EXPECT_TRUE(fs::exists(dir + "/out/summary.md"));
+  s = RunSweep(c, Quiet(dir + "/out"), &report);  // nothing to run; still nothing measured
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("--retry-failed"), std::string::npos) << s.message();
+  fs::remove_all(dir);
+}
+
 // The baseline compares with itself exactly; offload is lossless.
 TEST(SweepRunTest, HonestBaselineAndLosslessOffload) {
   const std::string dir = TempDir("honest");

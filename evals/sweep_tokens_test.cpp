@@ -73,7 +73,11 @@ TEST(SweepTokensTest, BadIdNamesTheFile) {
   const SweepConfig c = Parse(dir, "models = [\"small\"]\ntasks = [\"bpb\"]\nlengths = [16]\nthreads = 1\n"
                                    "[task.bpb]\ntext = \"bad.ids\"\n");
   std::string report;
-  ASSERT_TRUE(RunSweep(c, Quiet(dir + "/out"), &report).ok()) << report;
+  // Its only point fails, so the sweep measured nothing: an error, with the records written.
+  const Status s = RunSweep(c, Quiet(dir + "/out"), &report);
+  ASSERT_FALSE(s.ok()) << report;
+  EXPECT_NE(s.message().find("every one of the 1 point(s) failed"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find(dir + "/bad.ids:2"), std::string::npos) << s.message();
   const std::vector<json> r = Records(dir + "/out");
   ASSERT_EQ(r.size(), 1u);
   EXPECT_EQ(r[0]["status"], "error");
@@ -122,7 +126,7 @@ TEST(SweepTokensTest, NonByteModelTakesIdsAndRefusesRetrieval) {
   // Text on this model: no tokenizer, so the error says to give token ids.
   const SweepConfig t = Parse(dir, "models = [\"m300\"]\ntasks = [\"latency\"]\nlengths = [32]\nthreads = 1\n"
                                    "[task.latency]\ntext = \"text.txt\"\ndecode_tokens = 1\n");
-  ASSERT_TRUE(RunSweep(t, Quiet(dir + "/out2"), &report).ok()) << report;
+  EXPECT_FALSE(RunSweep(t, Quiet(dir + "/out2"), &report).ok()) << report;  // its only point failed
   r = Records(dir + "/out2");
   ASSERT_EQ(r.size(), 1u);
   EXPECT_EQ(r[0]["status"], "error");

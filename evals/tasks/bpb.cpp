@@ -123,6 +123,8 @@ Status RunBpb(bool recompute, TaskContext* ctx, const SweepPoint& p, const Sweep
   s.top_b.assign(static_cast<size_t>(buckets), 0);
   s.n_b.assign(static_cast<size_t>(buckets), 0);
   MemoryStats mem;
+  // Per window, for the reports' intervals (windows are the units: positions within one are not independent).
+  json per_bpb = json::array(), per_kl = json::array(), per_top1 = json::array();
   for (int64_t w = 0; w < o.windows; ++w) {
     SplitMix rng(p.seed * 1000003ull + static_cast<uint64_t>(w) * 7919ull + static_cast<uint64_t>(p.length));
     const size_t off = static_cast<size_t>(rng.Below(text->ids.size() - static_cast<size_t>(p.length) + 1));
@@ -157,7 +159,12 @@ Status RunBpb(bool recompute, TaskContext* ctx, const SweepPoint& p, const Sweep
       }
       base = &it->second;
     }
+    const BpbSums before = s;
     ScoreWindow(ids, logits, base, V, buckets, &s);
+    const double n = static_cast<double>(s.count - before.count);
+    per_bpb.push_back((s.nats - before.nats) / n / std::log(2.0));
+    per_kl.push_back((s.kl - before.kl) / n);
+    per_top1.push_back((s.agree - before.agree) / n);
   }
   (*m)["bpb"] = s.nats / static_cast<double>(s.count) / std::log(2.0);
   if (text->unit != "byte") (*m)["bpb_unit"] = text->unit;  // bits per token, not per byte
@@ -174,6 +181,7 @@ Status RunBpb(bool recompute, TaskContext* ctx, const SweepPoint& p, const Sweep
   (*m)["kl_by_bucket"] = klj;
   (*m)["top1_by_bucket"] = topj;
   (*m)["tokens_scored"] = s.count;
+  (*m)["per_sample"] = json{{"bpb", per_bpb}, {"kl", per_kl}, {"top1_agreement", per_top1}};
   (*m)["memory"] = MemoryJson(mem);
   return Status::OK();
 }

@@ -10,6 +10,7 @@ void RegisterBuiltinSweepTasks(SweepTaskRegistry* registry) {
   RegisterRetrievalTasks(registry);
   RegisterLatencyTask(registry);
   RegisterPagingTask(registry);
+  RegisterRulerTasks(registry);
 }
 
 SweepTaskRegistry& SweepTaskRegistry::Global() {

@@ -130,6 +130,8 @@ Status RunRetrieval(TaskContext* ctx, const SweepPoint& p, const SweepTaskOption
                                    "; add the checkpoint's tokenizer.json or tokenizer.model");
   }
   json by_depth = json::object();
+  // Per prompt, in order (depth-major), for the reports' intervals and paired differences.
+  json per_exact = json::array(), per_chars = json::array(), per_depth = json::array();
   double correct = 0, chars = 0;
   int64_t total = 0;
   MemoryStats mem;
@@ -157,9 +159,13 @@ Status RunRetrieval(TaskContext* ctx, const SweepPoint& p, const SweepTaskOption
       std::string got;
       KVLAB_RETURN_IF_ERROR(GeneratedText(prompt, *tok, results[0].tokens, &got));
       const double ok = ScoreExact(prompt.sample, got);
+      const double ch = ScoreChars(prompt.sample, got);
       correct += ok;
       depth_correct += ok;
-      chars += ScoreChars(prompt.sample, got);
+      chars += ch;
+      per_exact.push_back(ok);
+      per_chars.push_back(ch);
+      per_depth.push_back(o.depths[di]);
       ++total;
       mem = st.memory_at_end;
     }
@@ -171,6 +177,7 @@ Status RunRetrieval(TaskContext* ctx, const SweepPoint& p, const SweepTaskOption
   (*m)["char_accuracy"] = chars / static_cast<double>(total);
   (*m)["accuracy_by_depth"] = by_depth;
   (*m)["samples"] = total;
+  (*m)["per_sample"] = json{{"accuracy", per_exact}, {"char_accuracy", per_chars}, {"depth", per_depth}};
   (*m)["memory"] = MemoryJson(mem);
   return Status::OK();
 }

@@ -40,6 +40,8 @@ class TaskContext {
   virtual const SweepConfig& config() const = 0;
   // The text at `path` (empty: the built-in text) as the point's model's tokens.
   virtual Status Tokens(const SweepPoint& p, const std::string& path, const TaskTokens** out) = 0;
+  // The text file at `path` (read once per sweep); its error names the file.
+  virtual Status Text(const std::string& path, const std::string** out) = 0;
   // The point's model's tokenizer (LoadTokenizer); its error names the model.
   virtual Status ModelTokenizer(const SweepPoint& p, const Tokenizer** out) = 0;
   // Logits kept across points by a key the task chooses (the baseline's, so
@@ -92,6 +94,7 @@ void RegisterBpbTasks(SweepTaskRegistry* registry);        // bpb.cpp: bpb, bpb-
 void RegisterRetrievalTasks(SweepTaskRegistry* registry);  // retrieval.cpp: passkey, multi-needle, recall
 void RegisterLatencyTask(SweepTaskRegistry* registry);     // latency.cpp
 void RegisterPagingTask(SweepTaskRegistry* registry);      // paging.cpp
+void RegisterRulerTasks(SweepTaskRegistry* registry);      // ruler.cpp: RULER's niah_*, vt, cwe, fwe
 
 // ---- helpers the task files share (registry.cpp) ----
 

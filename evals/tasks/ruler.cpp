@@ -1,0 +1,181 @@
+// RULER's synthetic tasks as sweep tasks (niah_single_1 ... fwe; the
+// generators are datasets/tasks/ruler.h): `samples` prompts a point, each
+// `length` tokens of the point's model with RULER's generation budget
+// counted, answered by greedy generation and scored as RULER scores
+// (string_match_all). docs/sweeps.md, "RULER".
+#include <algorithm>
+#include <cstdio>
+
+#include "datasets/tasks/ruler.h"
+#include "evals/stats.h"
+#include "evals/tasks/task.h"
+
+namespace kvlab {
+
+using json = nlohmann::ordered_json;
+
+namespace {
+
+// The generated text as it continues the prompt (as GeneratedText in retrieval.h):
+// Decode(prompt + generated) past Decode(prompt), else Decode(generated).
+Status Continuation(const Tokenizer& tok, const std::vector<int32_t>& prompt, const std::vector<int32_t>& generated,
+                    std::string* text) {
+  std::string before, all;
+  KVLAB_RETURN_IF_ERROR(tok.Decode(prompt, &before));
+  std::vector<int32_t> ids = prompt;
+  ids.insert(ids.end(), generated.begin(), generated.end());
+  KVLAB_RETURN_IF_ERROR(tok.Decode(ids, &all));
+  if (all.compare(0, before.size(), before) == 0) {
+    *text = all.substr(before.size());
+    return Status::OK();
+  }
+  return tok.Decode(generated, text);
+}
+
+Status RunRuler(TaskContext* ctx, const SweepPoint& p, const SweepTaskOptions& o, json* m) {
+  RulerTaskInfo info;
+  KVLAB_RETURN_IF_ERROR(GetRulerTask(p.task, &info));
+  const Tokenizer* tok = nullptr;
+  const Status ts = ctx->ModelTokenizer(p, &tok);
+  if (!ts.ok()) {
+    std::string why = ts.message();
+    const size_t hint = why.find("; give token ids");
+    if (hint != std::string::npos) why.resize(hint);
+    return Status::InvalidArgument("task '" + p.task + "' needs the tokenizer of model '" + p.model_label +
+                                   "' for its text prompts: " + why +
+                                   "; add the checkpoint's tokenizer.json or tokenizer.model");
+  }
+  const std::string* essay = nullptr;
+  if (info.needs_essay) {
+    if (o.text.empty()) {
+      return Status::InvalidArgument("task '" + p.task + "' reads an essay haystack: set [task." + p.task +
+                                     "] text = a prose file (for example the built corpus "
+                                     "datasets/corpus/brown-heldout.txt, `bash datasets/build.sh`)");
+    }
+    KVLAB_RETURN_IF_ERROR(ctx->Text(o.text, &essay));
+  }
+  const TokenCounter count = [tok](const std::string& text, int64_t* n) {
+    std::vector<int32_t> ids;
+    KVLAB_RETURN_IF_ERROR(tok->Encode(text, /*add_bos=*/true, &ids));
+    *n = static_cast<int64_t>(ids.size());
+    return Status::OK();
+  };
+  json per_score = json::array(), per_depth = json::array(), per_tokens = json::array();
+  std::map<double, std::pair<double, int64_t>> by_depth;  // depth -> (score sum, samples)
+  double sum = 0, tokens = 0;
+  MemoryStats mem;
+  const uint64_t task_seed = SeedOf(p.task);
+  for (int64_t s = 0; s < o.samples; ++s) {
+    RulerSpec spec;
+    spec.task = p.task;
+    spec.length = p.length;
+    spec.depth = info.has_depth ? o.depths[static_cast<size_t>(s) % o.depths.size()] : -1;
+    spec.tokens_to_generate = o.tokens_to_generate;
+    spec.fewshot = static_cast<int>(o.fewshot);
+    spec.essay = essay;
+    spec.seed = task_seed ^ (p.seed * 1000003ull + static_cast<uint64_t>(s) * 101ull +
+                             static_cast<uint64_t>(p.repetition) * 65537ull);
+    RulerSample sample;
+    KVLAB_RETURN_IF_ERROR(MakeRulerSample(spec, count, &sample));
+    std::vector<int32_t> ids;
+    KVLAB_RETURN_IF_ERROR(tok->Encode(sample.prompt, /*add_bos=*/true, &ids));
+    const int64_t context = static_cast<int64_t>(ids.size()) + sample.tokens_to_generate + 1;
+    std::unique_ptr<Engine> e;
+    KVLAB_RETURN_IF_ERROR(Engine::Create(PointEngineOptions(ctx->config(), p, context, 1), p.stack, &e));
+    // The whole budget is generated (every stack holds the same tokens at the
+    // end, so memory compares like with like); the text is scored up to EOS.
+    GenerateOptions go;
+    go.max_new_tokens = sample.tokens_to_generate;
+    go.stop_at_eos = false;
+    std::vector<GenerateResult> results;
+    GenerateStats st;
+    KVLAB_RETURN_IF_ERROR(e->Generate({ids}, go, &results, &st));
+    std::vector<int32_t> gen = results[0].tokens;
+    const auto eos = std::find(gen.begin(), gen.end(), tok->eos_id());
+    if (tok->eos_id() >= 0) gen.erase(eos, gen.end());
+    std::string text;
+    KVLAB_RETURN_IF_ERROR(Continuation(*tok, ids, gen, &text));
+    const double score = RulerScore(sample, text);
+    sum += score;
+    tokens += static_cast<double>(sample.prompt_tokens + sample.tokens_to_generate);
+    per_score.push_back(score);
+    per_tokens.push_back(sample.prompt_tokens);
+    if (info.has_depth) {
+      per_depth.push_back(sample.depth);
+      auto& d = by_depth[sample.depth];
+      d.first += score;
+      ++d.second;
+    }
+    mem = st.memory_at_end;
+  }
+  const double n = static_cast<double>(o.samples);
+  (*m)["accuracy"] = sum / n;  // RULER's score / 100
+  (*m)["score"] = 100 * sum / n;
+  (*m)["metric"] = info.metric;
+  (*m)["samples"] = o.samples;
+  (*m)["tokens_to_generate"] = o.tokens_to_generate > 0 ? o.tokens_to_generate : info.tokens_to_generate;
+  (*m)["fewshot"] = o.fewshot < 0 ? info.default_fewshot : o.fewshot;
+  (*m)["sequence_tokens_mean"] = tokens / n;  // prompt + generation budget
+  if (info.has_depth) {
+    json bd = json::object();
+    for (const auto& [depth, v] : by_depth) {
+      char key[32];
+      std::snprintf(key, sizeof(key), "%.3g", depth);
+      bd[key] = v.first / static_cast<double>(v.second);
+    }
+    (*m)["accuracy_by_depth"] = bd;
+  }
+  json per = json::object();
+  per["accuracy"] = per_score;
+  if (info.has_depth) per["depth"] = per_depth;
+  per["prompt_tokens"] = per_tokens;
+  (*m)["per_sample"] = per;
+  (*m)["memory"] = MemoryJson(mem);
+  return Status::OK();
+}
+
+}  // namespace
+
+void RegisterRulerTasks(SweepTaskRegistry* registry) {
+  const char* summaries[] = {
+      "RULER niah_single_1: a 7-digit number for a word key, in noise",
+      "RULER niah_single_2: a 7-digit number for a word key, in essays",
+      "RULER niah_single_3: a UUID for a word key, in essays",
+      "RULER niah_multikey_1: one of 4 keys' numbers, in essays",
+      "RULER niah_multikey_2: a key's number among distractor needles",
+      "RULER niah_multikey_3: a UUID key's UUID among distractor needles",
+      "RULER niah_multivalue: all 4 numbers of one key, in essays",
+      "RULER niah_multiquery: the numbers of 4 keys, in essays",
+      "RULER vt: the 5 variables of a 4-hop assignment chain, in noise",
+      "RULER cwe: the 10 most common words of a numbered list",
+      "RULER fwe: the 3 most frequent coded words of a Zipf text",
+  };
+  size_t i = 0;
+  for (const std::string& name : RulerTaskNames()) {
+    RulerTaskInfo t;
+    if (!GetRulerTask(name, &t).ok()) continue;
+    SweepTaskInfo info;
+    info.name = name;
+    info.summary = summaries[i++];
+    info.options = {"samples", "tokens_to_generate"};
+    if (t.has_depth) info.options.push_back("depths");
+    if (t.needs_essay) info.options.push_back("text");
+    if (t.default_fewshot > 0) info.options.push_back("fewshot");
+    info.key_options = [t](const SweepTaskOptions& o, json* k) {
+      (*k)["samples"] = o.samples;
+      if (t.has_depth) (*k)["depths"] = o.depths;
+      (*k)["tokens_to_generate"] = o.tokens_to_generate;
+      if (t.default_fewshot > 0) (*k)["fewshot"] = o.fewshot;
+    };
+    info.estimate = [t](const TaskCost& c, const SweepPoint& p, const SweepTaskOptions& o) {
+      const double L = static_cast<double>(p.length);
+      const double gen = static_cast<double>(o.tokens_to_generate > 0 ? o.tokens_to_generate : t.tokens_to_generate);
+      return static_cast<double>(o.samples) *
+             (L * (c.token_s + c.attention_s * L / 2) + gen * (c.step_overhead_s + c.token_s + c.attention_s * L) + 0.05);
+    };
+    info.run = RunRuler;
+    registry->Register(info);
+  }
+}
+
+}  // namespace kvlab
