@@ -154,7 +154,7 @@ TEST(RunConfigTest, LimitsNameTheKeyAndBothNumbers) {
       {"top_p = -inf\n", "top_p (--top-p) is -inf; expected a finite number in [0, 1]"},
       {"tokens = [1, 4294967297]\n", "r.toml:1:14: 'tokens' entry is 4294967297, more than 2147483647"},
       {"block_size = 4294967312\n", "'block_size' must be in [1, 4096]"},  // not wrapped to 16
-      {"prefill_chunk = 9223372036854775807\n", "prefill_chunk is 9223372036854775807, more than 16777216"},
+      {"prefill_chunk = 9223372036854775807\n", "prefill_chunk (--prefill-chunk) is 9223372036854775807, more than 16777216"},
   };
   for (const auto& [text, want] : cases) {
     RunConfig rc;
