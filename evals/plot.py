@@ -4,7 +4,7 @@
     python3 evals/plot.py results/NAME [--out DIR]
 
 Writes, when their data is present (otherwise one line on stderr says why not):
-  pareto.png          KV memory / the baseline's vs bpb (and bpb-recompute), retrieval accuracy and the
+  pareto.png          peak KV memory / the baseline's vs bpb (and bpb-recompute), retrieval accuracy and the
                       RULER average, one point per setting with its 95% interval, the non-dominated joined
   by_length.png       each accuracy-type metric (and the RULER average) vs context length, per setting,
                       with 95% intervals
@@ -178,9 +178,15 @@ class Sweep:
         return [r for r in self.recs if r.get("task") == task and (setting is None or self.label[id(r)] == setting)]
 
     def memory_fraction(self, r):
+        """Peak KV bytes / the baseline's (the end bytes for records made before peaks were recorded)."""
         b = self.base_of.get(peer(r))
-        mine, theirs = num(r, "metrics", "memory", "kv_bytes_end"), b and num(b, "metrics", "memory", "kv_bytes_end")
-        return mine / theirs if mine is not None and theirs else None
+        if b is None:
+            return None
+        for key in ("peak_kv_bytes", "kv_bytes_end"):
+            mine, theirs = num(r, "metrics", "memory", key), num(b, "metrics", "memory", key)
+            if mine is not None and theirs:
+                return mine / theirs
+        return None
 
 
 def panels(n, width, height):
@@ -268,7 +274,7 @@ def plot_pareto(sw, out):
             ax.scatter(x, y, s=160 if base else 40, marker="*" if base else "o", color=sw.color[s], zorder=3,
                        label=f"{s} (baseline)" if base else None)
         ax.set_xlim(left=0, right=max([1.1] + [p[1] * 1.1 for p in pts]))
-        ax.set_xlabel("KV memory at the end / the baseline's")
+        ax.set_xlabel("peak KV memory / the baseline's")
         ax.set_ylabel(ylabel)
         ax.set_title(f"{task}: memory vs quality (bars: 95% intervals)")
         ax.grid(alpha=0.3)

@@ -94,7 +94,9 @@ std::string Passkey(int index, const std::string& stack, const std::string& scor
          ", \"status\": \"ok\", \"model\": \"m\", \"stack\": \"" + stack + "\", \"baseline\": " +
          (base ? "true" : "false") + ", \"task\": \"passkey\", \"length\": 64, \"batch\": 1, \"seed\": " +
          std::to_string(seed) + ", \"repetition\": 0, \"metrics\": {\"accuracy\": 0.5, \"per_sample\": {\"accuracy\": " +
-         scores + "}, \"memory\": {\"kv_bytes_end\": " + (base ? "1000" : "500") + "}}}";
+         scores + "}, \"memory\": {\"kv_bytes_end\": " + (base ? "1000" : "500") +
+         ", \"peak_kv_bytes\": " + (base ? "2000" : "500") + ", \"kv_bytes_reserved\": " + (base ? "4000" : "1000") +
+         "}}}";
 }
 
 // The reports' intervals from per-sample values: Wilson's for 8 of 10 (by
@@ -108,9 +110,11 @@ TEST(SweepRecordsTest, ReportsCarryIntervalsAndPairedDifferences) {
                            Passkey(2, "bad", "[1, 1, 0, 1, 0, 1, 1, 1, 1, 1]", 0), Passkey(3, "bad", "[0, 0, 0, 0, 0, 0, 0, 0, 0, 0]", 1),
                            Passkey(4, "same", "[1, 1, 1, 1, 1, 1, 1, 1, 1, 0]", 0), Passkey(5, "same", base, 1)},
                      &summary).ok());
-  // Pooled over both seeds: 8 of 20 for "bad"; Wilson of 8/20 = [0.2188, 0.6134].
-  EXPECT_NE(summary.find("| `bad` | 0.500 | 2.00x | 0.40 [0.22, 0.61] n=20 |"), std::string::npos) << summary;
-  EXPECT_NE(summary.find("| `full` | 1.000 | 1.00x | 1.00 [0.84, 1.00] n=20 |"), std::string::npos) << summary;
+  // Pooled over both seeds: 8 of 20 for "bad"; Wilson of 8/20 = [0.2188, 0.6134]. Memory: peak 500 / 2000,
+  // end 500 / 1000, reserved 1000 / 4000, compression 1000 / 500.
+  EXPECT_NE(summary.find("| `bad` | 0.250 | 0.500 | 0.250 | 2.00x | 0.40 [0.22, 0.61] n=20 |"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("| `full` | 1.000 | 1.000 | 1.000 | 1.00x | 1.00 [0.84, 1.00] n=20 |"), std::string::npos)
+      << summary;
   // Paired: bad loses 0.6 (12 of 20 samples), clearly (about ±1.96·sqrt(0.24/20) = ±0.21);
   // same loses one sample of 20: its interval reaches 0, marked ~.
   std::smatch m;

@@ -62,7 +62,7 @@ std::string Csv(const std::string& s) {
 }
 
 struct Derived {
-  double memory_ratio = NAN, compression = NAN, bpb_ratio = NAN, decode_ratio = NAN, prefill_ratio = NAN,
+  double memory_ratio = NAN, peak_ratio = NAN, reserved_ratio = NAN, compression = NAN, bpb_ratio = NAN, decode_ratio = NAN, prefill_ratio = NAN,
          accuracy_delta = NAN;
 };
 
@@ -71,6 +71,8 @@ Derived Derive(const json& r, const json* base) {
   if (base == nullptr) return d;
   d.memory_ratio = Ratio(Mem(r, "kv_bytes_end"), Mem(*base, "kv_bytes_end"));
   d.compression = Ratio(Mem(*base, "kv_bytes_end"), Mem(r, "kv_bytes_end"));
+  d.peak_ratio = Ratio(Mem(r, "peak_kv_bytes"), Mem(*base, "peak_kv_bytes"));
+  d.reserved_ratio = Ratio(Mem(r, "kv_bytes_reserved"), Mem(*base, "kv_bytes_reserved"));
   const json &m = Field(r, "metrics"), &bm = Field(*base, "metrics");
   d.bpb_ratio = Ratio(Num(m, "bpb"), Num(bm, "bpb"));
   d.decode_ratio = Ratio(Num(m, "decode_ms_median"), Num(bm, "decode_ms_median"));
@@ -202,7 +204,7 @@ Status WriteReports(const std::string& dir, std::string* summary) {
            "kl_hi,kl_delta,kl_delta_lo,kl_delta_hi,top1_agreement,top1_lo,top1_hi,top1_delta,top1_delta_lo,top1_delta_hi,"
            "accuracy,accuracy_lo,accuracy_hi,char_accuracy,char_accuracy_lo,char_accuracy_hi,accuracy_delta,"
            "accuracy_delta_lo,accuracy_delta_hi,prefill_ms,decode_ms_median,decode_ms_p90,decode_tokens_per_s,"
-           "decode_ratio,prefill_ratio,checkpoint,git_revision\n";
+           "decode_ratio,prefill_ratio,checkpoint,git_revision,peak_ratio,kv_bytes_reserved,reserved_ratio,peak_device_bytes\n";
     for (const json& r : recs) {
       const json& m = Field(r, "metrics");
       const bool ok = r.value("status", "") == "ok";
@@ -235,7 +237,9 @@ Status WriteReports(const std::string& dir, std::string* summary) {
           << Fmt(Num(m, "char_accuracy")) << "," << ci(chars.value) << "," << delta(acc.delta, d.accuracy_delta) << ","
           << Fmt(Num(m, "prefill_ms")) << "," << Fmt(Num(m, "decode_ms_median")) << "," << Fmt(Num(m, "decode_ms_p90"))
           << "," << Fmt(Num(m, "decode_tokens_per_s")) << "," << Fmt(d.decode_ratio) << "," << Fmt(d.prefill_ratio) << ","
-          << Csv(r.value("checkpoint", "")) << "," << r.value("git_revision", "") << "\n";
+          << Csv(r.value("checkpoint", "")) << "," << r.value("git_revision", "") << "," << Fmt(d.peak_ratio) << ","
+          << Fmt(Mem(r, "kv_bytes_reserved"), "%.0f") << "," << Fmt(d.reserved_ratio) << ","
+          << Fmt(Mem(r, "peak_device_bytes"), "%.0f") << "\n";
     }
     if (!csv) return Status::IOError(dir + "/results.csv: cannot write");
   }
@@ -249,8 +253,9 @@ Status WriteReports(const std::string& dir, std::string* summary) {
        << "; " << recs[0].value("machine", "?") << ").\n\n";
   }
   md << "Means over each setting's samples (all its lengths, seeds and repetitions; a bpb sample is a text window). "
-        "memory = KV bytes held at the end of each sequence / the `full` baseline's on the same model, task, length "
-        "and seed; bpb on held-out text, teacher forced token by token; KL (nats) and top-1 agreement of next-token "
+        "peak = the most KV bytes the pools held at once during each sequence, end = KV bytes held at its end, "
+        "reserved = bytes the pools reserved for it, each / the `full` baseline's on the same model, task, length "
+        "and seed (compression = the baseline's end bytes / the setting's); bpb on held-out text, teacher forced token by token; KL (nats) and top-1 agreement of next-token "
         "distributions against the baseline; retrieval = exact-match accuracy; RULER = RULER's score (%), its average "
         "over its tasks; decode = median time per decode step / the baseline's.\n\n"
         "Each figure is `mean [95% interval] n=samples`: Wilson's interval for exact-match proportions, else a "
@@ -312,16 +317,16 @@ Status WriteReports(const std::string& dir, std::string* summary) {
                  ? " (" + std::to_string(c.groups) + " of " + std::to_string(ruler.size()) + " tasks)"
                  : std::string();
     };
-    md << "## " << model << "\n\n| setting | memory | compression |";
+    md << "## " << model << "\n\n| setting | peak memory | end memory | reserved | compression |";
     for (const Column& c : cols) md << " " << c.title << " |";
     if (!ruler.empty()) md << " RULER avg (%) |";
     if (has_lat) md << " decode ms | decode |";
-    md << " points |\n|---|---|---|";
+    md << " points |\n|---|---|---|---|---|";
     for (size_t i = 0; i < cols.size() + (ruler.empty() ? 0 : 1); ++i) md << "---|";
     if (has_lat) md << "---|---|";
     md << "---|\n";
     for (const std::string& s : stacks) {
-      Mean mem, comp, dec_ms, dec_ratio;
+      Mean mem, peak, reserved, comp, dec_ms, dec_ratio;
       int64_t n = 0, bad = 0;
       for (const json& r : recs) {
         if (r.value("model", "") != model || r.value("stack", "") != s) continue;
@@ -329,6 +334,8 @@ Status WriteReports(const std::string& dir, std::string* summary) {
         if (r.value("status", "") != "ok") { ++bad; continue; }
         const Derived d = Derive(r, base_of(r));
         mem.Add(d.memory_ratio);
+        peak.Add(d.peak_ratio);
+        reserved.Add(d.reserved_ratio);
         comp.Add(d.compression);
         if (r.value("task", "") == "latency") {
           dec_ms.Add(Num(Field(r, "metrics"), "decode_ms_median"));
@@ -336,7 +343,8 @@ Status WriteReports(const std::string& dir, std::string* summary) {
         }
       }
       errors += bad;
-      md << "| `" << s << "` | " << mem.Str("%.3f") << " | " << comp.Str("%.2f") << "x |";
+      md << "| `" << s << "` | " << peak.Str("%.3f") << " | " << mem.Str("%.3f") << " | " << reserved.Str("%.3f")
+         << " | " << comp.Str("%.2f") << "x |";
       for (const Column& c : cols) {
         md << " " << FormatInterval(ComputeCell(select(model, s, c.task, -1), c.metric, base_of,
                                                 "summary|" + model + "|" + s + "|" + c.task).value, c.fmt) << " |";
