@@ -7,7 +7,7 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 "$kvlab" run evals/configs/quickstart.toml --out "$out" --no-progress > "$out/stdout.txt"
 fail() { echo "FAIL: $*" >&2; cat "$out/stdout.txt" >&2; exit 1; }
-grep -q '^| `full` | 1.000 | 1.00x |' "$out/stdout.txt" || fail "no baseline row in the printed summary"
+grep -q '^| `full` | 1.000 | 1.000 | 1.000 | 1.00x |' "$out/stdout.txt" || fail "no baseline row in the printed summary"
 for s in 'sink(n_sink=4,window=256)' 'h2o(budget=256)' 'kivi(bits=2)' 'kivi(bits=4)' 'quant(format=int8)'; do
   grep -qF "| \`$s\` |" "$out/stdout.txt" || fail "no row for $s"
 done
