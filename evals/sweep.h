@@ -21,6 +21,7 @@
 //   kv_dtype = "bf16"
 //   block_size = 16
 //   threads = 0                         # 0: all cores
+//   max_step_tokens = 64                # with selection / an encoding / offload: tokens a step adds (0: chunks as given)
 //   baseline = true                     # add the `full` stack (only false for tests of the harness)
 //   [task.bpb]      text = "../../datasets/corpus/heldout.txt"; windows = 1; prefill = 0; buckets = 4
 //   [task.passkey]  depths = [0.0, 0.5, 1.0]; samples = 2
@@ -104,6 +105,10 @@ struct SweepConfig {
   // Run past the models' max_position_embeddings (EngineOptions::allow_long_context);
   // recorded in every record.
   bool allow_long_context = false;
+  // EngineOptions::max_step_tokens: with selection, an encoding or offload, a
+  // chunk runs as steps of at most this many tokens (0: chunks as given).
+  // Part of a point's key when it is not the default.
+  int64_t max_step_tokens = 64;
   std::map<std::string, SweepTaskOptions> task_options;
   std::vector<std::vector<PolicySpec>> stacks;  // expanded grids and points, baseline first
 };

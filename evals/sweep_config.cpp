@@ -239,6 +239,11 @@ Status ParseSweepConfig(const std::string& text, const std::string& path, const 
     } else if (key == "baseline") {
       if (!n.is_boolean()) return Where(path, n, "'baseline' must be true or false");
       c.baseline = n.as_boolean()->get();
+    } else if (key == "max_step_tokens") {
+      int64_t v = 0;
+      if (!GetInt(n, &v)) return Where(path, n, "'max_step_tokens' must be an integer (0: chunks as given)");
+      KVLAB_RETURN_IF_ERROR(Bound(path, n, CheckIntIn("'max_step_tokens'", v, 0, kMaxContextTokens)));
+      c.max_step_tokens = v;
     } else if (key == "allow_long_context") {
       if (!n.is_boolean()) return Where(path, n, "'allow_long_context' must be true or false");
       c.allow_long_context = n.as_boolean()->get();
@@ -327,7 +332,8 @@ Status ParseSweepConfig(const std::string& text, const std::string& path, const 
       }
     } else {
       return Where(path, n, "unknown key '" + key + "'; valid keys: name, models, tasks, lengths, batch_sizes, seeds, "
-                            "repetitions, kv_dtype, block_size, threads, baseline, allow_long_context, task, sweep, point");
+                            "repetitions, kv_dtype, block_size, threads, max_step_tokens, baseline, allow_long_context, task, sweep, "
+                            "point");
     }
   }
   if (!have_models) return Status::InvalidArgument(path + ": missing key 'models'");
@@ -351,6 +357,18 @@ Status ParseSweepConfig(const std::string& text, const std::string& path, const 
     if (seen.insert(label).second) c.stacks.push_back(s);
   };
   if (c.baseline) add({PolicySpec{"full", {}, path}});
+  // A grid's size is its axes' product: bounded before anything is expanded.
+  for (size_t gi = 0; gi < grids.size(); ++gi) {
+    double stacks = 1;
+    for (const GridPolicy& p : grids[gi]) {
+      for (const auto& axis : p.axes) stacks *= static_cast<double>(axis.second.size());
+    }
+    if (stacks > static_cast<double>(kMaxCount)) {
+      return Status::InvalidArgument(path + ": [[sweep]] " + std::to_string(gi + 1) + " expands to " +
+                                     std::to_string(static_cast<int64_t>(std::min(stacks, 9e18))) +
+                                     " stacks, more than " + std::to_string(kMaxCount) + " (kvlab's limit)");
+    }
+  }
   for (const auto& g : grids) {
     std::vector<std::vector<PolicySpec>> ex;
     Expand(g, &ex);
@@ -366,6 +384,17 @@ Status ParseSweepConfig(const std::string& text, const std::string& path, const 
     add(s);
   }
   if (c.stacks.empty()) return Status::InvalidArgument(path + ": no policy stacks to run (baseline = false and no [[sweep]] or [[point]])");
+  // Points: models x stacks x tasks x lengths x batches x seeds x repetitions.
+  const double num_points = static_cast<double>(c.models.size()) * static_cast<double>(c.stacks.size()) *
+                        static_cast<double>(c.tasks.size()) * static_cast<double>(c.lengths.size()) *
+                        static_cast<double>(c.batch_sizes.size()) * static_cast<double>(c.seeds.size()) *
+                        static_cast<double>(c.repetitions);
+  if (num_points > static_cast<double>(kMaxCount)) {
+    return Status::InvalidArgument(path + ": the sweep expands to " +
+                                   std::to_string(static_cast<int64_t>(std::min(num_points, 9e18))) +
+                                   " points (models x stacks x tasks x lengths x batch_sizes x seeds x repetitions), "
+                                   "more than " + std::to_string(kMaxCount) + " (kvlab's limit)");
+  }
   *out = std::move(c);
   return Status::OK();
 }
@@ -411,6 +440,7 @@ std::vector<SweepPoint> ExpandPoints(const SweepConfig& c) {
                 k["rep"] = rep;
                 k["kv_dtype"] = DTypeName(c.kv_dtype);
                 k["block_size"] = c.block_size;
+                if (c.max_step_tokens != SweepConfig().max_step_tokens) k["max_step_tokens"] = c.max_step_tokens;
                 if (info != nullptr) info->key_options(o, &k);
                 p.key = k.dump();
                 out.push_back(std::move(p));

@@ -299,6 +299,27 @@ TEST(SweepLimitsTest, SizesAndNumbersNameTheKeyAndBothNumbers) {
     EXPECT_NE(s.message().find(dir + "/s.toml:"), std::string::npos) << s.message();
     EXPECT_NE(s.message().find(want), std::string::npos) << s.message();
   }
+  // Grids and points are counted before they are expanded.
+  auto list = [](int n, int first) {
+    std::string l = "[";
+    for (int i = 0; i < n; ++i) l += (i ? ", " : "") + std::to_string(first + i);
+    return l + "]";
+  };
+  const std::pair<std::string, std::string> counts[] = {
+      {"[[sweep]]\n[[sweep.policy]]\nname = \"sink\"\nn_sink = " + list(1100, 1) + "\nwindow = " + list(1000, 16) + "\n",
+       ": [[sweep]] 1 expands to 1100000 stacks, more than 1048576 (kvlab's limit)"},
+      {"lengths = " + list(1100, 16) + "\nseeds = " + list(1000, 0) + "\n",
+       ": the sweep expands to 4400000 points (models x stacks x tasks x lengths x batch_sizes x seeds x repetitions), "
+       "more than 1048576"},
+  };
+  for (const auto& [text, want] : counts) {
+    std::ofstream(dir + "/s.toml", std::ios::trunc) << head << text;
+    SweepConfig c;
+    const Status s = LoadSweepConfig(dir + "/s.toml", {}, &c);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find(dir + "/s.toml: "), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find(want), std::string::npos) << s.message();
+  }
   // The same through --set.
   std::ofstream(dir + "/s.toml", std::ios::trunc) << head;
   SweepConfig c;

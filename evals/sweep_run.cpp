@@ -378,6 +378,7 @@ Status RunSweep(const SweepConfig& config, const RunSweepOptions& opts, std::str
     r["kv_dtype"] = DTypeName(config.kv_dtype);
     r["block_size"] = config.block_size;
     if (config.allow_long_context) r["allow_long_context"] = true;
+    r["max_step_tokens"] = config.max_step_tokens;
     r["metrics"] = s.ok() ? metrics : json::object();
     r["git_revision"] = rev;
     r["machine"] = machine;

@@ -419,5 +419,44 @@ TEST(SweepRunTest, HonestBaselineAndLosslessOffload) {
   fs::remove_all(dir);
 }
 
+// max_step_tokens in a sweep: recorded in every record, part of the key when
+// not the default, and it bounds the peak: an 80-token prefill under h2o holds
+// all 80 tokens at once as one step (0), at most the budget + 16 as steps of 16.
+TEST(SweepRunTest, MaxStepTokensBoundsThePeakAndJoinsTheKey) {
+  const std::string dir = TempDir("steps");
+  WriteText(dir, 400);
+  const std::string text = "models = [\"small\"]\ntasks = [\"bpb\"]\nlengths = [96]\nthreads = 1\nbaseline = false\n"
+                           "block_size = 1\n[task.bpb]\ntext = \"text.txt\"\nprefill = 80\n"
+                           "[[point]]\n[[point.policy]]\nname = \"h2o\"\nbudget = 16\n";
+  std::map<int64_t, json> rec;
+  std::map<int64_t, std::string> key;
+  for (int64_t steps : {int64_t{0}, int64_t{16}, int64_t{64}}) {
+    const SweepConfig c = Parse(dir, text, {"max_step_tokens=" + std::to_string(steps)});
+    EXPECT_EQ(c.max_step_tokens, steps);
+    key[steps] = ExpandPoints(c).at(0).key;
+    std::string report;
+    const std::string out = dir + "/out" + std::to_string(steps);
+    ASSERT_TRUE(RunSweep(c, Quiet(out), &report).ok());
+    const std::vector<json> r = Records(out);
+    ASSERT_EQ(r.size(), 1u);
+    rec[steps] = r[0];
+    EXPECT_EQ(r[0]["max_step_tokens"].get<int64_t>(), steps);
+  }
+  EXPECT_NE(key[0].find("\"max_step_tokens\":0"), std::string::npos) << key[0];
+  EXPECT_NE(key[16].find("\"max_step_tokens\":16"), std::string::npos) << key[16];
+  EXPECT_EQ(key[64].find("max_step_tokens"), std::string::npos) << key[64];  // the default: keys as before
+  const auto peak = [&](int64_t s) { return rec[s]["metrics"]["memory"]["peak_kv_bytes"].get<double>(); };
+  const auto end = [&](int64_t s) { return rec[s]["metrics"]["memory"]["kv_bytes_end"].get<double>(); };
+  const double per_slot = end(16) / 16;  // h2o keeps 16 slots of one block each at the end
+  EXPECT_GE(peak(0), 80 * per_slot);
+  EXPECT_LE(peak(16), 32 * per_slot);
+  EXPECT_LT(peak(16), peak(64));
+  SweepConfig bad;
+  EXPECT_NE(ParseSweepConfig(text, dir + "/s.toml", {"max_step_tokens=-1"}, &bad).message().find(
+                "'max_step_tokens' is -1, less than 0"),
+            std::string::npos);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace kvlab

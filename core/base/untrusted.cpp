@@ -167,6 +167,29 @@ Status CheckIntIn(const std::string& what, int64_t v, int64_t lo, int64_t hi) {
   return Status::OK();
 }
 
+int64_t HostAvailableBytes() {
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  int64_t kib = -1;
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    long long v = 0;
+    if (std::sscanf(line, "MemAvailable: %lld kB", &v) == 1) {
+      kib = v;
+      break;
+    }
+  }
+  std::fclose(f);
+  return kib < 0 ? -1 : kib * 1024;
+}
+
+Status CheckHostMemory(const std::string& what, int64_t bytes, int64_t available) {
+  if (available < 0) available = HostAvailableBytes();
+  if (available < 0 || bytes <= available) return Status::OK();
+  return Status::ResourceExhausted(what + " needs " + std::to_string(bytes) + " bytes, more than the " +
+                                   std::to_string(available) + " bytes this host has available (MemAvailable)");
+}
+
 Status CheckFiniteIn(const std::string& what, double v, double lo, double hi) {
   if (std::isfinite(v) && v >= lo && v <= hi) return Status::OK();
   char buf[160];

@@ -40,6 +40,14 @@ Status CheckIntIn(const std::string& what, int64_t v, int64_t lo, int64_t hi);
 // The same for a number, which must also be finite (NaN and Inf are refused).
 Status CheckFiniteIn(const std::string& what, double v, double lo, double hi);
 
+// The bytes this host can still give a process without swapping
+// (/proc/meminfo's MemAvailable); -1 when it cannot be read.
+int64_t HostAvailableBytes();
+// OK when `bytes` fit in `available` (HostAvailableBytes() when negative, and
+// always OK when that is unknown); else ResourceExhausted "WHAT needs B bytes,
+// more than the A bytes this host has available (MemAvailable)".
+Status CheckHostMemory(const std::string& what, int64_t bytes, int64_t available = -1);
+
 // OK when `text` is at most max_bytes long and no array or object in it nests
 // deeper than max_depth; else InvalidArgument naming `file`, the limit and the
 // line (counted from first_line: a record of a .jsonl file is its line). Strings

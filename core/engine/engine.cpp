@@ -7,6 +7,7 @@
 #include <map>
 #include <thread>
 
+#include "core/base/untrusted.h"
 #include "core/engine/cuda_backend.h"
 #include "core/engine/run_config.h"
 #include "core/model/model.h"
@@ -161,6 +162,14 @@ Status Engine::Create(const EngineOptions& options, const std::vector<PolicySpec
   }
   const int64_t num_blocks = res.plain_blocks;
   const int64_t num_enc_blocks = res.encoded_blocks;
+  if (!impl->backend->on_device()) {
+    // The pools live in host memory: refuse up front what the host cannot hold.
+    const Status fits = CheckHostMemory("engine: the KV pools (" + std::to_string(options.max_seqs) + " sequences x " +
+                                            std::to_string(options.max_context) + " tokens, stack '" +
+                                            impl->policies.Describe() + "')",
+                                        res.bytes());
+    if (!fits.ok()) return Status::ResourceExhausted(fits.message() + "; lower max_seqs or the context");
+  }
   KVLAB_RETURN_IF_ERROR(KVCache::Create(shape, num_blocks, /*with_storage=*/true, &impl->cache, num_enc_blocks,
                                         impl->backend->arena_allocator()));
   KVLAB_RETURN_IF_ERROR(impl->backend->Attach(impl->cache.get(), impl->model.get()));

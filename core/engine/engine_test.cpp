@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "core/base/untrusted.h"
+
 namespace kvlab {
 namespace {
 
@@ -120,6 +122,33 @@ TEST(EngineTest, RejectsBadInput) {
   s = Engine::Create(bad, {PolicySpec{"full", {}, "t"}}, &e);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("device \"cuda\""), std::string::npos) << s.message();
+}
+
+// A run whose pools the host cannot hold is refused before anything is
+// allocated, with both numbers (the engine knows its reservation).
+TEST(EngineTest, PoolsLargerThanTheHostAreRefusedUpFront) {
+  const int64_t available = HostAvailableBytes();
+  ASSERT_GT(available, 0) << "/proc/meminfo has no MemAvailable";
+  EngineOptions o = SmallOptions();
+  o.max_seqs = 65536;
+  o.max_context = 65536;  // 2^32 tokens of the small preset: far past any host
+  o.allow_long_context = true;
+  std::unique_ptr<Engine> e;
+  const Status s = Engine::Create(o, {PolicySpec{"full", {}, "t"}}, &e);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), Status::Code::kResourceExhausted) << s.ToString();
+  EXPECT_NE(s.message().find("the KV pools (65536 sequences x 65536 tokens"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("bytes this host has available (MemAvailable)"), std::string::npos) << s.message();
+  EXPECT_EQ(e, nullptr);
+  // The same engine at a size that fits is made as before.
+  EXPECT_TRUE(Engine::Create(SmallOptions(), {PolicySpec{"full", {}, "t"}}, &e).ok());
+}
+
+TEST(EngineTest, HostMemoryCheckNamesBothNumbers) {
+  EXPECT_TRUE(CheckHostMemory("x", 100, 200).ok());
+  EXPECT_TRUE(CheckHostMemory("x", 200, 200).ok());
+  const Status s = CheckHostMemory("the pools", 300, 200);
+  EXPECT_EQ(s.message(), "the pools needs 300 bytes, more than the 200 bytes this host has available (MemAvailable)");
 }
 
 }  // namespace

@@ -10,10 +10,6 @@
 #include "core/model/llama_tensors.h"
 #include "core/model/matmul16.h"
 #include "core/model/safetensors.h"
-#include "kernels/append_kv.h"
-#include "kernels/attention_encoded.h"
-#include "kernels/attention_cpu.h"
-#include "kernels/attention_reference.h"
 #include "kernels/dense_attention.h"
 
 namespace kvlab {
