@@ -220,7 +220,8 @@ void SlotAttnJob(const PagedKV& kv, const AttentionParams& p, const CpuDecodePla
       std::min<int64_t>(BlocksFor(kv.StreamLength(job.stream), bs), job.slot_end / bs + (job.slot_end % bs != 0)));
   float* out = p.slot_attn + p.slot_attn_offsets[job.stream];
   PrefetchStream no_prefetch;
-  for (int q_begin = 0; q_begin < q_len && blk_begin < blk_end; q_begin += plan.q_tile) {
+  const int q_first = p.slot_attn_last_queries > 0 ? std::max(0, q_len - p.slot_attn_last_queries) : 0;
+  for (int q_begin = q_first; q_begin < q_len && blk_begin < blk_end; q_begin += plan.q_tile) {
     const CpuQueryTile t{seq, kv_head, q_begin, std::min(plan.q_tile, q_len - q_begin)};
     const int nq = t.q_count * sh.group;
     const int64_t visible = PrepareTile<DT>(kv, p, sh, t, sc);

@@ -75,7 +75,9 @@ void PagedAttentionEncodedReference(const PagedKV& kv, const EncodedKV& enc, con
           for (int64_t t = first; t < visible; ++t) {
             const double w = scores[t] / sum;
             for (int c = 0; c < d; ++c) acc[c] += w * v[t * d + c];
-            if (p.slot_attn != nullptr) p.slot_attn[p.slot_attn_offsets[s] + t] += static_cast<float>(w);
+            if (p.slot_attn != nullptr && (p.slot_attn_last_queries <= 0 || j >= q_len - p.slot_attn_last_queries)) {
+              p.slot_attn[p.slot_attn_offsets[s] + t] += static_cast<float>(w);
+            }
           }
           for (int c = 0; c < d; ++c) p.o[off + c] = static_cast<float>(acc[c]);
         }
@@ -148,7 +150,8 @@ static void EncodedAttentionGeneric(const PagedKV& kv, const EncodedKV& enc, con
     if (p.slot_attn != nullptr) {
       // A second pass gives each slot its final probability under each row's softmax.
       float* out = p.slot_attn + p.slot_attn_offsets[s];
-      for (int r = 0; r < rows; ++r) {
+      const int first_row = p.slot_attn_last_queries > 0 ? std::max(0, q_len - p.slot_attn_last_queries) * group : 0;
+      for (int r = first_row; r < rows; ++r) {
         const float* qr = q.data() + static_cast<int64_t>(r) * d;
         for (int64_t t = first[static_cast<size_t>(r)]; t < visible[static_cast<size_t>(r)]; ++t) {
           float dot = 0;

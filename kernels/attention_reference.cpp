@@ -132,7 +132,9 @@ void PagedAttentionReference(const PagedKV& kv, const AttentionParams& p) {
           ConvertToF32(kv.dtype, kv.ValuePtr(s, t), row.data(), d);
           const double w = scores[t] / sum;
           for (int c = 0; c < d; ++c) acc[c] += w * row[c];
-          if (p.slot_attn != nullptr) p.slot_attn[p.slot_attn_offsets[s] + t] += static_cast<float>(w);
+          if (p.slot_attn != nullptr && (p.slot_attn_last_queries <= 0 || j >= q_len - p.slot_attn_last_queries)) {
+            p.slot_attn[p.slot_attn_offsets[s] + t] += static_cast<float>(w);
+          }
         }
         for (int c = 0; c < d; ++c) p.o[qo_off + c] = static_cast<float>(acc[c]);
       }

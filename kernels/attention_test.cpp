@@ -202,8 +202,10 @@ void Rope(const std::vector<float>& inv_freq, int64_t pos, double* x, int d) {
 // Plain dense causal attention in double on the gathered K/V (rotated here
 // when the case has rope): the output and each stream's per-slot probability
 // summed over its query heads and queries.
+// With last_queries > 0 only each sequence's last last_queries queries add to
+// slot_attn (AttentionParams::slot_attn_last_queries).
 void DenseExpected(const Case& c, const Inputs& in, TestCache* cache, std::vector<double>* o,
-                   std::vector<double>* slot_attn) {
+                   std::vector<double>* slot_attn, int last_queries = 0) {
   const int group = c.hq / c.hkv, d = c.d;
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   o->assign(in.q.size(), 0.0);
@@ -235,7 +237,7 @@ void DenseExpected(const Case& c, const Inputs& in, TestCache* cache, std::vecto
           for (double& x : w) sum += (x = std::exp(x - mx));
           for (int t = 0; t < visible; ++t) {
             for (int x = 0; x < d; ++x) (*o)[off + x] += w[t] / sum * v[t * d + x];
-            (*slot_attn)[in.slot_offsets[s] + t] += w[t] / sum;
+            if (last_queries <= 0 || j >= q_len - last_queries) (*slot_attn)[in.slot_offsets[s] + t] += w[t] / sum;
           }
         }
       }
@@ -382,6 +384,25 @@ TEST_P(AttentionTest, MatchesDenseAttention) {
     double sum = 0.0;
     for (int t = 0; t < seq.len; ++t) sum += added[in.slot_offsets[s] + t];
     const double expected = static_cast<double>(c.hq / c.hkv) * seq.q_len;
+    EXPECT_NEAR(sum, expected, 1e-4 * expected + 1e-6 * seq.len) << "stream " << s;
+  }
+
+  // An observation window: only each sequence's last 3 queries count.
+  constexpr int kWindow = 3;
+  std::vector<double> o_unused, want_window;
+  DenseExpected(c, in, &cache, &o_unused, &want_window, kWindow);
+  std::vector<float> window(static_cast<size_t>(in.total_slots), 0.0f);
+  p.o = o2.data();
+  p.slot_attn = window.data();
+  p.slot_attn_last_queries = kWindow;
+  backend.fn(kv, p);
+  EXPECT_EQ(CountMismatches(o2, want_o, kAtol, kRtol, "o with an observation window"), 0);
+  EXPECT_EQ(CountMismatches(window, want_window, 1e-6, 1e-4, "slot_attn of the last 3 queries"), 0);
+  for (size_t s = 0; s < in.slot_offsets.size(); ++s) {
+    const SeqSpec& seq = c.seqs[s / c.hkv];
+    double sum = 0.0;
+    for (int t = 0; t < seq.len; ++t) sum += window[in.slot_offsets[s] + t];
+    const double expected = static_cast<double>(c.hq / c.hkv) * std::min(seq.q_len, kWindow);
     EXPECT_NEAR(sum, expected, 1e-4 * expected + 1e-6 * seq.len) << "stream " << s;
   }
 }

@@ -70,6 +70,9 @@ struct AttentionParams {
   // stream s's [StreamLength(s)] array (ADDED to, not overwritten).
   float* slot_attn = nullptr;
   const int64_t* slot_attn_offsets = nullptr;  // [num_streams]
+  // > 0: only the last slot_attn_last_queries queries of each sequence add
+  // to slot_attn (an observation window, as SnapKV's); 0: all of them.
+  int slot_attn_last_queries = 0;
   // Optional: if non-null, keys in the cache and q are BEFORE RoPE, and the
   // kernel rotates them by positions within the cache (StreamingLLM): the key
   // at slot t by angle t * rope_inv_freq[i], query j of a sequence with q_len

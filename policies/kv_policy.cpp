@@ -209,9 +209,19 @@ bool PolicyStack::PrefixCachingByDefault() const {
   return (Concerns() & (kConcernSelection | kConcernRepresentation | kConcernPlacement)) == 0;
 }
 
-int64_t PolicyStack::KeptSlotsBound(int64_t max_length) const {
+int64_t PolicyStack::KeptSlotsBound(int64_t max_length, int kv_heads) const {
   const KVPolicy* p = For(kConcernSelection);
-  return p ? std::max<int64_t>(0, std::min(max_length, p->KeptSlotsBound(max_length))) : max_length;
+  return p ? std::max<int64_t>(0, std::min(max_length, p->KeptSlotsBoundInLayer(max_length, kv_heads))) : max_length;
+}
+
+int64_t PolicyStack::ObservationWindow() const {
+  const KVPolicy* p = ScoringPolicy();
+  return p != nullptr ? p->ObservationWindow() : 0;
+}
+
+bool PolicyStack::NeedsKeyNorms() const {
+  const KVPolicy* p = For(kConcernSelection);
+  return p != nullptr && p->NeedsKeyNorms();
 }
 
 bool PolicyStack::NeedsAttentionScores() const { return ScoringPolicy() != nullptr; }

@@ -129,6 +129,19 @@ struct StreamState {
   const float* score = nullptr;       // [num_tokens] accumulated attention (if requested)
   int64_t seq_length = 0;             // tokens the sequence has processed so far
   int block_size = 16;
+  int num_layers = 0;                 // layers of the cache (0: unknown, as in a hand-built state)
+  // The step just run, for policies whose rule depends on it (snapkv acts
+  // when a prompt chunk is complete): tokens it added to this sequence (0:
+  // unknown), and whether it was the last step of a chunk given to
+  // Engine::Forward (a chunk longer than the engine's step runs as several).
+  int64_t step_tokens = 0;
+  bool chunk_end = true;
+};
+
+// The step just run, per sequence (StreamState::step_tokens, chunk_end).
+struct SeqStep {
+  int64_t tokens = 0;
+  bool chunk_end = true;
 };
 
 class KVPolicy {
@@ -166,6 +179,35 @@ class KVPolicy {
   virtual void FoldAttention(const float* step, int64_t n, float* score) const {
     for (int64_t i = 0; i < n; ++i) score[i] += step[i];
   }
+  // The same with the step's shape: `info` is the sequence's step (tokens 0
+  // when unknown). For a rule that depends on it (snapkv replaces its scores
+  // with a prefill step's window and accumulates decode steps); the default
+  // calls FoldAttention.
+  virtual void FoldStepAttention(const SeqStep& /*info*/, const float* step, int64_t n, float* score) const {
+    FoldAttention(step, n, score);
+  }
+  // > 0: only the last w queries of each sequence in a step count in the
+  // per-slot attention (SnapKV's observation window), and the engine makes
+  // the last step of every chunk at least w tokens long when the chunk is, so
+  // that a prompt's window lies in one step. 0: every query of the step.
+  virtual int64_t ObservationWindow() const { return 0; }
+  // True if SelectSlots needs the L2 norm of each slot's key: core then writes
+  // it into StreamState::score when the slot is written (a query-free
+  // statistic; RoPE rotates, so the norm is the same before or after it).
+  virtual bool NeedsKeyNorms() const { return false; }
+  // True if the policy selects all KV heads of a layer jointly (per-head
+  // budgets that share a layer's total): core then calls SelectLayerSlots
+  // with every stream of one (sequence, layer) instead of SelectSlots.
+  virtual bool SelectsPerLayer() const { return false; }
+  // heads[h]: the streams of one (sequence, layer), by KV head. Fills
+  // (*keep)[h] and (*acts)[h] as SelectSlots would for head h (acts false:
+  // keep everything). The default asks SelectSlots head by head.
+  virtual void SelectLayerSlots(const std::vector<StreamState>& heads, std::vector<std::vector<int64_t>>* keep,
+                                std::vector<char>* acts) const {
+    keep->assign(heads.size(), {});
+    acts->assign(heads.size(), 0);
+    for (size_t h = 0; h < heads.size(); ++h) (*acts)[h] = SelectSlots(heads[h], &(*keep)[h]) ? 1 : 0;
+  }
   // Called by core after each step for every stream. Returns false to keep
   // everything; otherwise fills `keep` with the slot indices to keep, strictly
   // increasing, and core compacts the stream and frees emptied blocks.
@@ -177,6 +219,11 @@ class KVPolicy {
   // claims no bound; a policy that keeps a budget says so here, and one that
   // under-reports makes a later step fail for want of blocks.
   virtual int64_t KeptSlotsBound(int64_t max_length) const { return max_length; }
+  // The bound for one stream of a layer of kv_heads stored KV heads, which
+  // the pools are sized from: a policy that selects per layer
+  // (SelectsPerLayer) may give one head more than KeptSlotsBound, which is
+  // then the bound of a stream selected alone. Default: KeptSlotsBound.
+  virtual int64_t KeptSlotsBoundInLayer(int64_t max_length, int /*kv_heads*/) const { return KeptSlotsBound(max_length); }
   // True to store keys before RoPE and rotate them at read time by their
   // slot index (positions within the cache, as StreamingLLM does).
   virtual bool KeysBeforeRope() const { return false; }
@@ -247,9 +294,13 @@ class PolicyStack {
   HeadMerge MergeMode() const;
   DType StorageDType(DType requested) const;
   bool NeedsAttentionScores() const;
-  // The selection policy's KVPolicy::KeptSlotsBound, at most max_length;
-  // max_length without selection.
-  int64_t KeptSlotsBound(int64_t max_length) const;
+  // The selection policy's KVPolicy::KeptSlotsBoundInLayer for layers of
+  // kv_heads stored KV heads, at most max_length; max_length without selection.
+  int64_t KeptSlotsBound(int64_t max_length, int kv_heads = 1) const;
+  // The scoring policy's ObservationWindow (0 without one).
+  int64_t ObservationWindow() const;
+  // Whether the selection policy asks for key norms (KVPolicy::NeedsKeyNorms).
+  bool NeedsKeyNorms() const;
   // The policy whose scores the cache folds (the first that needs them), or nullptr.
   const KVPolicy* ScoringPolicy() const;
   // Every policy's AttentionKernelOptions, merged (an option is on when one sets it).

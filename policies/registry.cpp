@@ -18,6 +18,11 @@ void RegisterBuiltinPolicies(PolicyRegistry* registry) {
   RegisterKiviPolicy(registry);
   RegisterQuantPolicy(registry);
   RegisterOffloadPolicy(registry);
+  RegisterSnapKVPolicy(registry);
+  RegisterPyramidKVPolicy(registry);
+  RegisterAdaKVPolicy(registry);
+  RegisterTovaPolicy(registry);
+  RegisterKeyNormPolicy(registry);
 }
 
 PolicyRegistry& PolicyRegistry::Global() {

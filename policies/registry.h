@@ -67,5 +67,10 @@ void RegisterGqaReusePolicy(PolicyRegistry* registry);  // gqa_reuse.cpp
 void RegisterKiviPolicy(PolicyRegistry* registry);      // kivi.cpp
 void RegisterQuantPolicy(PolicyRegistry* registry);     // quant.cpp
 void RegisterOffloadPolicy(PolicyRegistry* registry);   // offload.cpp
+void RegisterSnapKVPolicy(PolicyRegistry* registry);    // snapkv.cpp
+void RegisterPyramidKVPolicy(PolicyRegistry* registry); // pyramidkv.cpp
+void RegisterAdaKVPolicy(PolicyRegistry* registry);     // adakv.cpp
+void RegisterTovaPolicy(PolicyRegistry* registry);      // tova.cpp
+void RegisterKeyNormPolicy(PolicyRegistry* registry);   // key_norm.cpp
 
 }  // namespace kvlab

@@ -157,6 +157,52 @@ AttentionParams MakeParams(int num_seqs, int hq, int hkv, int d, const int32_t* 
 
 class EncodedAttentionTest : public ::testing::TestWithParam<Case> {};
 
+// An observation window (AttentionParams::slot_attn_last_queries = 2): the
+// reference and CPU paths add only each sequence's last 2 queries' probabilities.
+void ExpectObservationWindow(const KVCache* c, const PageTable& pt, const Case& cs, const std::vector<int32_t>& qo,
+                             const std::vector<float>& q, AttentionParams p) {
+  constexpr int kWindow = 2;
+  const int d = cs.d, group = cs.hq / cs.hkv, num_seqs = static_cast<int>(qo.size()) - 1;
+  std::vector<double> want;
+  std::vector<float> o(q.size());
+  for (int i = 0; i < num_seqs; ++i) {
+    for (int h = 0; h < cs.hkv; ++h) {
+      const Stream& st = c->stream(i, 0, h);
+      const int64_t len = st.num_tokens;
+      std::vector<std::vector<float>> k(static_cast<size_t>(len), std::vector<float>(d)), v = k;
+      for (int64_t t = 0; t < len; ++t) c->ReadSlot(i, 0, h, t, k[t].data(), v[t].data());
+      const int q_len = qo[i + 1] - qo[i];
+      std::vector<double> prob(static_cast<size_t>(len), 0.0);
+      for (int j = std::max(0, q_len - kWindow); j < q_len; ++j) {
+        std::vector<bool> hidden(static_cast<size_t>(len), false);
+        for (int64_t t = 0; cs.window > 0 && t < len; ++t) {
+          hidden[static_cast<size_t>(t)] = st.positions[static_cast<size_t>(t)] <= st.positions[static_cast<size_t>(len - q_len + j)] - cs.window;
+        }
+        for (int g = 0; g < group; ++g) {
+          const int64_t off = (static_cast<int64_t>(qo[i] + j) * cs.hq + h * group + g) * d;
+          Dense(k, v, q.data() + off, d, len - q_len + j + 1, p.rope_inv_freq, o.data() + off, &prob, &hidden);
+        }
+      }
+      want.insert(want.end(), prob.begin(), prob.end());
+    }
+  }
+  p.slot_attn_last_queries = kWindow;
+  p.o = o.data();
+  for (int run = 0; run < 2; ++run) {
+    std::vector<float> got(want.size(), 0.0f);
+    p.slot_attn = got.data();
+    if (cs.encoded) {
+      run == 0 ? PagedAttentionEncodedReference(pt.Layer(0), *pt.Encoded(0), p)
+               : PagedAttentionEncodedCpu(pt.Layer(0), *pt.Encoded(0), p);
+    } else {
+      run == 0 ? PagedAttentionReference(pt.Layer(0), p) : PagedAttentionCpu(pt.Layer(0), p);
+    }
+    double worst = 0;
+    for (size_t t = 0; t < want.size(); ++t) worst = std::max(worst, std::abs(got[t] - want[t]) / (1e-6 + 1e-4 * std::abs(want[t])));
+    EXPECT_LE(worst, 1.0) << (run == 0 ? "reference" : "cpu") << " with an observation window";
+  }
+}
+
 TEST_P(EncodedAttentionTest, CpuAndReferenceMatchDenseOnGatheredKV) {
   const Case cs = GetParam();
   const int d = cs.d;
@@ -301,6 +347,7 @@ TEST_P(EncodedAttentionTest, CpuAndReferenceMatchDenseOnGatheredKV) {
     EXPECT_LE(worst_sa_ref, 1.0);
     EXPECT_LE(worst_sa_cpu, 1.0);
     EXPECT_LE(worst_sa_cpu3, 1.0);
+    ExpectObservationWindow(c.get(), pt, cs, qo, q, p);
   }
 }
 

@@ -35,7 +35,7 @@ Status ReservePools(const CacheShape& shape, const ModelKvShape& model, DType re
   const int64_t bs = shape.block_size;
   const int64_t tpb = shape.encoded ? shape.enc.tokens_per_block : 0;
   const KVPolicy* sel = stack.For(kConcernSelection);
-  const int64_t kept = stack.KeptSlotsBound(ctx);
+  const int64_t kept = stack.KeptSlotsBound(ctx, shape.num_kv_heads);
   const int64_t slots = std::min(ctx, kept + step);
 
   // Full cache for the same request: the baseline every ratio is against.

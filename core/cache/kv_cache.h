@@ -109,6 +109,9 @@ class PageTable {
 struct SlotAttention {
   std::vector<float> values;
   std::vector<int64_t> offsets;
+  // > 0: only the last last_queries queries of each sequence count
+  // (KVPolicy::ObservationWindow; AttentionParams::slot_attn_last_queries).
+  int64_t last_queries = 0;
   // Sized for `pt`'s streams, all zero.
   void Reset(const PageTable& pt);
 };
@@ -293,13 +296,24 @@ class KVCache {
   // Folds a step's per-slot attention (`a`, for the page table of `seqs` that
   // the step ran on, before any compaction) into every stream's scores by the
   // rule of `scorer` (KVPolicy::FoldAttention).
-  void FoldAttention(const std::vector<SeqId>& seqs, const SlotAttention& a, const KVPolicy& scorer);
+  // steps[i] (may be null: unknown) is seqs[i]'s step (KVPolicy::FoldStepAttention).
+  void FoldAttention(const std::vector<SeqId>& seqs, const SlotAttention& a, const KVPolicy& scorer,
+                     const std::vector<SeqStep>* steps = nullptr);
+  // For a selection policy that ranks by key norms (KVPolicy::NeedsKeyNorms):
+  // writes the L2 norm of the key of each of the last q_len slots of every
+  // stream of `seqs` into its score, q_len being the tokens the step added to
+  // the sequence (qo_indptr, the step's batch order). REQUIRES: host storage.
+  void RecordKeyNorms(const std::vector<SeqId>& seqs, const std::vector<int32_t>& qo_indptr);
   // Selection and sliding windows: compacts each stream of `seqs` to what
   // SlotsToKeep says, next_pos[i] being seqs[i]'s next query position. A
   // stream whose compaction the pools cannot supply (ResourceExhausted:
   // copies of shared blocks, room for decoded tokens) keeps every slot and
   // the others go on; any other error is returned. `sel` may be null.
-  Status ApplySelection(const std::vector<SeqId>& seqs, const std::vector<int64_t>& next_pos, const KVPolicy* sel);
+  // steps[i] (may be null) is seqs[i]'s step, which the policy sees in
+  // StreamState::step_tokens and chunk_end. A policy that selects per layer
+  // (KVPolicy::SelectsPerLayer) gets each (sequence, layer)'s streams at once.
+  Status ApplySelection(const std::vector<SeqId>& seqs, const std::vector<int64_t>& next_pos, const KVPolicy* sel,
+                        const std::vector<SeqStep>* steps = nullptr);
   // Placement: while the device holds more than the policy's budget, moves
   // the blocks `place` ranks lowest (BlockPriority; ties in the order of
   // seq_length's sequences, their layers, heads, encoded then plain blocks)
@@ -347,7 +361,14 @@ class KVCache {
   // a block of out-of-window slots may stay (the kernels skip them by
   // first_visible). False: keep every slot.
   bool SlotsToKeep(SeqId id, int layer, int head, int64_t next_pos, const KVPolicy* sel,
-                   std::vector<int64_t>* keep) const;
+                   std::vector<int64_t>* keep, const SeqStep* step = nullptr) const;
+  // SlotsToKeep's parts: the state the selection policy sees (the slots the
+  // window still shows: from *alive on), and what a stream keeps once the
+  // policy has spoken (`chose`: its SelectSlots result, *keep its choice).
+  StreamState SelectionState(SeqId id, int layer, int head, int64_t next_pos, const SeqStep* step,
+                             int64_t* alive) const;
+  bool FinishKeep(SeqId id, int layer, int head, int64_t alive, bool has_sel, bool chose,
+                  std::vector<int64_t>* keep) const;
 
   // Tokens held by a sequence, summed over its streams (slots, not blocks).
   int64_t SlotsInUse(SeqId id) const;

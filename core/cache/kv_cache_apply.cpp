@@ -4,6 +4,7 @@
 // engine and the model-free executor call these; they rank and move nothing
 // themselves.
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "core/cache/kv_cache.h"
@@ -24,13 +25,33 @@ void SlotAttention::Reset(const PageTable& pt) {
   values.assign(static_cast<size_t>(total), 0.0f);
 }
 
-void KVCache::FoldAttention(const std::vector<SeqId>& seqs, const SlotAttention& a, const KVPolicy& scorer) {
+void KVCache::FoldAttention(const std::vector<SeqId>& seqs, const SlotAttention& a, const KVPolicy& scorer,
+                            const std::vector<SeqStep>* steps) {
   size_t k = 0;
   for (int l = 0; l < shape_.num_layers; ++l) {
-    for (SeqId id : seqs) {
+    for (size_t b = 0; b < seqs.size(); ++b) {
+      const SeqStep info = steps != nullptr ? (*steps)[b] : SeqStep();
       for (int h = 0; h < shape_.num_kv_heads; ++h, ++k) {
-        Stream& st = mutable_stream(id, l, h);
-        scorer.FoldAttention(a.values.data() + a.offsets[k], st.num_tokens, st.score.data());
+        Stream& st = mutable_stream(seqs[b], l, h);
+        scorer.FoldStepAttention(info, a.values.data() + a.offsets[k], st.num_tokens, st.score.data());
+      }
+    }
+  }
+}
+
+void KVCache::RecordKeyNorms(const std::vector<SeqId>& seqs, const std::vector<int32_t>& qo_indptr) {
+  std::vector<float> k(static_cast<size_t>(shape_.head_dim)), v(k.size());
+  for (size_t b = 0; b < seqs.size(); ++b) {
+    const int64_t q_len = qo_indptr[b + 1] - qo_indptr[b];
+    for (int l = 0; l < shape_.num_layers; ++l) {
+      for (int h = 0; h < shape_.num_kv_heads; ++h) {
+        Stream& st = mutable_stream(seqs[b], l, h);
+        for (int64_t t = std::max<int64_t>(0, st.num_tokens - q_len); t < st.num_tokens; ++t) {
+          ReadSlot(seqs[b], l, h, t, k.data(), v.data());
+          double sum = 0;
+          for (float x : k) sum += static_cast<double>(x) * x;
+          st.score[static_cast<size_t>(t)] = static_cast<float>(std::sqrt(sum));
+        }
       }
     }
   }
@@ -54,13 +75,29 @@ Status KVCache::CompactOnDevice(SeqId id, int layer, int head, const std::vector
 }
 
 Status KVCache::ApplySelection(const std::vector<SeqId>& seqs, const std::vector<int64_t>& next_pos,
-                               const KVPolicy* sel) {
+                               const KVPolicy* sel, const std::vector<SeqStep>* steps) {
   if (sel == nullptr && !shape_.HasWindows()) return Status::OK();
-  std::vector<int64_t> keep;
+  const int H = shape_.num_kv_heads;
+  const bool per_layer = sel != nullptr && sel->SelectsPerLayer();
+  std::vector<std::vector<int64_t>> keeps(static_cast<size_t>(H));
+  std::vector<char> acts(static_cast<size_t>(H), 0);
+  std::vector<StreamState> states(static_cast<size_t>(H));
+  std::vector<int64_t> alive(static_cast<size_t>(H), 0);
   for (size_t i = 0; i < seqs.size(); ++i) {
+    const SeqStep* step = steps != nullptr ? &(*steps)[i] : nullptr;
     for (int l = 0; l < shape_.num_layers; ++l) {
-      for (int h = 0; h < shape_.num_kv_heads; ++h) {
-        if (!SlotsToKeep(seqs[i], l, h, next_pos[i], sel, &keep)) continue;
+      if (per_layer) {  // the layer's heads at once, then each head's compaction
+        for (int h = 0; h < H; ++h) {
+          states[static_cast<size_t>(h)] = SelectionState(seqs[i], l, h, next_pos[i], step, &alive[static_cast<size_t>(h)]);
+        }
+        sel->SelectLayerSlots(states, &keeps, &acts);
+      }
+      for (int h = 0; h < H; ++h) {
+        std::vector<int64_t>& keep = keeps[static_cast<size_t>(h)];
+        const bool compacts = per_layer ? FinishKeep(seqs[i], l, h, alive[static_cast<size_t>(h)], true,
+                                                     acts[static_cast<size_t>(h)] != 0, &keep)
+                                        : SlotsToKeep(seqs[i], l, h, next_pos[i], sel, &keep, step);
+        if (!compacts) continue;
         const Status st = device_ops_ != nullptr ? CompactOnDevice(seqs[i], l, h, keep) : Compact(seqs[i], l, h, keep);
         // Check-then-act: a compaction the pools cannot supply changed nothing.
         if (!st.ok() && st.code() != Status::Code::kResourceExhausted) return st;

@@ -65,30 +65,47 @@ bool KVCache::DropsLeadingUnits(const Stream& s, const std::vector<int64_t>& kee
   return UnitFloor(s, k) == k;
 }
 
-bool KVCache::SlotsToKeep(SeqId id, int layer, int head, int64_t next_pos, const KVPolicy* sel,
-                          std::vector<int64_t>* keep) const {
+StreamState KVCache::SelectionState(SeqId id, int layer, int head, int64_t next_pos, const SeqStep* step,
+                                    int64_t* alive) const {
   const Stream& st = stream(id, layer, head);
   const int64_t window = shape_.Window(layer);
-  const int64_t alive = window > 0 ? FirstInWindow(st, next_pos, window) : 0;
-  keep->clear();
-  if (sel != nullptr) {
-    StreamState ss = StateOf(st, layer, head, next_pos, shape_.block_size);
-    ss.num_tokens -= alive;
-    ss.positions += alive;
-    ss.score += alive;
-    if (sel->SelectSlots(ss, keep)) {
-      for (int64_t& k : *keep) k += alive;
-      return true;
-    }
-    keep->clear();
+  *alive = window > 0 ? FirstInWindow(st, next_pos, window) : 0;
+  StreamState ss = StateOf(st, layer, head, next_pos, shape_.block_size);
+  ss.num_layers = shape_.num_layers;
+  if (step != nullptr) {
+    ss.step_tokens = step->tokens;
+    ss.chunk_end = step->chunk_end;
   }
+  ss.num_tokens -= *alive;
+  ss.positions += *alive;
+  ss.score += *alive;
+  return ss;
+}
+
+bool KVCache::FinishKeep(SeqId id, int layer, int head, int64_t alive, bool has_sel, bool chose,
+                         std::vector<int64_t>* keep) const {
+  if (chose) {
+    for (int64_t& k : *keep) k += alive;
+    return true;
+  }
+  keep->clear();
   // With a selection policy, the stream is compacted whenever it evicts, so
   // out-of-window slots go exactly (the kept ones move, as after any
   // eviction); without one, only whole blocks go and nothing moves.
-  const int64_t from = sel != nullptr ? alive : UnitFloor(st, alive);
+  const Stream& st = stream(id, layer, head);
+  const int64_t from = has_sel ? alive : UnitFloor(st, alive);
   if (from == 0) return false;
   for (int64_t t = from; t < st.num_tokens; ++t) keep->push_back(t);
   return true;
+}
+
+bool KVCache::SlotsToKeep(SeqId id, int layer, int head, int64_t next_pos, const KVPolicy* sel,
+                          std::vector<int64_t>* keep, const SeqStep* step) const {
+  int64_t alive = 0;
+  const StreamState ss = SelectionState(id, layer, head, next_pos, step, &alive);
+  keep->clear();
+  const bool chose = sel != nullptr && sel->SelectSlots(ss, keep);
+  return FinishKeep(id, layer, head, alive, sel != nullptr, chose, keep);
 }
 
 void KVCache::DropLeadingUnits(SeqId id, size_t stream_index, Stream* s, int64_t k) {

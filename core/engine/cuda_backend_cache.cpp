@@ -215,6 +215,15 @@ Status NewCudaBackend(const CudaBackendOptions& o, std::unique_ptr<AttentionBack
                                    not_yet + " (cuda::PagedDecode does not rotate keys): use positions=\"original\" or "
                                    "device \"cpu\"");
   }
+  if (const KVPolicy* sel = stack.For(kConcernSelection);
+      sel != nullptr && (sel->ObservationWindow() > 0 || sel->NeedsKeyNorms() || sel->SelectsPerLayer())) {
+    const std::string need = sel->ObservationWindow() > 0 ? "the attention of an observation window (its last queries only)"
+                             : sel->NeedsKeyNorms()       ? "key norms read from the cache's blocks"
+                                                          : "all KV heads of a layer selected jointly";
+    return Status::InvalidArgument("policy " + PolicyName(stack, kConcernSelection) + " (selection) needs " + need + "," +
+                                   not_yet + ": the CUDA kernels and device compaction are not wired for it; use device "
+                                   "\"cpu\"");
+  }
   PlacementOptions placement;
   if (stack.Placement(&placement)) {
     return Status::InvalidArgument("policy " + PolicyName(stack, kConcernPlacement) +

@@ -249,6 +249,11 @@ TEST(CudaEngineTest, RefusesWhatItDoesNotImplement) {
       {{PolicySpec{"quant", {{"format", "int8"}}, "t"}}, "'quant'"},
       {{PolicySpec{"kivi", {{"key_axis", "token"}}, "t"}}, "'kivi'"},
       {{PolicySpec{"window", {{"positions", "original"}, {"window", "64"}}, "t"}, PolicySpec{"kivi", {}, "t"}}, "'window'"},
+      {{PolicySpec{"snapkv", {{"budget", "64"}, {"window", "16"}}, "t"}}, "'snapkv'"},
+      {{PolicySpec{"pyramidkv", {{"budget", "64"}, {"window", "16"}}, "t"}}, "'pyramidkv'"},
+      {{PolicySpec{"adakv", {{"budget", "64"}, {"window", "16"}}, "t"}}, "'adakv'"},
+      {{PolicySpec{"tova", {{"budget", "64"}}, "t"}}, "'tova'"},
+      {{PolicySpec{"key-norm", {{"budget", "64"}}, "t"}}, "'key-norm'"},
   };
   for (const Case& c : cases) {
     std::unique_ptr<Engine> e;

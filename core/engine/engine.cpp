@@ -146,6 +146,11 @@ Status Engine::Create(const EngineOptions& options, const std::vector<PolicySpec
   const bool bounded = options.max_step_tokens > 0 &&
                        (impl->policies.For(kConcernSelection) != nullptr || shape.encoded || places);
   impl->step_tokens = bounded ? options.max_step_tokens : 0;
+  if (const int64_t w = impl->policies.ObservationWindow(); w > 0 && impl->step_tokens > 0 && w > impl->step_tokens) {
+    return Status::InvalidArgument("policy '" + std::string(impl->policies.ScoringPolicy()->Name()) + "' parameter 'window' is " +
+                                   std::to_string(w) + ", more than the engine's max_step_tokens " +
+                                   std::to_string(impl->step_tokens) + ": the observation window must fit in one step");
+  }
   ReservationRequest rr;
   rr.max_seqs = options.max_seqs;
   rr.max_context = options.max_context;
@@ -262,29 +267,55 @@ Status Engine::CheckChunks(const std::vector<SeqChunk>& chunks) const {
   return Status::OK();
 }
 
+namespace {
+
+// Where a chunk of n tokens splits into steps of at most cap tokens (cap 0:
+// none): the ends of its pieces. With an observation window w (w <= cap),
+// the last piece is made at least min(w, n) tokens long by moving the last
+// split back, so the window of a prompt's last w tokens lies in one step.
+std::vector<int64_t> PieceEnds(int64_t n, int64_t cap, int64_t w) {
+  std::vector<int64_t> ends;
+  if (cap <= 0 || n <= cap) return {n};
+  for (int64_t e = cap; e < n; e += cap) ends.push_back(e);
+  ends.push_back(n);
+  const int64_t last = n - ends[ends.size() - 2];
+  if (w > last) ends[ends.size() - 2] = n - std::min(w, cap);
+  return ends;
+}
+
+}  // namespace
+
 Status Engine::Forward(const std::vector<SeqChunk>& chunks, bool all_logits,
                        std::vector<std::vector<float>>* logits) {
   const int64_t cap = impl_->step_tokens;
   size_t longest = 0;
   for (const SeqChunk& c : chunks) longest = std::max(longest, c.tokens.size());
-  if (cap <= 0 || static_cast<int64_t>(longest) <= cap) return ForwardStep(chunks, all_logits, logits);
+  if (cap <= 0 || static_cast<int64_t>(longest) <= cap) return ForwardStep(chunks, all_logits, logits, nullptr);
   KVLAB_RETURN_IF_ERROR(CheckChunks(chunks));
   // Bounded steps: piece k of every chunk that has one, batched, then the
   // policies act (ForwardStep applies them) before piece k + 1.
+  const int64_t window = impl_->policies.ObservationWindow();
+  std::vector<std::vector<int64_t>> ends;
+  size_t num_pieces = 0;
+  for (const SeqChunk& c : chunks) {
+    ends.push_back(PieceEnds(static_cast<int64_t>(c.tokens.size()), cap, window));
+    num_pieces = std::max(num_pieces, ends.back().size());
+  }
   logits->assign(chunks.size(), {});
   std::vector<std::vector<float>> out;
-  for (size_t off = 0; off < longest; off += static_cast<size_t>(cap)) {
+  for (size_t k = 0; k < num_pieces; ++k) {
     std::vector<SeqChunk> piece;
+    std::vector<SeqStep> steps;
     std::vector<size_t> idx;
     for (size_t i = 0; i < chunks.size(); ++i) {
+      if (k >= ends[i].size()) continue;
       const std::vector<int32_t>& t = chunks[i].tokens;
-      if (t.size() <= off) continue;
-      const size_t end = std::min(t.size(), off + static_cast<size_t>(cap));
-      piece.push_back({chunks[i].seq, std::vector<int32_t>(t.begin() + static_cast<std::ptrdiff_t>(off),
-                                                           t.begin() + static_cast<std::ptrdiff_t>(end))});
+      const int64_t begin = k == 0 ? 0 : ends[i][k - 1], end = ends[i][k];
+      piece.push_back({chunks[i].seq, std::vector<int32_t>(t.begin() + begin, t.begin() + end)});
+      steps.push_back(SeqStep{end - begin, k + 1 == ends[i].size()});
       idx.push_back(i);
     }
-    KVLAB_RETURN_IF_ERROR(ForwardStep(piece, all_logits, &out));
+    KVLAB_RETURN_IF_ERROR(ForwardStep(piece, all_logits, &out, &steps));
     for (size_t j = 0; j < idx.size(); ++j) {
       std::vector<float>& dst = (*logits)[idx[j]];
       if (all_logits) {
@@ -298,7 +329,7 @@ Status Engine::Forward(const std::vector<SeqChunk>& chunks, bool all_logits,
 }
 
 Status Engine::ForwardStep(const std::vector<SeqChunk>& chunks, bool all_logits,
-                           std::vector<std::vector<float>>* logits) {
+                           std::vector<std::vector<float>>* logits, const std::vector<SeqStep>* piece_steps) {
   Impl& s = *impl_;
   const int64_t vocab = s.model->config().vocab_size;
   KVLAB_RETURN_IF_ERROR(CheckChunks(chunks));
@@ -334,6 +365,7 @@ Status Engine::ForwardStep(const std::vector<SeqChunk>& chunks, bool all_logits,
   step.staging = &staging;
   if (s.policies.NeedsAttentionScores()) {
     slot_attn.Reset(pt);
+    slot_attn.last_queries = s.policies.ObservationWindow();
     step.slot_attn = &slot_attn;
   }
   if (Status st = s.backend->BeginStep(step); !st.ok()) {
@@ -363,8 +395,15 @@ Status Engine::ForwardStep(const std::vector<SeqChunk>& chunks, bool all_logits,
     next_pos.push_back(s.seq_len[chunks[i].seq] += static_cast<int64_t>(chunks[i].tokens.size()));
   }
   // The cache applies the stack's decisions: scores, selection and windows, sealing, placement.
-  if (step.slot_attn != nullptr) s.cache->FoldAttention(seqs, slot_attn, *s.policies.ScoringPolicy());
-  KVLAB_RETURN_IF_ERROR(s.cache->ApplySelection(seqs, next_pos, s.policies.For(kConcernSelection)));
+  std::vector<SeqStep> steps;  // a whole chunk, unless Forward split it
+  if (piece_steps != nullptr) {
+    steps = *piece_steps;
+  } else {
+    for (const SeqChunk& c : chunks) steps.push_back(SeqStep{static_cast<int64_t>(c.tokens.size()), true});
+  }
+  if (step.slot_attn != nullptr) s.cache->FoldAttention(seqs, slot_attn, *s.policies.ScoringPolicy(), &steps);
+  if (s.policies.NeedsKeyNorms()) s.cache->RecordKeyNorms(seqs, qo_indptr);
+  KVLAB_RETURN_IF_ERROR(s.cache->ApplySelection(seqs, next_pos, s.policies.For(kConcernSelection), &steps));
   KVLAB_RETURN_IF_ERROR(s.cache->Seal(seqs));
   return s.cache->ApplyPlacement(s.policies.For(kConcernPlacement), s.seq_len);
 }

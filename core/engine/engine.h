@@ -162,7 +162,10 @@ class Engine {
   struct Impl;
   explicit Engine(std::unique_ptr<Impl> impl);
   // One step of Forward (no splitting).
-  Status ForwardStep(const std::vector<SeqChunk>& chunks, bool all_logits, std::vector<std::vector<float>>* logits);
+  // piece_steps[i]: chunks[i] as a piece of a longer chunk (its tokens and
+  // whether it ends that chunk); null: each chunk is whole.
+  Status ForwardStep(const std::vector<SeqChunk>& chunks, bool all_logits, std::vector<std::vector<float>>* logits,
+                     const std::vector<SeqStep>* piece_steps);
   // Forward's checks of the chunks (sequences added and distinct, tokens in
   // the vocabulary, context length), before any step runs.
   Status CheckChunks(const std::vector<SeqChunk>& chunks) const;

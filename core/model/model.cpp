@@ -539,7 +539,8 @@ at::Tensor LlamaModel::ForwardPaged(const PagedForward& in) const {
       float* slot_attn = in.slot_attn != nullptr ? in.slot_attn->values.data() : nullptr;
       const int64_t* slot_offsets =
           in.slot_attn != nullptr ? in.slot_attn->offsets.data() + li * static_cast<size_t>(kv.num_streams) : nullptr;
-      o = GatheredAttention(li, kv, qo_indptr, q, in.page_table->FirstVisible(layer), slot_attn, slot_offsets);
+      o = GatheredAttention(li, kv, qo_indptr, q, in.page_table->FirstVisible(layer), slot_attn, slot_offsets,
+                            in.slot_attn != nullptr ? in.slot_attn->last_queries : 0);
     } else {
       LayerAttention a;
       a.layer = layer;
@@ -562,7 +563,7 @@ at::Tensor LlamaModel::ForwardPaged(const PagedForward& in) const {
 // chunk of q_len sits at slot len - q_len + j, as the kernels define it.
 at::Tensor LlamaModel::GatheredAttention(size_t li, const PagedKV& kv, const std::vector<int32_t>& qo_indptr,
                                          const at::Tensor& q, const int32_t* first_visible, float* slot_attn,
-                                         const int64_t* slot_offsets) const {
+                                         const int64_t* slot_offsets, int64_t last_queries) const {
   const int B = static_cast<int>(qo_indptr.size()) - 1;
   const int Hs = stored_kv_heads_;
   std::vector<at::Tensor> outs;
@@ -596,7 +597,9 @@ at::Tensor LlamaModel::GatheredAttention(size_t li, const PagedKV& kv, const std
                                    slot_attn != nullptr ? &probs : nullptr, lower));
     if (slot_attn != nullptr) {
       const int64_t group = q.size(1) / Hs;
-      at::Tensor per_stream = probs.view({Hs, group, tq, len}).sum({1, 2}).contiguous();  // [Hs, len]
+      const int64_t counted = last_queries > 0 ? std::min(last_queries, tq) : tq;  // an observation window
+      at::Tensor per_stream =
+          probs.view({Hs, group, tq, len}).narrow(2, tq - counted, counted).sum({1, 2}).contiguous();  // [Hs, len]
       for (int h = 0; h < Hs; ++h) {
         float* dst = slot_attn + slot_offsets[b * Hs + h];
         const float* src = per_stream[h].data_ptr<float>();

@@ -147,7 +147,7 @@ class LlamaModel {
                at::Tensor* v) const;
   at::Tensor GatheredAttention(size_t li, const PagedKV& kv, const std::vector<int32_t>& qo_indptr,
                                const at::Tensor& q, const int32_t* first_visible, float* slot_attn,
-                               const int64_t* slot_offsets) const;
+                               const int64_t* slot_offsets, int64_t last_queries) const;
   // The rest of a layer once attention is done: o_proj, residual, MLP.
   at::Tensor FinishLayer(const Layer& l, const at::Tensor& x, const at::Tensor& o) const;
   double AttentionScale() const;

@@ -89,6 +89,7 @@ class HostAttention : public AttentionBackend {
     if (step_.slot_attn != nullptr) {
       p.slot_attn = step_.slot_attn->values.data();
       p.slot_attn_offsets = step_.slot_attn->offsets.data() + static_cast<size_t>(a.layer) * kv.num_streams;
+      p.slot_attn_last_queries = static_cast<int>(step_.slot_attn->last_queries);
     }
     p.int8_attention = kernels_.int8_attention;
     if (const EncodedKV* enc = pt.Encoded(a.layer)) {
