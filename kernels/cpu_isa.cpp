@@ -130,9 +130,15 @@ std::string CpuKernelPaths() {
   const CpuIsa isa = ActiveCpuIsa();
   const char* name = CpuIsaName(isa);
   const char* env = std::getenv("KVLAB_ISA");
-  std::string s = std::string("cpu kernel path: ") + name + " (host has: " + PathsOf(f) +
+  std::string s;
+#if defined(__AVX2__)
+  s = "build: -march=native (KVLAB_NATIVE=ON): runs only on CPUs like the build host's\n";
+#else
+  s = "build: portable x86-64, kernel path chosen at run time\n";
+#endif
+  s += std::string("cpu kernel path: ") + name + " (host has: " + PathsOf(f) +
                   ((f & kCpuVnni) ? ", vnni" : "") + ((f & kCpuBf16) ? ", bf16" : "") + "; KVLAB_ISA " +
-                  (env != nullptr && *env != '\0' ? std::string("=") + env : std::string("unset")) + ")\n";
+                  (env != nullptr && *env != '\0' ? std::string("is ") + env : std::string("unset")) + ")\n";
   s += std::string("  attention_cpu      ") + name + "\n";
   s += std::string("  attention_kivi_cpu ") + name + (ActiveCpuVnni() ? " (int8 scores: vnni)" : "") + "\n";
   s += std::string("  linear_bf16        ") + name + "\n";

@@ -1,9 +1,9 @@
 // The avx512 path's VNNI scores for the KIVI int8 kernel (ScoreTileVnni,
 // kernels/attention_kivi_int8.h) against the vpmaddubsw ones (ScoreTile) on
 // random codes and queries: the integer sums are the same, so the scores must
-// be equal bit for bit. This file is compiled as the avx512 copy
-// (KVLAB_ISA_LEVEL=2, set in kernels/CMakeLists.txt) and runs only on a CPU
-// with AVX-512 and VNNI (skipped, naming them, elsewhere).
+// be equal bit for bit. The header is compiled here as the avx512 copy
+// (KVLAB_ISA_LEVEL=2, set in kernels/CMakeLists.txt); the test runs only on a
+// CPU with AVX-512 and VNNI (skipped, naming them, elsewhere).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,6 +20,10 @@
 #include "kernels/cpu_isa_begin.h"
 
 #include "kernels/attention_kivi_int8.h"
+
+// The test itself is baseline code (it runs, and skips, on any CPU); it calls
+// the copy's functions, which keep the avx512 target they were defined with.
+#include "kernels/cpu_isa_end.h"
 
 namespace kvlab {
 namespace {
@@ -51,5 +55,3 @@ TEST(KiviInt8VnniTest, VnniScoresEqualMaddubsScores) {
 
 }  // namespace
 }  // namespace kvlab
-
-#include "kernels/cpu_isa_end.h"
