@@ -294,8 +294,8 @@ inline void AccumulateTile(const uint8_t* codes, const uint8_t* wq, const float*
 // units), the folded queries rounded (q8, sigma; kconst = q . z), then
 // s[n * kRows + r] = sigma * (code_r . q8_n) + kconst (with VNNI when vnni).
 // pf steps the caller's prefetch stream.
-inline void BlockScores(bool vnni, const uint8_t* key_codes, const uint16_t* ks, const uint16_t* kz, int nq, const float* qn,
-                        int8_t* q8, float* sigma, float* kconst, int32_t* iraw, float* s,
+inline void BlockScores(bool vnni, const uint8_t* key_codes, const uint16_t* ks, const uint16_t* kz, int nq,
+                        const float* qn, int8_t* q8, float* sigma, float* kconst, int32_t* iraw, float* s,
                         cpu_tiles::PrefetchStream* pf) {
   using namespace cpu_simd;  // NOLINT
   alignas(32) float qs[kDim], ksf[kDim], kzf[kDim];
@@ -360,8 +360,8 @@ inline void BlockValues(const uint8_t* value_codes, const uint16_t* vs, const ui
 }
 #else
 inline constexpr bool kAvailable = false;
-inline void BlockScores(bool, const uint8_t*, const uint16_t*, const uint16_t*, int, const float*, int8_t*, float*, float*,
-                        int32_t*, float*, cpu_tiles::PrefetchStream*) {}
+inline void BlockScores(bool, const uint8_t*, const uint16_t*, const uint16_t*, int, const float*, int8_t*, float*,
+                        float*, int32_t*, float*, cpu_tiles::PrefetchStream*) {}
 inline void BlockValues(const uint8_t*, const uint16_t*, const uint16_t*, int, const float*, float*, float*, uint8_t*,
                         float*, float*, int, float*, cpu_tiles::PrefetchStream*) {}
 #endif

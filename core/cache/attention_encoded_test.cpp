@@ -168,6 +168,10 @@ AttentionParams MakeParams(int num_seqs, int hq, int hkv, int d, const int32_t* 
   const ScopedCpuIsa scoped_isa(isa_forced);                                                            \
   ASSERT_TRUE(scoped_isa.status().ok()) << scoped_isa.status().ToString()
 
+std::string IsaCaseName(int isa, const std::string& name) {
+  return std::string(CpuIsaName(static_cast<CpuIsa>(isa))) + "_" + name;
+}
+
 const auto kAllIsas = ::testing::Values(static_cast<int>(CpuIsa::kScalar), static_cast<int>(CpuIsa::kAvx2),
                                         static_cast<int>(CpuIsa::kAvx512));
 
@@ -352,7 +356,7 @@ INSTANTIATE_TEST_SUITE_P(
                       WithWindow(Case{"kivi2_rope_gqa8", EncodingKind::kKivi, true, 2, 64, true, 8, 1}, 70, false),
                       WithWindow(Case{"plain_rope_gqa4", EncodingKind::kKivi, false, 2, 32, true, 8, 2}, 9, true))),
     [](const auto& info) {
-      return std::string(CpuIsaName(static_cast<CpuIsa>(std::get<0>(info.param)))) + "_" + std::get<1>(info.param).name;
+      return IsaCaseName(std::get<0>(info.param), std::get<1>(info.param).name);
     });
 
 // The kivi policy's attention = "int8" (kernels/attention_kivi_int8.h): int8
@@ -468,12 +472,13 @@ TEST_P(KiviInt8AttentionTest, ErrorIsSmallBesideKiviOwn) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, KiviInt8AttentionTest,
-    ::testing::Combine(kAllIsas, ::testing::Values(Int8Case{"gqa4_decode", 8, 2, {1, 37, 300, 1000, 4133}, 1, DType::kBF16},
-                      Int8Case{"gqa4_prefill_chunk", 8, 2, {200, 1000}, 37, DType::kBF16},
-                      Int8Case{"mha_f16", 3, 3, {64, 700}, 5, DType::kF16},
-                      Int8Case{"gqa8_f32", 8, 1, {2000}, 3, DType::kF32})),
+    ::testing::Combine(kAllIsas,
+                       ::testing::Values(Int8Case{"gqa4_decode", 8, 2, {1, 37, 300, 1000, 4133}, 1, DType::kBF16},
+                                         Int8Case{"gqa4_prefill_chunk", 8, 2, {200, 1000}, 37, DType::kBF16},
+                                         Int8Case{"mha_f16", 3, 3, {64, 700}, 5, DType::kF16},
+                                         Int8Case{"gqa8_f32", 8, 1, {2000}, 3, DType::kF32})),
     [](const auto& info) {
-      return std::string(CpuIsaName(static_cast<CpuIsa>(std::get<0>(info.param)))) + "_" + std::get<1>(info.param).name;
+      return IsaCaseName(std::get<0>(info.param), std::get<1>(info.param).name);
     });
 
 // One CPU decode plan serves every layer of a step, whose lengths and
