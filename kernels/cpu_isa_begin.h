@@ -29,7 +29,15 @@
 #elif KVLAB_ISA_LEVEL == 2
 #define KVLAB_ISA_NS isa_avx512
 #pragma GCC push_options
+// Loops the compiler vectorises itself stay 256 bits wide (the attention
+// kernels' intrinsics are 8-lane; mixing in zmm copies buys nothing and costs
+// clock on some Intel parts) unless the file asks for 16 lanes by defining
+// KVLAB_ISA_WIDE_LOOPS first (linear_bf16.cpp, whose loops are all auto-vectorised).
+#ifdef KVLAB_ISA_WIDE_LOOPS
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,prefer-vector-width=512")
+#else
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,prefer-vector-width=256")
+#endif
 // Added on top of the path's target for the few functions that use VNNI; they
 // run only when ActiveCpuVnni() (the CPU has it).
 #define KVLAB_ISA_VNNI __attribute__((target("avx512vnni")))

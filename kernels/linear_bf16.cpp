@@ -9,6 +9,7 @@
 // Compiled once per kernel path (kernels/cpu_isa.h): the loops below are
 // written for the compiler to vectorise, 8 lanes in the avx2 copy and 16 in
 // the avx512 one. kernels/cpu_dispatch.cpp calls the copy.
+#define KVLAB_ISA_WIDE_LOOPS 1
 #include "kernels/cpu_isa_begin.h"
 
 namespace kvlab {
