@@ -23,7 +23,8 @@
 // and int16 queries or weights already err beyond the tests' tolerance); the
 // kivi policy's attention = "int8" (attention_kivi_int8.h, EncodedBlockInt8)
 // rounds queries and value weights to 8 bits instead, for vpmaddubsw's 32
-// multiply-adds per instruction, at a stated error.
+// multiply-adds per instruction, at a stated error (on the avx512 path with
+// VNNI, vpdpbusd for the scores: 4 instructions per row and vector instead of 8).
 #include "kernels/attention_kivi_cpu.h"
 
 #include <omp.h>

@@ -1,7 +1,8 @@
 // The int8 arithmetic of KIVI-2 decode attention on the CPU (the kivi policy's
 // `attention = "int8"`), for attention_kivi_cpu.cpp. Internal to kernels/;
-// everything here is inline, AVX2 only (kAvailable is false without it, and
-// the caller then takes the exact path).
+// everything here is inline, in the avx2 and avx512 copies only (kAvailable is
+// false in the scalar one, whose caller then takes the exact path); the avx512
+// copy adds VNNI scores (ScoreTileVnni) for CPUs that have it.
 //
 // Scope: 2-bit codes, head_dim 128, KIVI group 32, keys per channel and
 // values per token (the paper's and the benchmark's shape; the kivi policy
