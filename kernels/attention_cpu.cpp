@@ -17,7 +17,9 @@
 #include <limits>
 #include <vector>
 
+#if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#endif
 
 #include "core/base/dtype.h"
 #include "kernels/attention_cpu_plan.h"

@@ -10,13 +10,15 @@
 
 #include "core/base/dtype.h"
 
+#if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#endif
 
 #ifndef KVLAB_ISA_NS
 #error "include kernels/cpu_isa_begin.h before this per-path header"
 #endif
 #undef KVLAB_ATTN_AVX2
-#if KVLAB_ISA_LEVEL >= 1
+#if KVLAB_ISA_VECTOR >= 1
 #define KVLAB_ATTN_AVX2 1
 #endif
 

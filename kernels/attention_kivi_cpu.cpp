@@ -36,7 +36,9 @@
 #include <limits>
 #include <vector>
 
+#if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#endif
 
 #include "core/base/dtype.h"
 #include "kernels/attention_cpu_plan.h"
@@ -535,7 +537,7 @@ void Run(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p, cons
   sh.code_bytes = enc.enc.CodeBytes();
   static_assert(kivi_int8::kDim == 128 && kivi_int8::kRows == 32, "KvEncoding::Int8AttentionShape names this shape");
   sh.int8 = kivi_int8::kAvailable && p.int8_attention && enc.enc.Int8AttentionShape();
-  sh.vnni = KVLAB_ISA_LEVEL >= 2 && sh.int8 && ActiveCpuVnni();
+  sh.vnni = KVLAB_ISA_VECTOR >= 2 && sh.int8 && ActiveCpuVnni();
   const int max_vecs = plan.q_tile * plan.group;
   RunPlan<DT, Scratch>(
       plan, p, nullptr, [&](Scratch* sc) { sc->Reserve(max_vecs, sh.d, sh.ng, sh.zlen, sh.int8); },

@@ -139,7 +139,7 @@ inline void ScoreTile(const uint8_t* codes, const int8_t* q8, const float* sigma
   }
 }
 
-#if KVLAB_ISA_LEVEL >= 2
+#if KVLAB_ISA_VECTOR >= 2
 // ScoreTile with AVX-512 VNNI: each 32-channel product is one vpdpbusd
 // accumulating into the row's dwords (4 instructions a row and vector, where
 // ScoreTile takes 4 vpmaddubsw, 3 adds and a vpmaddwd). The integer sums are
@@ -174,7 +174,7 @@ KVLAB_ISA_VNNI inline void ScoreTileVnni(const uint8_t* codes, const int8_t* q8,
 template <int NQ>
 inline void ScoreTileOn(bool vnni, const uint8_t* codes, const int8_t* q8, const float* sigma, const float* kconst,
                         float* s, int32_t* raw) {
-#if KVLAB_ISA_LEVEL >= 2
+#if KVLAB_ISA_VECTOR >= 2
   if (vnni) return ScoreTileVnni<NQ>(codes, q8, sigma, kconst, s, raw);
 #else
   (void)vnni;

@@ -20,14 +20,29 @@
 #error "KVLAB_ISA_LEVEL must be defined (0, 1 or 2) by the build for a per-path kernel copy"
 #endif
 
+// KVLAB_ISA_VECTOR: the level whose instructions the copy uses. Off x86 every
+// copy is the portable code under its own name (the dispatcher only picks
+// scalar there, and the build needs no x86 target).
+#if defined(__x86_64__) || defined(__i386__)
+#define KVLAB_ISA_VECTOR KVLAB_ISA_LEVEL
+#else
+#define KVLAB_ISA_VECTOR 0
+#endif
+
 #if KVLAB_ISA_LEVEL == 0
 #define KVLAB_ISA_NS isa_scalar
 #elif KVLAB_ISA_LEVEL == 1
 #define KVLAB_ISA_NS isa_avx2
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
 #elif KVLAB_ISA_LEVEL == 2
 #define KVLAB_ISA_NS isa_avx512
+#else
+#error "KVLAB_ISA_LEVEL must be 0, 1 or 2"
+#endif
+
+#if KVLAB_ISA_VECTOR == 1
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#elif KVLAB_ISA_VECTOR == 2
 #pragma GCC push_options
 // Loops the compiler vectorises itself stay 256 bits wide (the attention
 // kernels' intrinsics are 8-lane; mixing in zmm copies buys nothing and costs
@@ -41,6 +56,4 @@
 // Added on top of the path's target for the few functions that use VNNI; they
 // run only when ActiveCpuVnni() (the CPU has it).
 #define KVLAB_ISA_VNNI __attribute__((target("avx512vnni")))
-#else
-#error "KVLAB_ISA_LEVEL must be 0, 1 or 2"
 #endif

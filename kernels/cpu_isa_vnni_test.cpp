@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#endif
 #include <random>
 #include <vector>
 
@@ -32,6 +34,7 @@ TEST(KiviInt8VnniTest, VnniScoresEqualMaddubsScores) {
   if (!HostHasCpuIsa(CpuIsa::kAvx512) || (HostCpuFeatures() & kCpuVnni) == 0) {
     GTEST_SKIP() << "kernel path avx512 with vnni skipped: this CPU lacks it";
   }
+#if KVLAB_ISA_VECTOR >= 2
   namespace k8 = isa_avx512::kivi_int8;
   constexpr int kNq = 4;
   std::mt19937 rng(7);
@@ -51,6 +54,7 @@ TEST(KiviInt8VnniTest, VnniScoresEqualMaddubsScores) {
     k8::ScoreTileVnni<kNq>(codes.data(), q8.data(), sigma, kconst, s_b.data(), raw.data());
     ASSERT_EQ(0, std::memcmp(s_a.data(), s_b.data(), s_a.size() * sizeof(float))) << "trial " << trial;
   }
+#endif
 }
 
 }  // namespace

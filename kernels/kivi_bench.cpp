@@ -35,7 +35,9 @@
 // Run: ./<build dir>/kivi_bench --benchmark_min_time=1 --benchmark_repetitions=3
 //      --benchmark_report_aggregates_only=true [--rotate_mib=N]
 #include <benchmark/benchmark.h>
+#if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#endif
 #include <omp.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -214,6 +216,7 @@ std::map<std::pair<int64_t, int>, std::pair<double, double>>& Bf16Times() {
 // x86 cores. Compiled for AVX2 + FMA whatever the build (the function's own
 // target, in an isa_avx2 namespace as kernels/tools/check_baseline.py expects
 // of guarded code); 0 on a CPU without them.
+#if defined(__x86_64__) || defined(__i386__)
 namespace isa_avx2 {
 __attribute__((target("avx2,fma"))) double FmaPeakLoop() {
   double best = 0.0;
@@ -245,6 +248,9 @@ __attribute__((target("avx2,fma"))) double FmaPeakLoop() {
 }  // namespace isa_avx2
 
 double FmaPeakPerCore() { return HostHasCpuIsa(CpuIsa::kAvx2) ? isa_avx2::FmaPeakLoop() : 0.0; }
+#else
+double FmaPeakPerCore() { return 0.0; }
+#endif
 
 // Measured once, on first use.
 double FmaPeak() {
