@@ -5,10 +5,10 @@
 //
 // Counters: kv_read = bytes of K/V the call must read per second; frac_bw =
 // kv_read / read_bw (read_bw: a 1 GiB all-core sum, measured once at start-up).
-// Each benchmark rotates over enough distinct caches (>= 256 MiB in all, above
-// the 32 MiB L3) that K/V come from memory, as in a real model step where the
-// other layers have evicted this one (--rotate_mib=N changes the 256; 0 keeps
-// one cache).
+// Each benchmark rotates over enough distinct caches (4x the host's L3, at
+// least 256 MiB; printed at start and recorded as rotate_MiB) that K/V come
+// from memory, as in a real model step where the other layers have evicted
+// this one (--rotate_mib=N sets it; 0 keeps one cache).
 //
 // Paged layouts (the `layout` argument): 0 = blocks shuffled over a pool on 4 KiB
 // pages (core's BlockPool maps without MADV_HUGEPAGE today); 1 = shuffled, pool

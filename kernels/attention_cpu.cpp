@@ -17,12 +17,25 @@
 #include <limits>
 #include <vector>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+#include "core/base/dtype.h"
+#include "kernels/attention_cpu_plan.h"
+#include "kernels/attention_reference.h"
+#include "kernels/paged_kv.h"
+
+// Compiled once per kernel path (kernels/cpu_isa.h); this copy's code is in
+// kvlab::KVLAB_ISA_NS and kernels/cpu_dispatch.cpp calls it.
+#include "kernels/cpu_isa_begin.h"
+
 #include "kernels/attention_cpu_run.h"
 #include "kernels/attention_cpu_simd.h"
 #include "kernels/attention_cpu_tiles.h"
-#include "kernels/attention_reference.h"
 
 namespace kvlab {
+namespace KVLAB_ISA_NS {
 namespace {
 
 using namespace cpu_simd;   // NOLINT: the vector vocabulary of this file
@@ -294,7 +307,10 @@ void PagedAttentionCpu(const PagedKV& kv, const AttentionParams& p, const CpuDec
 void PagedAttentionCpu(const PagedKV& kv, const AttentionParams& p) {
   static thread_local CpuDecodePlan plan;  // reused: no allocation per call once grown
   PlanCpuDecodeLayer(kv, nullptr, p, &plan);
-  PagedAttentionCpu(kv, p, plan);
+  KVLAB_ISA_NS::PagedAttentionCpu(kv, p, plan);  // qualified: ADL also finds kvlab::PagedAttentionCpu
 }
 
+}  // namespace KVLAB_ISA_NS
 }  // namespace kvlab
+
+#include "kernels/cpu_isa_end.h"

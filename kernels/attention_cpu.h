@@ -1,5 +1,5 @@
-// Optimised CPU paged attention (OpenMP + AVX2/FMA/F16C when compiled for
-// them, portable loops otherwise). Same contract as PagedAttentionReference,
+// Optimised CPU paged attention (OpenMP; AVX2/FMA/F16C, AVX-512 or portable
+// loops, whichever path kernels/cpu_isa.h picks at run time). Same contract as PagedAttentionReference,
 // to float rounding. Decode is memory-bound: each stored KV head is read once
 // per call for its whole group of query heads, and long streams are split
 // over threads (flash-decoding) and merged by log-sum-exp.

@@ -18,6 +18,7 @@
 #include "kernels/attention_cpu_tiles.h"
 
 namespace kvlab {
+namespace KVLAB_ISA_NS {
 namespace cpu_run {
 
 using cpu_simd::Storage;
@@ -217,4 +218,5 @@ void RunPlan(const CpuDecodePlan& plan, const AttentionParams& p, float* lse2, R
 }
 
 }  // namespace cpu_run
+}  // namespace KVLAB_ISA_NS
 }  // namespace kvlab

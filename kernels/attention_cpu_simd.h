@@ -1,5 +1,5 @@
-// 8-lane fp32 vectors (AVX2/FMA/F16C when compiled for them, portable loops
-// otherwise) and loads of 16 stored K/V elements as fp32, for the CPU
+// 8-lane fp32 vectors (AVX2/FMA/F16C in the avx2 and avx512 copies, portable
+// loops in the scalar one: kernels/cpu_isa_begin.h) and loads of 16 stored K/V elements as fp32, for the CPU
 // attention kernels in kernels/ (not a public API); everything here is inline.
 #pragma once
 
@@ -10,12 +10,20 @@
 
 #include "core/base/dtype.h"
 
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#endif
+
+#ifndef KVLAB_ISA_NS
+#error "include kernels/cpu_isa_begin.h before this per-path header"
+#endif
+#undef KVLAB_ATTN_AVX2
+#if KVLAB_ISA_VECTOR >= 1
 #define KVLAB_ATTN_AVX2 1
 #endif
 
 namespace kvlab {
+namespace KVLAB_ISA_NS {
 namespace cpu_simd {
 
 #if defined(__GNUC__)
@@ -136,7 +144,7 @@ constexpr bool kBF16EvenOdd = false;
 
 // 8 fp16 in memory order (scales and zero points of encoded blocks).
 inline F8 LoadHalf8(const uint16_t* p) {
-#if defined(KVLAB_ATTN_AVX2) && defined(__F16C__)
+#ifdef KVLAB_ATTN_AVX2
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 #else
   float f[8];
@@ -164,7 +172,7 @@ struct Storage<DType::kF16> {
   static constexpr int kBytes = 2;
   static constexpr int StoredIndex(int lane) { return lane; }
   static void Load16(const uint8_t* p, F8* lo, F8* hi) {
-#if defined(KVLAB_ATTN_AVX2) && defined(__F16C__)
+#ifdef KVLAB_ATTN_AVX2
     *lo = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     *hi = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));
 #else
@@ -197,4 +205,5 @@ struct Storage<DType::kBF16> {
 };
 
 }  // namespace cpu_simd
+}  // namespace KVLAB_ISA_NS
 }  // namespace kvlab

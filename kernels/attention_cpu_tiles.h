@@ -17,6 +17,7 @@
 #include "kernels/attention_cpu_simd.h"
 
 namespace kvlab {
+namespace KVLAB_ISA_NS {
 namespace cpu_tiles {
 
 using namespace cpu_simd;  // NOLINT: the vector vocabulary of these kernels
@@ -278,4 +279,5 @@ void SoftmaxTile(int nq, int nrows, int64_t slot0, const int64_t* limit, int d, 
 }
 
 }  // namespace cpu_tiles
+}  // namespace KVLAB_ISA_NS
 }  // namespace kvlab

@@ -23,7 +23,8 @@
 // and int16 queries or weights already err beyond the tests' tolerance); the
 // kivi policy's attention = "int8" (attention_kivi_int8.h, EncodedBlockInt8)
 // rounds queries and value weights to 8 bits instead, for vpmaddubsw's 32
-// multiply-adds per instruction, at a stated error.
+// multiply-adds per instruction, at a stated error (on the avx512 path with
+// VNNI, vpdpbusd for the scores: 4 instructions per row and vector instead of 8).
 #include "kernels/attention_kivi_cpu.h"
 
 #include <omp.h>
@@ -35,12 +36,27 @@
 #include <limits>
 #include <vector>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+#include "core/base/dtype.h"
+#include "kernels/attention_cpu_plan.h"
+#include "kernels/cpu_isa.h"
+#include "kernels/kv_encoding.h"
+#include "kernels/paged_kv.h"
+
+// Compiled once per kernel path (kernels/cpu_isa.h); this copy's code is in
+// kvlab::KVLAB_ISA_NS and kernels/cpu_dispatch.cpp calls it.
+#include "kernels/cpu_isa_begin.h"
+
 #include "kernels/attention_cpu_run.h"
 #include "kernels/attention_cpu_simd.h"
 #include "kernels/attention_cpu_tiles.h"
 #include "kernels/attention_kivi_int8.h"
 
 namespace kvlab {
+namespace KVLAB_ISA_NS {
 namespace {
 
 using namespace cpu_simd;   // NOLINT: the vector vocabulary of this file
@@ -140,7 +156,7 @@ inline void LoadHalf16(const uint16_t* p, F8* lo, F8* hi) {
     *lo = LoadHalf8(p);
     *hi = LoadHalf8(p + 8);
   } else {
-#if defined(KVLAB_ATTN_AVX2) && defined(__F16C__)
+#ifdef KVLAB_ATTN_AVX2
     // Even halves to the low 8 bytes of each 128-bit lane, odd to the high;
     // then the qwords to [even lo, even hi, odd lo, odd hi].
     const __m256i sel = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8, 9, 12,
@@ -168,6 +184,7 @@ struct Shape {
   int zlen;                       // floats of a query vector's zero-point accumulator: max(8, ng)
   int64_t plain_row_bytes, code_row_bytes, code_bytes;
   bool int8;  // encoded blocks take the int8 path (attention_kivi_int8.h)
+  bool vnni;  // ... with VNNI scores (the avx512 copy, on a CPU that has it)
 };
 
 // Per-thread buffers, kept between calls (grown, never shrunk).
@@ -384,7 +401,7 @@ void EncodedBlockInt8(const Shape& sh, int nq, const uint8_t* blk, int64_t slot0
   const int d = sh.d;  // == k8::kDim
   const uint16_t* ks = reinterpret_cast<const uint16_t*>(blk + 2 * sh.code_bytes);
   const uint16_t* vs = ks + 2 * d;
-  k8::BlockScores(blk, ks, ks + d, nq, sc->qn.data(), sc->q8.data(), sc->sigma.data(), sc->kconst.data(),
+  k8::BlockScores(sh.vnni, blk, ks, ks + d, nq, sc->qn.data(), sc->q8.data(), sc->sigma.data(), sc->kconst.data(),
                   sc->iraw.data(), sc->s.data(), pf);
   const int nrows = static_cast<int>(std::min<int64_t>(sh.G, visible - slot0));
   SoftmaxTile<kTile>(nq, nrows, slot0, sc->limit.data(), d, sc->s.data(), sc->m.data(), sc->l.data(), sc->accr.data(),
@@ -520,6 +537,7 @@ void Run(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p, cons
   sh.code_bytes = enc.enc.CodeBytes();
   static_assert(kivi_int8::kDim == 128 && kivi_int8::kRows == 32, "KvEncoding::Int8AttentionShape names this shape");
   sh.int8 = kivi_int8::kAvailable && p.int8_attention && enc.enc.Int8AttentionShape();
+  sh.vnni = KVLAB_ISA_VECTOR >= 2 && sh.int8 && ActiveCpuVnni();
   const int max_vecs = plan.q_tile * plan.group;
   RunPlan<DT, Scratch>(
       plan, p, nullptr, [&](Scratch* sc) { sc->Reserve(max_vecs, sh.d, sh.ng, sh.zlen, sh.int8); },
@@ -538,23 +556,6 @@ void RunBits(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p, 
 
 }  // namespace
 
-bool KiviCpuSupports(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p) {
-  const KvEncoding& e = enc.enc;
-  if (e.kind != EncodingKind::kKivi || e.key_axis != QuantAxis::kChannel || e.value_axis != QuantAxis::kToken) {
-    return false;
-  }
-  if (e.bits != 2 && e.bits != 4) return false;
-  if (p.slot_attn != nullptr || p.rope_inv_freq != nullptr) return false;
-  const int d = p.head_dim;
-  if (d <= 0 || d % 16 != 0 || e.head_dim != d || kv.head_dim != d) return false;
-  if (e.tokens_per_block != e.group || e.group <= 0 || e.group % 16 != 0 || d % e.group != 0) return false;
-  const int ng = d / e.group;  // value groups per token
-  if ((ng & (ng - 1)) != 0) return false;
-  if (enc.block_bytes < e.BlockBytes()) return false;
-  if (p.num_kv_heads <= 0 || p.num_qo_heads % p.num_kv_heads != 0) return false;
-  return true;
-}
-
 void PagedAttentionKiviCpu(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p,
                            const CpuDecodePlan& plan) {
   if (enc.enc.bits == 2) {
@@ -567,7 +568,10 @@ void PagedAttentionKiviCpu(const PagedKV& kv, const EncodedKV& enc, const Attent
 void PagedAttentionKiviCpu(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p) {
   static thread_local CpuDecodePlan plan;  // reused: no allocation per call once grown
   PlanCpuDecodeLayer(kv, &enc, p, &plan);
-  PagedAttentionKiviCpu(kv, enc, p, plan);
+  KVLAB_ISA_NS::PagedAttentionKiviCpu(kv, enc, p, plan);  // qualified: ADL finds kvlab:: too
 }
 
+}  // namespace KVLAB_ISA_NS
 }  // namespace kvlab
+
+#include "kernels/cpu_isa_end.h"

@@ -14,8 +14,8 @@
 // fp32 lanes; each tile's value sum is centred (code - (2^bits - 1) / 2, the
 // zero points shifted to match) before it joins the running sum, so that no
 // running sum grows with the context (fp32 error stays that of the plain
-// path). All arithmetic is fp32 FMA (AVX2 when compiled for it, portable loops
-// otherwise). Online softmax runs over the encoded blocks
+// path). All arithmetic is fp32 FMA (AVX2 or AVX-512 encodings, or portable
+// loops: the path kernels/cpu_isa.h picks at run time). Online softmax runs over the encoded blocks
 // and then the plain (f32/f16/bf16) blocks; long streams are split over
 // threads (flash-decoding) and merged by log-sum-exp.
 #pragma once

@@ -1,7 +1,8 @@
 // The int8 arithmetic of KIVI-2 decode attention on the CPU (the kivi policy's
 // `attention = "int8"`), for attention_kivi_cpu.cpp. Internal to kernels/;
-// everything here is inline, AVX2 only (kAvailable is false without it, and
-// the caller then takes the exact path).
+// everything here is inline, in the avx2 and avx512 copies only (kAvailable is
+// false in the scalar one, whose caller then takes the exact path); the avx512
+// copy adds VNNI scores (ScoreTileVnni) for CPUs that have it.
 //
 // Scope: 2-bit codes, head_dim 128, KIVI group 32, keys per channel and
 // values per token (the paper's and the benchmark's shape; the kivi policy
@@ -39,6 +40,7 @@
 #include "kernels/attention_cpu_tiles.h"
 
 namespace kvlab {
+namespace KVLAB_ISA_NS {
 namespace kivi_int8 {
 
 inline constexpr int kDim = 128;   // head_dim
@@ -94,6 +96,22 @@ inline float QuantizeQuery(const float* qs, int8_t* q8) {
   return _mm256_cvtss_f32(mx) * (1.0f / 127.0f);
 }
 
+// s[n * kRows + r0 + r] = sigma[n] * raw_n(r) + kconst[n] for 8 rows, from
+// raw[(n * 8 + r) * 8 ..] (8 int32 partial dot products per row).
+template <int NQ>
+inline void ReduceScores(const int32_t* raw, const float* sigma, const float* kconst, float* s, int r0) {
+  for (int n = 0; n < NQ; ++n) {
+    __m256i v[8];
+    for (int i = 0; i < 8; ++i) v[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(raw + (n * 8 + i) * 8));
+    const __m256i u0 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    const __m256i u1 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+    const __m256i dot =
+        _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
+    _mm256_storeu_ps(s + n * kRows + r0,
+                     _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(sigma[n]), _mm256_set1_ps(kconst[n])));
+  }
+}
+
 // s[n * kRows + r] = sigma[n] * (code_r . q8_n) + kconst[n] for the block's
 // 32 rows (codes: kRows rows of 32 bytes) and NQ query vectors.
 template <int NQ>
@@ -117,17 +135,51 @@ inline void ScoreTile(const uint8_t* codes, const int8_t* q8, const float* sigma
                             _mm256_madd_epi16(_mm256_add_epi16(a, b), ones));
       }
     }
-    for (int n = 0; n < NQ; ++n) {
-      __m256i v[8];
-      for (int i = 0; i < 8; ++i) v[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(raw + (n * 8 + i) * 8));
-      const __m256i u0 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-      const __m256i u1 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
-      const __m256i dot =
-          _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
-      _mm256_storeu_ps(s + n * kRows + r0,
-                       _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(sigma[n]), _mm256_set1_ps(kconst[n])));
-    }
+    ReduceScores<NQ>(raw, sigma, kconst, s, r0);
   }
+}
+
+#if KVLAB_ISA_VECTOR >= 2
+// ScoreTile with AVX-512 VNNI: each 32-channel product is one vpdpbusd
+// accumulating into the row's dwords (4 instructions a row and vector, where
+// ScoreTile takes 4 vpmaddubsw, 3 adds and a vpmaddwd). The integer sums are
+// the same (no int16 saturation is reachable: |sum| <= 4 * 2 * 3 * 127), so
+// the scores equal ScoreTile's bit for bit. Runs only when ActiveCpuVnni().
+template <int NQ>
+KVLAB_ISA_VNNI inline void ScoreTileVnni(const uint8_t* codes, const int8_t* q8, const float* sigma,
+                                         const float* kconst, float* s, int32_t* raw /* [NQ][8][8] */) {
+  const __m256i m3 = _mm256_set1_epi8(3);
+  for (int r0 = 0; r0 < kRows; r0 += 8) {
+    for (int r = 0; r < 8; ++r) {
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + (r0 + r) * 32));
+      const __m256i c0 = _mm256_and_si256(x, m3);
+      const __m256i c1 = _mm256_and_si256(_mm256_srli_epi16(x, 2), m3);
+      const __m256i c2 = _mm256_and_si256(_mm256_srli_epi16(x, 4), m3);
+      const __m256i c3 = _mm256_and_si256(_mm256_srli_epi16(x, 6), m3);
+      for (int n = 0; n < NQ; ++n) {
+        const __m256i* q = reinterpret_cast<const __m256i*>(q8 + n * kDim);
+        __m256i a = _mm256_dpbusd_epi32(_mm256_setzero_si256(), c0, _mm256_loadu_si256(q));
+        a = _mm256_dpbusd_epi32(a, c1, _mm256_loadu_si256(q + 1));
+        a = _mm256_dpbusd_epi32(a, c2, _mm256_loadu_si256(q + 2));
+        a = _mm256_dpbusd_epi32(a, c3, _mm256_loadu_si256(q + 3));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(raw + (n * 8 + r) * 8), a);
+      }
+    }
+    ReduceScores<NQ>(raw, sigma, kconst, s, r0);
+  }
+}
+#endif
+
+// ScoreTile<NQ>, or ScoreTileVnni<NQ> when vnni (the avx512 copy only).
+template <int NQ>
+inline void ScoreTileOn(bool vnni, const uint8_t* codes, const int8_t* q8, const float* sigma, const float* kconst,
+                        float* s, int32_t* raw) {
+#if KVLAB_ISA_VECTOR >= 2
+  if (vnni) return ScoreTileVnni<NQ>(codes, q8, sigma, kconst, s, raw);
+#else
+  (void)vnni;
+#endif
+  ScoreTile<NQ>(codes, q8, sigma, kconst, s, raw);
 }
 
 // The tile's value weights for one query vector, from p (kRows softmax
@@ -241,10 +293,10 @@ inline void AccumulateTile(const uint8_t* codes, const uint8_t* wq, const float*
 // One block's scores for nq query vectors: the key scales and zeros (fp16,
 // kDim each) folded into the channel-order queries qn ([nq][kDim], log2
 // units), the folded queries rounded (q8, sigma; kconst = q . z), then
-// s[n * kRows + r] = sigma * (code_r . q8_n) + kconst. pf steps the caller's
-// prefetch stream.
-inline void BlockScores(const uint8_t* key_codes, const uint16_t* ks, const uint16_t* kz, int nq, const float* qn,
-                        int8_t* q8, float* sigma, float* kconst, int32_t* iraw, float* s,
+// s[n * kRows + r] = sigma * (code_r . q8_n) + kconst (with VNNI when vnni).
+// pf steps the caller's prefetch stream.
+inline void BlockScores(bool vnni, const uint8_t* key_codes, const uint16_t* ks, const uint16_t* kz, int nq,
+                        const float* qn, int8_t* q8, float* sigma, float* kconst, int32_t* iraw, float* s,
                         cpu_tiles::PrefetchStream* pf) {
   using namespace cpu_simd;  // NOLINT
   alignas(32) float qs[kDim], ksf[kDim], kzf[kDim];
@@ -268,10 +320,10 @@ inline void BlockScores(const uint8_t* key_codes, const uint16_t* ks, const uint
     const int8_t* q = q8 + n0 * kDim;
     float* sn = s + n0 * kRows;
     switch (std::min(4, nq - n0)) {
-      case 1: ScoreTile<1>(key_codes, q, sigma + n0, kconst + n0, sn, iraw); break;
-      case 2: ScoreTile<2>(key_codes, q, sigma + n0, kconst + n0, sn, iraw); break;
-      case 3: ScoreTile<3>(key_codes, q, sigma + n0, kconst + n0, sn, iraw); break;
-      default: ScoreTile<4>(key_codes, q, sigma + n0, kconst + n0, sn, iraw); break;
+      case 1: ScoreTileOn<1>(vnni, key_codes, q, sigma + n0, kconst + n0, sn, iraw); break;
+      case 2: ScoreTileOn<2>(vnni, key_codes, q, sigma + n0, kconst + n0, sn, iraw); break;
+      case 3: ScoreTileOn<3>(vnni, key_codes, q, sigma + n0, kconst + n0, sn, iraw); break;
+      default: ScoreTileOn<4>(vnni, key_codes, q, sigma + n0, kconst + n0, sn, iraw); break;
     }
     pf->Step();
   }
@@ -309,11 +361,12 @@ inline void BlockValues(const uint8_t* value_codes, const uint16_t* vs, const ui
 }
 #else
 inline constexpr bool kAvailable = false;
-inline void BlockScores(const uint8_t*, const uint16_t*, const uint16_t*, int, const float*, int8_t*, float*, float*,
-                        int32_t*, float*, cpu_tiles::PrefetchStream*) {}
+inline void BlockScores(bool, const uint8_t*, const uint16_t*, const uint16_t*, int, const float*, int8_t*, float*,
+                        float*, int32_t*, float*, cpu_tiles::PrefetchStream*) {}
 inline void BlockValues(const uint8_t*, const uint16_t*, const uint16_t*, int, const float*, float*, float*, uint8_t*,
                         float*, float*, int, float*, cpu_tiles::PrefetchStream*) {}
 #endif
 
 }  // namespace kivi_int8
+}  // namespace KVLAB_ISA_NS
 }  // namespace kvlab

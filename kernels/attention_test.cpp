@@ -17,6 +17,7 @@
 #include "kernels/append_kv.h"
 #include "kernels/attention_cpu.h"
 #include "kernels/attention_reference.h"
+#include "kernels/cpu_isa.h"
 #include "kernels/dense_attention.h"
 
 namespace kvlab {
@@ -264,6 +265,7 @@ using AttentionFn = void (*)(const PagedKV&, const AttentionParams&);
 struct Backend {
   const char* name;
   AttentionFn fn;
+  int isa = -1;  // a kernel path (CpuIsa) forced for the call; -1: the dispatcher's own choice
 };
 
 // The CPU kernel running a plan made for other lengths than the call's, as
@@ -282,8 +284,16 @@ void PlannedCpu(const PagedKV& kv, const AttentionParams& p) {
   PagedAttentionCpu(kv, p, plan);
 }
 
-const Backend kBackends[] = {
-    {"reference", PagedAttentionReference}, {"cpu", PagedAttentionCpu}, {"cpu_planned", PlannedCpu}};
+// "cpu" runs the path the dispatcher picks; cpu_<path> forces each kernel path
+// (kernels/cpu_isa.h) and is skipped, naming the path, where the host lacks it.
+const Backend kBackends[] = {{"reference", PagedAttentionReference},
+                             {"cpu", PagedAttentionCpu},
+                             {"cpu_planned", PlannedCpu},
+                             {"cpu_scalar", PagedAttentionCpu, static_cast<int>(CpuIsa::kScalar)},
+                             {"cpu_avx2", PagedAttentionCpu, static_cast<int>(CpuIsa::kAvx2)},
+                             {"cpu_avx512", PagedAttentionCpu, static_cast<int>(CpuIsa::kAvx512)},
+                             {"cpu_planned_scalar", PlannedCpu, static_cast<int>(CpuIsa::kScalar)},
+                             {"cpu_planned_avx512", PlannedCpu, static_cast<int>(CpuIsa::kAvx512)}};
 
 // gtest prints parameters of failing tests with these.
 void PrintTo(const Backend& b, std::ostream* os) { *os << b.name; }
@@ -353,6 +363,11 @@ class ThreadsAtLeast {
 TEST_P(AttentionTest, MatchesDenseAttention) {
   const Backend& backend = std::get<0>(GetParam());
   const Case& c = std::get<1>(GetParam());
+  if (backend.isa >= 0 && !HostHasCpuIsa(static_cast<CpuIsa>(backend.isa))) {
+    GTEST_SKIP() << "kernel path " << CpuIsaName(static_cast<CpuIsa>(backend.isa)) << " skipped: this CPU lacks it";
+  }
+  const ScopedCpuIsa isa(backend.isa >= 0 ? static_cast<CpuIsa>(backend.isa) : ActiveCpuIsa());
+  ASSERT_TRUE(isa.status().ok()) << isa.status().ToString();
   const ThreadsAtLeast threads(4);
   std::mt19937 rng(1234);
   TestCache cache(c, &rng);

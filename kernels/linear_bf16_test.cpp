@@ -1,6 +1,7 @@
 // LinearBf16 against a float64 product of the same bf16 weights: one row (the
 // in-register path) and several rows (the widened-row path), lengths that are
-// and are not multiples of the kernel's lanes.
+// and are not multiples of the kernel's lanes; on every kernel path the host
+// has (kernels/cpu_isa.h), the others skipped and named.
 #include "kernels/linear_bf16.h"
 
 #include <gtest/gtest.h>
@@ -8,7 +9,10 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
+
+#include "kernels/cpu_isa.h"
 
 namespace kvlab {
 namespace {
@@ -53,20 +57,30 @@ void CheckShape(int64_t rows, int64_t k, int64_t n) {
   }
 }
 
-TEST(LinearBf16Test, OneRowMatchesFloat64) {
+class LinearBf16Test : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    const CpuIsa isa = static_cast<CpuIsa>(GetParam());
+    if (!HostHasCpuIsa(isa)) GTEST_SKIP() << "kernel path " << CpuIsaName(isa) << " skipped: this CPU lacks it";
+    ASSERT_TRUE(SetCpuIsa(isa).ok());
+  }
+  void TearDown() override { ClearCpuIsa(); }
+};
+
+TEST_P(LinearBf16Test, OneRowMatchesFloat64) {
   CheckShape(1, 64, 17);
   CheckShape(1, 4096, 33);
   CheckShape(1, 77, 5);  // a tail shorter than the lanes
   CheckShape(1, 3, 2);
 }
 
-TEST(LinearBf16Test, SeveralRowsMatchFloat64) {
+TEST_P(LinearBf16Test, SeveralRowsMatchFloat64) {
   CheckShape(2, 64, 9);
   CheckShape(8, 1000, 21);
   CheckShape(5, 31, 40);
 }
 
-TEST(LinearBf16Test, WidenIsExact) {
+TEST_P(LinearBf16Test, WidenIsExact) {
   std::vector<uint16_t> src = {0x0000, 0x8000, 0x3f80, 0xbf80, 0x7f80, 0x0001, 0x4049, 0xff7f};
   std::vector<float> dst(src.size());
   WidenBf16(src.data(), static_cast<int64_t>(src.size()), dst.data());
@@ -78,7 +92,22 @@ TEST(LinearBf16Test, WidenIsExact) {
   EXPECT_EQ(dst[2], 1.0f);
   EXPECT_EQ(dst[3], -1.0f);
   EXPECT_TRUE(std::isinf(dst[4]));
+  // Past the vector loops' width: every 16-bit pattern, widened.
+  std::vector<uint16_t> all(65536);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
+  std::vector<float> wide(all.size());
+  WidenBf16(all.data(), static_cast<int64_t>(all.size()), wide.data());
+  for (size_t i = 0; i < all.size(); ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &wide[i], sizeof bits);
+    ASSERT_EQ(bits, static_cast<uint32_t>(i) << 16) << i;
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(Paths, LinearBf16Test,
+                         ::testing::Values(static_cast<int>(CpuIsa::kScalar), static_cast<int>(CpuIsa::kAvx2),
+                                           static_cast<int>(CpuIsa::kAvx512)),
+                         [](const auto& info) { return std::string(CpuIsaName(static_cast<CpuIsa>(info.param))); });
 
 }  // namespace
 }  // namespace kvlab

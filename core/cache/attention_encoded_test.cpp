@@ -8,6 +8,8 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <string>
+#include <tuple>
 
 #include "core/cache/kv_cache.h"
 #include "kernels/append_kv.h"
@@ -15,6 +17,7 @@
 #include "kernels/attention_encoded.h"
 #include "kernels/attention_kivi_cpu.h"
 #include "kernels/attention_reference.h"
+#include "kernels/cpu_isa.h"
 
 namespace kvlab {
 namespace {
@@ -155,7 +158,24 @@ AttentionParams MakeParams(int num_seqs, int hq, int hkv, int d, const int32_t* 
   return p;
 }
 
-class EncodedAttentionTest : public ::testing::TestWithParam<Case> {};
+// Every case runs on each kernel path (kernels/cpu_isa.h); a path the host
+// lacks is skipped, naming it.
+#define KVLAB_SKIP_OR_FORCE_ISA(isa_value)                                                              \
+  const CpuIsa isa_forced = static_cast<CpuIsa>(isa_value);                                             \
+  if (!HostHasCpuIsa(isa_forced)) {                                                                     \
+    GTEST_SKIP() << "kernel path " << CpuIsaName(isa_forced) << " skipped: this CPU lacks it";         \
+  }                                                                                                     \
+  const ScopedCpuIsa scoped_isa(isa_forced);                                                            \
+  ASSERT_TRUE(scoped_isa.status().ok()) << scoped_isa.status().ToString()
+
+std::string IsaCaseName(int isa, const std::string& name) {
+  return std::string(CpuIsaName(static_cast<CpuIsa>(isa))) + "_" + name;
+}
+
+const auto kAllIsas = ::testing::Values(static_cast<int>(CpuIsa::kScalar), static_cast<int>(CpuIsa::kAvx2),
+                                        static_cast<int>(CpuIsa::kAvx512));
+
+class EncodedAttentionTest : public ::testing::TestWithParam<std::tuple<int, Case>> {};
 
 // An observation window (AttentionParams::slot_attn_last_queries = 2): the
 // reference and CPU paths add only each sequence's last 2 queries' probabilities.
@@ -204,7 +224,8 @@ void ExpectObservationWindow(const KVCache* c, const PageTable& pt, const Case& 
 }
 
 TEST_P(EncodedAttentionTest, CpuAndReferenceMatchDenseOnGatheredKV) {
-  const Case cs = GetParam();
+  const Case cs = std::get<1>(GetParam());
+  KVLAB_SKIP_OR_FORCE_ISA(std::get<0>(GetParam()));
   const int d = cs.d;
   CacheShape sh = LayerShape(cs.hkv, d, cs.dtype);
   sh.encoded = cs.encoded;
@@ -353,7 +374,7 @@ TEST_P(EncodedAttentionTest, CpuAndReferenceMatchDenseOnGatheredKV) {
 
 INSTANTIATE_TEST_SUITE_P(
     Formats, EncodedAttentionTest,
-    ::testing::Values(Case{"kivi2_gqa4", EncodingKind::kKivi, true, 2, 32, false, 8, 2},
+    ::testing::Combine(kAllIsas, ::testing::Values(Case{"kivi2_gqa4", EncodingKind::kKivi, true, 2, 32, false, 8, 2},
                       Case{"kivi4_mha", EncodingKind::kKivi, true, 4, 32, false, 2, 2},
                       Case{"kivi2_rope_gqa8", EncodingKind::kKivi, true, 2, 64, true, 8, 1},
                       Case{"int8_gqa4", EncodingKind::kInt8, true, 8, 16, false, 8, 2},
@@ -380,8 +401,10 @@ INSTANTIATE_TEST_SUITE_P(
                       WithWindow(WithSlotAttn(Kivi("kivi2_slot_attn_gqa4", 2, 32, 8, 2)), 50, true),
                       WithWindow(Case{"int8_gqa4", EncodingKind::kInt8, true, 8, 16, false, 8, 2}, 30, true),
                       WithWindow(Case{"kivi2_rope_gqa8", EncodingKind::kKivi, true, 2, 64, true, 8, 1}, 70, false),
-                      WithWindow(Case{"plain_rope_gqa4", EncodingKind::kKivi, false, 2, 32, true, 8, 2}, 9, true)),
-    [](const auto& info) { return info.param.name; });
+                      WithWindow(Case{"plain_rope_gqa4", EncodingKind::kKivi, false, 2, 32, true, 8, 2}, 9, true))),
+    [](const auto& info) {
+      return IsaCaseName(std::get<0>(info.param), std::get<1>(info.param).name);
+    });
 
 // The kivi policy's attention = "int8" (kernels/attention_kivi_int8.h): int8
 // folded queries and 8-bit value weights. Approximate by design; what it must
@@ -400,10 +423,11 @@ struct Int8Case {
   DType dtype;
 };
 
-class KiviInt8AttentionTest : public ::testing::TestWithParam<Int8Case> {};
+class KiviInt8AttentionTest : public ::testing::TestWithParam<std::tuple<int, Int8Case>> {};
 
 TEST_P(KiviInt8AttentionTest, ErrorIsSmallBesideKiviOwn) {
-  const Int8Case cs = GetParam();
+  const Int8Case cs = std::get<1>(GetParam());
+  KVLAB_SKIP_OR_FORCE_ISA(std::get<0>(GetParam()));
   const int d = 128;
   CacheShape sh = LayerShape(cs.hkv, d, cs.dtype);
   sh.encoded = true;
@@ -482,6 +506,10 @@ TEST_P(KiviInt8AttentionTest, ErrorIsSmallBesideKiviOwn) {
   RecordProperty("int8_rms_error", std::to_string(int8_rms));
   std::printf("[ %s ] KIVI-2 own error rms %.3g max %.3g; int8 beside exact rms %.3g max %.3g (3 threads: %.3g %.3g)\n",
               cs.name.c_str(), own_rms, own_max, int8_rms, int8_max, int8_3_rms, int8_3_max);
+  if (isa_forced == CpuIsa::kScalar) {  // no int8 arithmetic in the scalar copy: the exact path runs
+    EXPECT_EQ(int8_max, 0.0) << "the scalar path should take the exact kernel for int8_attention";
+    return;
+  }
   EXPECT_GT(int8_max, 0.0) << "the int8 path was not taken";
   EXPECT_LE(int8_rms, 0.05 * own_rms);
   EXPECT_LE(int8_max, 0.25 * own_max);
@@ -491,11 +519,14 @@ TEST_P(KiviInt8AttentionTest, ErrorIsSmallBesideKiviOwn) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, KiviInt8AttentionTest,
-    ::testing::Values(Int8Case{"gqa4_decode", 8, 2, {1, 37, 300, 1000, 4133}, 1, DType::kBF16},
-                      Int8Case{"gqa4_prefill_chunk", 8, 2, {200, 1000}, 37, DType::kBF16},
-                      Int8Case{"mha_f16", 3, 3, {64, 700}, 5, DType::kF16},
-                      Int8Case{"gqa8_f32", 8, 1, {2000}, 3, DType::kF32}),
-    [](const auto& info) { return info.param.name; });
+    ::testing::Combine(kAllIsas,
+                       ::testing::Values(Int8Case{"gqa4_decode", 8, 2, {1, 37, 300, 1000, 4133}, 1, DType::kBF16},
+                                         Int8Case{"gqa4_prefill_chunk", 8, 2, {200, 1000}, 37, DType::kBF16},
+                                         Int8Case{"mha_f16", 3, 3, {64, 700}, 5, DType::kF16},
+                                         Int8Case{"gqa8_f32", 8, 1, {2000}, 3, DType::kF32})),
+    [](const auto& info) {
+      return IsaCaseName(std::get<0>(info.param), std::get<1>(info.param).name);
+    });
 
 // One CPU decode plan serves every layer of a step, whose lengths and
 // windows may differ from those it was made with: the fused KIVI path run

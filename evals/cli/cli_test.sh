@@ -56,6 +56,13 @@ expect_out "memory 70b scenario 8-bit" "4.92 GB at 30,000 tokens" "32.8% of a 15
   "$KVLAB" memory --model llama-3.1-70b --tokens 30000 --bits 8 --pool-gb 15
 expect_out "models" "llama-3.1-70b" "327,680" "mistral-7b" -- "$KVLAB" models
 expect_out "policies" "full" -- "$KVLAB" policies
+# --- the CPU kernels' path (runtime dispatch): printed, forced lower, refused when unknown ---
+expect_out "version names each kernel's path" "build: portable x86-64" "cpu kernel path: " "attention_cpu " \
+  "attention_kivi_cpu " "linear_bf16 " -- "$KVLAB" --version
+expect_out "KVLAB_ISA=scalar forces the scalar path" "cpu kernel path: scalar" "attention_cpu      scalar" -- \
+  env KVLAB_ISA=scalar "$KVLAB" --version
+expect_err "KVLAB_ISA names no path" "KVLAB_ISA=avx1024" "expected scalar, avx2 or avx512" -- \
+  env KVLAB_ISA=avx1024 "$KVLAB" models
 expect_out "policies print each parameter's valid values" "in (0, 1]" ">= 1" "one of 2, 4" "one of mean, first" -- \
   "$KVLAB" policies
 expect_err "a value outside its declared range" "policy 'h2o' parameter 'ratio' must be in (0, 1], got 1.5" -- \

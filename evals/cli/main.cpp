@@ -3,10 +3,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <string>
 #include <vector>
 
 #include "core/base/untrusted.h"
 #include "evals/cli/cli.h"
+#include "kernels/cpu_isa.h"
 
 namespace kvlab {
 namespace {
@@ -14,6 +16,14 @@ namespace {
 int Main(int argc, char** argv) {
   CLI::App app{"kvlab: a testbed for KV-cache compression policies on a paged decode engine"};
   app.require_subcommand(1);
+  // The CPU kernels' path per kernel (runtime dispatch, kernels/cpu_isa.h).
+  app.set_version_flag("--version", [] {
+    std::string text = "kvlab\n" + CpuKernelPaths();
+    text.pop_back();  // CLI11 ends the line
+    return text;
+  });
+  // A KVLAB_ISA naming a path this CPU lacks (or no path) is refused before anything runs.
+  if (const Status st = CheckCpuIsaEnv(); !st.ok()) return Fail(st);
   const std::vector<Command> commands = {
       AddGenerateCommand(app), AddLogitsCommand(app), AddMemoryCommand(app), AddInitCommand(app),
       AddServeBenchCommand(app), AddTrainCommand(app), AddConvertCommand(app), AddRunCommand(app),

@@ -76,19 +76,9 @@ function(kvlab_add_test name)
                        PROPERTIES LABELS "${T_LABELS}" ENVIRONMENT "KVLAB_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
 endfunction()
 
-# kvlab_kernels (on core/base's kvlab_base) as kernels/CMakeLists.txt defines it (keep the two lists in
-# sync), without -march=native: this build may run on another machine.
-add_library(kvlab_kernels STATIC
-  ${PROJECT_SOURCE_DIR}/kernels/attention_reference.cpp
-  ${PROJECT_SOURCE_DIR}/kernels/attention_cpu.cpp
-  ${PROJECT_SOURCE_DIR}/kernels/append_kv.cpp
-  ${PROJECT_SOURCE_DIR}/kernels/kv_encoding.cpp
-  ${PROJECT_SOURCE_DIR}/kernels/attention_encoded.cpp
-  ${PROJECT_SOURCE_DIR}/kernels/attention_kivi_cpu.cpp
-)
-target_include_directories(kvlab_kernels PUBLIC ${PROJECT_SOURCE_DIR})
+# kvlab_kernels (on core/base's kvlab_base) as kernels/CMakeLists.txt defines it: portable (runtime
+# dispatch, no -march=native unless KVLAB_NATIVE), since this build may run on another machine.
 add_subdirectory(${PROJECT_SOURCE_DIR}/core/base ${PROJECT_BINARY_DIR}/core/base)
-target_link_libraries(kvlab_kernels PUBLIC kvlab_base OpenMP::OpenMP_CXX)
-target_compile_options(kvlab_kernels PRIVATE ${KVLAB_WARNINGS} -O3)
+include(${PROJECT_SOURCE_DIR}/kernels/cpu_kernels.cmake)
 
 add_subdirectory(${PROJECT_SOURCE_DIR}/kernels/cuda ${PROJECT_BINARY_DIR}/kernels/cuda)

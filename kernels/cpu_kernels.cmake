@@ -1,0 +1,45 @@
+# kvlab_kernels: the CPU kernels, for kernels/CMakeLists.txt and the
+# KVLAB_CUDA_ONLY build (kernels/cuda/cuda_only.cmake), which include this file.
+#
+# Portable by default: everything is compiled for baseline x86-64 except the
+# vector kernels, which are compiled three times, once per kernel path
+# (KVLAB_ISA_LEVEL 0 scalar, 1 avx2, 2 avx512: kernels/cpu_isa.h), each copy
+# in its own namespace and switched to its instructions by #pragma GCC target
+# (kernels/cpu_isa_begin.h); kernels/cpu_dispatch.cpp picks a copy at run time.
+# KVLAB_NATIVE=ON adds -march=native to all of it (a binary for this host only).
+set(KVLAB_ISA_KERNEL_SOURCES
+  ${PROJECT_SOURCE_DIR}/kernels/attention_cpu.cpp
+  ${PROJECT_SOURCE_DIR}/kernels/attention_kivi_cpu.cpp
+  ${PROJECT_SOURCE_DIR}/kernels/linear_bf16.cpp
+)
+set(_kvlab_isa_names scalar avx2 avx512)
+set(_kvlab_isa_objects)
+foreach(_level RANGE 2)
+  list(GET _kvlab_isa_names ${_level} _name)
+  add_library(kvlab_kernels_${_name} OBJECT ${KVLAB_ISA_KERNEL_SOURCES})
+  target_include_directories(kvlab_kernels_${_name} PRIVATE ${PROJECT_SOURCE_DIR})
+  target_link_libraries(kvlab_kernels_${_name} PRIVATE kvlab_base OpenMP::OpenMP_CXX)
+  target_compile_definitions(kvlab_kernels_${_name} PRIVATE KVLAB_ISA_LEVEL=${_level})
+  target_compile_options(kvlab_kernels_${_name} PRIVATE ${KVLAB_WARNINGS} -O3)
+  if(KVLAB_NATIVE)
+    target_compile_options(kvlab_kernels_${_name} PRIVATE -march=native)
+  endif()
+  list(APPEND _kvlab_isa_objects $<TARGET_OBJECTS:kvlab_kernels_${_name}>)
+endforeach()
+
+add_library(kvlab_kernels STATIC
+  ${PROJECT_SOURCE_DIR}/kernels/attention_reference.cpp
+  ${PROJECT_SOURCE_DIR}/kernels/attention_cpu_plan.cpp
+  ${PROJECT_SOURCE_DIR}/kernels/append_kv.cpp
+  ${PROJECT_SOURCE_DIR}/kernels/kv_encoding.cpp
+  ${PROJECT_SOURCE_DIR}/kernels/attention_encoded.cpp
+  ${PROJECT_SOURCE_DIR}/kernels/cpu_isa.cpp
+  ${PROJECT_SOURCE_DIR}/kernels/cpu_dispatch.cpp
+  ${_kvlab_isa_objects}
+)
+target_include_directories(kvlab_kernels PUBLIC ${PROJECT_SOURCE_DIR})
+target_link_libraries(kvlab_kernels PUBLIC kvlab_base OpenMP::OpenMP_CXX)
+target_compile_options(kvlab_kernels PRIVATE ${KVLAB_WARNINGS} -O3)
+if(KVLAB_NATIVE)
+  target_compile_options(kvlab_kernels PRIVATE -march=native)
+endif()
