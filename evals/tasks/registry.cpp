@@ -11,6 +11,7 @@ void RegisterBuiltinSweepTasks(SweepTaskRegistry* registry) {
   RegisterLatencyTask(registry);
   RegisterPagingTask(registry);
   RegisterRulerTasks(registry);
+  RegisterDatasetTasks(registry);
 }
 
 SweepTaskRegistry& SweepTaskRegistry::Global() {
@@ -81,6 +82,20 @@ nlohmann::ordered_json MemoryJson(const MemoryStats& m) {
   j["encoded_bytes_reserved"] = m.encoded_bytes_reserved;
   j["full_bytes_reserved"] = m.full_bytes_reserved;
   return j;
+}
+
+Status ContinuationText(const Tokenizer& tok, const std::vector<int32_t>& prompt, const std::vector<int32_t>& generated,
+                        std::string* text) {
+  std::string before, all;
+  KVLAB_RETURN_IF_ERROR(tok.Decode(prompt, &before));
+  std::vector<int32_t> ids = prompt;
+  ids.insert(ids.end(), generated.begin(), generated.end());
+  KVLAB_RETURN_IF_ERROR(tok.Decode(ids, &all));
+  if (all.compare(0, before.size(), before) == 0) {
+    *text = all.substr(before.size());
+    return Status::OK();
+  }
+  return tok.Decode(generated, text);
 }
 
 std::string JoinNames(const std::vector<std::string>& names) {

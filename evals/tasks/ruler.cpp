@@ -16,22 +16,6 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
-// The generated text as it continues the prompt (as GeneratedText in retrieval.h):
-// Decode(prompt + generated) past Decode(prompt), else Decode(generated).
-Status Continuation(const Tokenizer& tok, const std::vector<int32_t>& prompt, const std::vector<int32_t>& generated,
-                    std::string* text) {
-  std::string before, all;
-  KVLAB_RETURN_IF_ERROR(tok.Decode(prompt, &before));
-  std::vector<int32_t> ids = prompt;
-  ids.insert(ids.end(), generated.begin(), generated.end());
-  KVLAB_RETURN_IF_ERROR(tok.Decode(ids, &all));
-  if (all.compare(0, before.size(), before) == 0) {
-    *text = all.substr(before.size());
-    return Status::OK();
-  }
-  return tok.Decode(generated, text);
-}
-
 Status RunRuler(TaskContext* ctx, const SweepPoint& p, const SweepTaskOptions& o, json* m) {
   RulerTaskInfo info;
   KVLAB_RETURN_IF_ERROR(GetRulerTask(p.task, &info));
@@ -94,7 +78,7 @@ Status RunRuler(TaskContext* ctx, const SweepPoint& p, const SweepTaskOptions& o
     const auto eos = std::find(gen.begin(), gen.end(), tok->eos_id());
     if (tok->eos_id() >= 0) gen.erase(eos, gen.end());
     std::string text;
-    KVLAB_RETURN_IF_ERROR(Continuation(*tok, ids, gen, &text));
+    KVLAB_RETURN_IF_ERROR(ContinuationText(*tok, ids, gen, &text));
     const double score = RulerScore(sample, text);
     sum += score;
     tokens += static_cast<double>(sample.prompt_tokens + sample.tokens_to_generate);

@@ -95,6 +95,7 @@ void RegisterRetrievalTasks(SweepTaskRegistry* registry);  // retrieval.cpp: pas
 void RegisterLatencyTask(SweepTaskRegistry* registry);     // latency.cpp
 void RegisterPagingTask(SweepTaskRegistry* registry);      // paging.cpp
 void RegisterRulerTasks(SweepTaskRegistry* registry);      // ruler.cpp: RULER's niah_*, vt, cwe, fwe
+void RegisterDatasetTasks(SweepTaskRegistry* registry);    // longbench.cpp: longbench-*, longbench-v2 (files)
 
 // ---- helpers the task files share (registry.cpp) ----
 
@@ -104,6 +105,11 @@ Status PointModelConfig(const SweepPoint& p, ModelConfig* out);
 EngineOptions PointEngineOptions(const SweepConfig& c, const SweepPoint& p, int64_t max_context, int64_t seqs);
 // metrics.memory of a record (docs/sweeps.md, "memory, in every record").
 nlohmann::ordered_json MemoryJson(const MemoryStats& m);
+// The generated text as it continues the prompt: Decode(prompt + generated)
+// past Decode(prompt), else Decode(generated) (a tokenizer that merges
+// across the boundary).
+Status ContinuationText(const Tokenizer& tok, const std::vector<int32_t>& prompt, const std::vector<int32_t>& generated,
+                        std::string* text);
 // "a, b, c"
 std::string JoinNames(const std::vector<std::string>& names);
 
