@@ -106,6 +106,16 @@ TEST(SweepLongBenchTest, FixturesRunWithPerSampleScores) {
   std::stringstream ss;
   ss << csv.rdbuf();
   EXPECT_NE(ss.str().find("longbench-hotpotqa"), std::string::npos);
+  EXPECT_EQ(hot["predictions"].size(), 3u);
+  // summary.md: LongBench's table with its average over datasets; v2's alone.
+  std::ifstream sum(dir + "/aware/summary.md");
+  std::stringstream md;
+  md << sum.rdbuf();
+  EXPECT_NE(md.str().find("### LongBench at 1024 tokens: score (%)"), std::string::npos) << md.str();
+  EXPECT_NE(md.str().find("| setting | longbench-hotpotqa | longbench-trec | average |"), std::string::npos) << md.str();
+  EXPECT_NE(md.str().find(" n=6 |"), std::string::npos) << md.str();  // the average over 3 + 3 samples
+  EXPECT_NE(md.str().find("| setting | longbench-v2 |\n"), std::string::npos) << md.str();
+  EXPECT_NE(md.str().find("### LongBench v2 at 1024 tokens: difference from the baseline (points)"), std::string::npos);
 
   // Query-agnostic: the same prompts, the mode recorded and part of the points' identity.
   ASSERT_TRUE(RunSweep(sweep_test::Parse(dir, cfg, {"task.longbench-hotpotqa.query_aware=false"}),

@@ -61,6 +61,8 @@ struct LongBenchDataset {
 // LongBench's 21 datasets, in dataset2metric's order.
 const std::vector<LongBenchDataset>& LongBenchDatasets();
 const LongBenchDataset* FindLongBenchDataset(const std::string& name);
+// The sweep's dataset tasks: "longbench-" + a dataset's name, and "longbench-v2".
+bool IsDatasetTask(const std::string& task);
 
 // One record of a LongBench / LongBench-E file (the fields kvlab reads).
 struct LongBenchRecord {

@@ -207,6 +207,12 @@ const LongBenchDataset* FindLongBenchDataset(const std::string& name) {
   return nullptr;
 }
 
+bool IsDatasetTask(const std::string& task) {
+  const std::string prefix = "longbench-";
+  if (task.rfind(prefix, 0) != 0) return false;
+  return task == "longbench-v2" || FindLongBenchDataset(task.substr(prefix.size())) != nullptr;
+}
+
 double LongBenchScore(const LongBenchDataset& d, const std::string& prediction, const LongBenchRecord& r) {
   std::string p = prediction;
   if (d.first_line) {

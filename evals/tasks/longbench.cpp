@@ -92,6 +92,10 @@ Status RunPrompt(TaskContext* ctx, const SweepPoint& p, const Tokenizer& tok, co
   return ContinuationText(tok, pr.ids, out, text);
 }
 
+// A generated text as the record keeps it (LongBench's "pred"): valid UTF-8
+// (a byte-level model may end mid-character), at most 2,000 bytes.
+std::string Shown(const std::string& text) { return QuoteBytes(text, 2000, /*with_size=*/false); }
+
 // What both kinds of dataset task share: the file, the tokenizer, the budget.
 struct DatasetRun {
   const Tokenizer* tok = nullptr;
@@ -160,6 +164,7 @@ Status RunLongBench(TaskContext* ctx, const SweepPoint& p, const SweepTaskOption
   std::vector<LongBenchRecord> recs;
   KVLAB_RETURN_IF_ERROR(LoadLongBenchFile(o.file, r.text, *d, o.samples, &recs));
   json per_score = json::array(), per_tokens = json::array(), per_length = json::array(), per_q = json::array();
+  json predictions = json::array();
   std::map<std::string, std::pair<double, int64_t>> by_length;
   bool all_lengths = true;
   double sum = 0, tokens = 0;
@@ -172,6 +177,7 @@ Status RunLongBench(TaskContext* ctx, const SweepPoint& p, const SweepTaskOption
     std::string text;
     KVLAB_RETURN_IF_ERROR(RunPrompt(ctx, p, *r.tok, pr, r.gen, o.query_aware, &text, &mem));
     const double s = LongBenchScore(*d, text, rec);
+    predictions.push_back(Shown(text));
     sum += s;
     tokens += static_cast<double>(pr.ids.size() + static_cast<size_t>(r.gen));
     truncated += pr.truncated ? 1 : 0;
@@ -189,6 +195,7 @@ Status RunLongBench(TaskContext* ctx, const SweepPoint& p, const SweepTaskOption
   PutCommon(o, r, static_cast<int64_t>(recs.size()), sum, tokens, truncated, mem, m);
   (*m)["metric"] = d->metric;
   (*m)["dataset"] = d->name;
+  (*m)["predictions"] = predictions;
   if (all_lengths && !recs.empty()) (*m)["accuracy_by_length"] = MeansBy(by_length);  // LongBench-E's buckets
   json per = json::object();
   per["accuracy"] = per_score;
@@ -205,6 +212,7 @@ Status RunLongBenchV2(TaskContext* ctx, const SweepPoint& p, const SweepTaskOpti
   std::vector<LongBenchV2Record> recs;
   KVLAB_RETURN_IF_ERROR(LoadLongBenchV2File(o.file, r.text, o.samples, &recs));
   json per_score = json::array(), per_tokens = json::array(), per_answered = json::array(), per_q = json::array();
+  json predictions = json::array();
   std::map<std::string, std::pair<double, int64_t>> by_difficulty, by_length;
   double sum = 0, tokens = 0;
   int64_t truncated = 0;
@@ -216,6 +224,7 @@ Status RunLongBenchV2(TaskContext* ctx, const SweepPoint& p, const SweepTaskOpti
     std::string text;
     KVLAB_RETURN_IF_ERROR(RunPrompt(ctx, p, *r.tok, pr, r.gen, o.query_aware, &text, &mem));
     const std::string choice = ExtractChoice(text);
+    predictions.push_back(Shown(text));
     const double s = choice == rec.answer ? 1 : 0;
     sum += s;
     tokens += static_cast<double>(pr.ids.size() + static_cast<size_t>(r.gen));
@@ -238,6 +247,7 @@ Status RunLongBenchV2(TaskContext* ctx, const SweepPoint& p, const SweepTaskOpti
   PutCommon(o, r, static_cast<int64_t>(recs.size()), sum, tokens, truncated, mem, m);
   (*m)["metric"] = "multiple_choice";
   (*m)["dataset"] = "longbench-v2";
+  (*m)["predictions"] = predictions;
   if (!by_difficulty.empty()) (*m)["accuracy_by_difficulty"] = MeansBy(by_difficulty);
   if (!by_length.empty()) (*m)["accuracy_by_length"] = MeansBy(by_length);
   json per = json::object();
