@@ -1,6 +1,6 @@
 // The dataset tasks in a sweep (evals/tasks/longbench.cpp) on the committed
-// byte-level tiny-gqa and the LongBench-format fixtures
-// (evals/fixtures/longbench): per-sample scores in the records (so the
+// byte-level tiny-gqa and the fixtures of each schema (evals/fixtures/longbench,
+// evals/fixtures/infinitebench): per-sample scores in the records (so the
 // reports' intervals apply), LongBench's middle truncation, LongBench-E's
 // length buckets, LongBench v2's breakdowns, the query-aware and
 // query-agnostic modes recorded, and bad files failing their point with the
@@ -48,7 +48,9 @@ const json* Find(const std::vector<json>& recs, const std::string& task, bool ba
 TEST(SweepLongBenchTest, FixturesRunWithPerSampleScores) {
   const std::string dir = sweep_test::TempDir("sweep_longbench_test", "run");
   const std::string cfg =
-      Head({"longbench-hotpotqa", "longbench-trec", "longbench-v2"}) + "[task.longbench-hotpotqa]\nfile = \"" +
+      Head({"longbench-hotpotqa", "longbench-trec", "longbench-v2", "infinitebench-longbook_choice_eng"}) +
+      "[task.infinitebench-longbook_choice_eng]\nfile = \"" + Source() +
+      "/evals/fixtures/infinitebench/longbook_choice_eng.jsonl\"\nsamples = 2\n[task.longbench-hotpotqa]\nfile = \"" +
       Fixture("hotpotqa.jsonl") + "\"\nsamples = 3\ntokens_to_generate = 8\n[task.longbench-trec]\nfile = \"" +
       Fixture("trec_e.jsonl") + "\"\nsamples = 5\ntokens_to_generate = 8\n[task.longbench-v2]\nfile = \"" +
       Fixture("longbench_v2.jsonl") +
@@ -56,7 +58,7 @@ TEST(SweepLongBenchTest, FixturesRunWithPerSampleScores) {
   std::string report;
   ASSERT_TRUE(RunSweep(sweep_test::Parse(dir, cfg), sweep_test::Quiet(dir + "/aware"), &report).ok()) << report;
   const std::vector<json> r = sweep_test::Records(dir + "/aware");
-  ASSERT_EQ(r.size(), 6u);
+  ASSERT_EQ(r.size(), 8u);
   for (const json& rec : r) {
     ASSERT_EQ(rec["status"], "ok") << rec.dump();
     const json& m = rec["metrics"];
@@ -71,7 +73,7 @@ TEST(SweepLongBenchTest, FixturesRunWithPerSampleScores) {
     EXPECT_DOUBLE_EQ(m["accuracy"].get<double>(), sum / static_cast<double>(acc.size()));
     EXPECT_DOUBLE_EQ(m["score"].get<double>(), 100 * m["accuracy"].get<double>());
     EXPECT_EQ(m["query_aware"], true);
-    EXPECT_EQ(m["tokens_to_generate"], 8);
+    EXPECT_EQ(m["tokens_to_generate"], rec["task"] == "infinitebench-longbook_choice_eng" ? 40 : 8);  // its budget
     for (const json& t : m["per_sample"]["prompt_tokens"]) EXPECT_LE(t.get<int64_t>(), 1024 - 8);
   }
   const json& hot = (*Find(r, "longbench-hotpotqa", true))["metrics"];
@@ -101,6 +103,9 @@ TEST(SweepLongBenchTest, FixturesRunWithPerSampleScores) {
   EXPECT_TRUE(v2["accuracy_by_difficulty"].contains("easy") && v2["accuracy_by_difficulty"].contains("hard"));
   EXPECT_TRUE(v2["accuracy_by_length"].contains("short") && v2["accuracy_by_length"].contains("medium"));
   EXPECT_EQ(v2["per_sample"]["answered"].size(), 2u);
+  const json& ib = (*Find(r, "infinitebench-longbook_choice_eng", true))["metrics"];
+  EXPECT_EQ(ib["metric"], "choice");
+  EXPECT_EQ(ib["samples"], 2);
   // results.csv carries the tasks with their intervals.
   std::ifstream csv(dir + "/aware/results.csv");
   std::stringstream ss;
@@ -116,6 +121,7 @@ TEST(SweepLongBenchTest, FixturesRunWithPerSampleScores) {
   EXPECT_NE(md.str().find(" n=6 |"), std::string::npos) << md.str();  // the average over 3 + 3 samples
   EXPECT_NE(md.str().find("| setting | longbench-v2 |\n"), std::string::npos) << md.str();
   EXPECT_NE(md.str().find("### LongBench v2 at 1024 tokens: difference from the baseline (points)"), std::string::npos);
+  EXPECT_NE(md.str().find("### InfiniteBench at 1024 tokens: score (%)"), std::string::npos);
 
   // Query-agnostic: the same prompts, the mode recorded and part of the points' identity.
   ASSERT_TRUE(RunSweep(sweep_test::Parse(dir, cfg, {"task.longbench-hotpotqa.query_aware=false"}),

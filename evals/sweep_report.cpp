@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/base/untrusted.h"
+#include "datasets/tasks/infinitebench.h"
 #include "datasets/tasks/longbench.h"
 #include "datasets/tasks/ruler.h"
 #include "evals/sweep.h"
@@ -402,13 +403,17 @@ Status WriteReports(const std::string& dir, std::string* summary) {
       }
     }
     // RULER and the dataset benchmarks: each task's score (%) and the average over tasks, per length.
-    std::vector<std::string> longbench, longbench_v2;
+    std::vector<std::string> longbench, longbench_v2, infinitebench;
     for (const LongBenchDataset& d : LongBenchDatasets()) {
       if (tasks.count("longbench-" + d.name)) longbench.push_back("longbench-" + d.name);
     }
     if (tasks.count("longbench-v2")) longbench_v2.push_back("longbench-v2");
+    for (const InfiniteBenchTask& t : InfiniteBenchTasks()) {
+      if (tasks.count("infinitebench-" + t.name)) infinitebench.push_back("infinitebench-" + t.name);
+    }
     for (const auto& [title, family] : std::vector<std::pair<std::string, std::vector<std::string>>>{
-             {"RULER", ruler}, {"LongBench", longbench}, {"LongBench v2", longbench_v2}}) {
+             {"RULER", ruler}, {"LongBench", longbench}, {"LongBench v2", longbench_v2},
+             {"InfiniteBench", infinitebench}}) {
       for (const int64_t L : RulerLengths(recs, model, family)) {
         for (int pass = 0; pass < 2; ++pass) {
           if (pass == 1 && !any_other) break;

@@ -26,6 +26,9 @@ double QaF1Score(const std::string& prediction, const std::string& reference);
 // each ASCII letter/digit run is one token, every other non-space character
 // one token; Chinese and ASCII punctuation dropped.
 double QaF1ZhScore(const std::string& prediction, const std::string& reference);
+// InfiniteBench's qa_f1_score_zh: normalize_zh_answer on the whole text
+// (lower case, punctuation and whitespace removed), one character one token.
+double QaF1ZhCharsScore(const std::string& prediction, const std::string& reference);
 // ROUGE-L F, summary level, as the `rouge` package LongBench uses computes it
 // (sentences split at '.', words at ' ', the union LCS over sets of words);
 // 0 when either side has no sentence (the package raises, LongBench scores 0).
@@ -61,7 +64,8 @@ struct LongBenchDataset {
 // LongBench's 21 datasets, in dataset2metric's order.
 const std::vector<LongBenchDataset>& LongBenchDatasets();
 const LongBenchDataset* FindLongBenchDataset(const std::string& name);
-// The sweep's dataset tasks: "longbench-" + a dataset's name, and "longbench-v2".
+// The sweep's dataset tasks: "longbench-" + a dataset's name, "longbench-v2",
+// and "infinitebench-" + an InfiniteBench task's name (infinitebench.h).
 bool IsDatasetTask(const std::string& task);
 
 // One record of a LongBench / LongBench-E file (the fields kvlab reads).

@@ -8,6 +8,8 @@
 
 #include "core/base/untrusted.h"
 #include "core/base/untrusted_json.h"
+#include "datasets/tasks/dataset_records.h"
+#include "datasets/tasks/infinitebench.h"
 #include "datasets/tasks/longbench.h"
 
 namespace kvlab {
@@ -45,6 +47,24 @@ std::vector<Line> Lines(const std::string& text) {
   }
   return out;
 }
+
+// Replaces the first `key` of `tmpl` (the value is not scanned again).
+std::string Fill(const std::string& tmpl, const std::string& key, const std::string& value) {
+  const size_t at = tmpl.find(key);
+  if (at == std::string::npos) return tmpl;
+  return tmpl.substr(0, at) + value + tmpl.substr(at + key.size());
+}
+
+std::string Strip(const std::string& s) {
+  const char* ws = " \t\n\r\v\f";
+  const size_t b = s.find_first_not_of(ws);
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(ws) + 1 - b);
+}
+
+}  // namespace
+
+namespace dataset_internal {
 
 std::string Where(const std::string& path, int64_t line) { return path + ":" + std::to_string(line); }
 
@@ -104,21 +124,9 @@ Status ParseObjects(const std::string& path, const std::string& text, std::vecto
   return Status::OK();
 }
 
-// Replaces the first `key` of `tmpl` (the value is not scanned again).
-std::string Fill(const std::string& tmpl, const std::string& key, const std::string& value) {
-  const size_t at = tmpl.find(key);
-  if (at == std::string::npos) return tmpl;
-  return tmpl.substr(0, at) + value + tmpl.substr(at + key.size());
-}
+}  // namespace dataset_internal
 
-std::string Strip(const std::string& s) {
-  const char* ws = " \t\n\r\v\f";
-  const size_t b = s.find_first_not_of(ws);
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(ws) + 1 - b);
-}
-
-}  // namespace
+using namespace dataset_internal;  // NOLINT: this file's own helpers
 
 const std::vector<LongBenchDataset>& LongBenchDatasets() {
   static const std::vector<LongBenchDataset> d = {
@@ -208,9 +216,10 @@ const LongBenchDataset* FindLongBenchDataset(const std::string& name) {
 }
 
 bool IsDatasetTask(const std::string& task) {
-  const std::string prefix = "longbench-";
-  if (task.rfind(prefix, 0) != 0) return false;
-  return task == "longbench-v2" || FindLongBenchDataset(task.substr(prefix.size())) != nullptr;
+  const std::string lb = "longbench-", ib = "infinitebench-";
+  if (task.rfind(ib, 0) == 0) return FindInfiniteBenchTask(task.substr(ib.size())) != nullptr;
+  if (task.rfind(lb, 0) != 0) return false;
+  return task == "longbench-v2" || FindLongBenchDataset(task.substr(lb.size())) != nullptr;
 }
 
 double LongBenchScore(const LongBenchDataset& d, const std::string& prediction, const LongBenchRecord& r) {

@@ -219,6 +219,20 @@ double QaF1ZhScore(const std::string& prediction, const std::string& reference) 
   return TokenF1(ZhTokens(prediction), ZhTokens(reference));
 }
 
+double QaF1ZhCharsScore(const std::string& prediction, const std::string& reference) {
+  auto chars = [](const std::string& s) {
+    std::vector<std::string> out;
+    for (const std::string& cp : CodePoints(s)) {
+      const unsigned char c = static_cast<unsigned char>(cp[0]);
+      if (cp.size() == 1 && (IsSpace(c) || IsAsciiPunct(c))) continue;
+      if (ZhPunctuation().count(cp)) continue;
+      out.push_back(cp.size() == 1 ? std::string(1, static_cast<char>(std::tolower(c))) : cp);
+    }
+    return out;
+  };
+  return TokenF1(chars(prediction), chars(reference));
+}
+
 double RougeLScore(const std::string& prediction, const std::string& reference) {
   const std::vector<std::string> hyp = RougeSentences(prediction), ref = RougeSentences(reference);
   if (hyp.empty() || ref.empty()) return 0;

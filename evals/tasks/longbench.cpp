@@ -1,5 +1,6 @@
 // Datasets from files as sweep tasks: longbench-NAME for each of LongBench's
-// 21 datasets (its files and LongBench-E's), and longbench-v2. A point reads
+// 21 datasets (its files and LongBench-E's), longbench-v2, and
+// infinitebench-NAME for 11 of InfiniteBench's 12 tasks. A point reads
 // the first `samples` records of [task.T] file, fills the dataset's template,
 // generates greedily and scores as LongBench scores (datasets/tasks/longbench.h).
 // query_aware = false prefills the context alone first (the policies act on
@@ -8,6 +9,7 @@
 #include <map>
 
 #include "core/base/untrusted.h"
+#include "datasets/tasks/infinitebench.h"
 #include "datasets/tasks/longbench.h"
 #include "evals/tasks/task.h"
 
@@ -259,6 +261,44 @@ Status RunLongBenchV2(TaskContext* ctx, const SweepPoint& p, const SweepTaskOpti
   return Status::OK();
 }
 
+Status RunInfiniteBench(TaskContext* ctx, const SweepPoint& p, const SweepTaskOptions& o, json* m) {
+  const InfiniteBenchTask* t = FindInfiniteBenchTask(p.task.substr(std::string("infinitebench-").size()));
+  if (t == nullptr) return Status::InvalidArgument("unknown InfiniteBench task in task '" + p.task + "'");
+  DatasetRun r;
+  KVLAB_RETURN_IF_ERROR(StartDatasetRun(ctx, p, o, t->max_gen, &r));
+  std::vector<InfiniteBenchRecord> recs;
+  KVLAB_RETURN_IF_ERROR(LoadInfiniteBenchFile(o.file, r.text, *t, o.samples, &recs));
+  json per_score = json::array(), per_tokens = json::array(), per_q = json::array(), predictions = json::array();
+  double sum = 0, tokens = 0;
+  int64_t truncated = 0;
+  MemoryStats mem;
+  for (const InfiniteBenchRecord& rec : recs) {
+    Prompt pr;
+    KVLAB_RETURN_IF_ERROR(BuildPrompt(*r.tok, InfiniteBenchPrompt(*t, rec), o.file, rec.line, r.budget, o.truncate, &pr));
+    KVLAB_RETURN_IF_ERROR(CheckPositions(*ctx, p, r, pr, o.file));
+    std::string text;
+    KVLAB_RETURN_IF_ERROR(RunPrompt(ctx, p, *r.tok, pr, r.gen, o.query_aware, &text, &mem));
+    const double s = InfiniteBenchScore(*t, text, rec);
+    predictions.push_back(Shown(text));
+    sum += s;
+    tokens += static_cast<double>(pr.ids.size() + static_cast<size_t>(r.gen));
+    truncated += pr.truncated ? 1 : 0;
+    per_score.push_back(s);
+    per_tokens.push_back(pr.ids.size());
+    per_q.push_back(pr.ids.size() - pr.split);
+  }
+  PutCommon(o, r, static_cast<int64_t>(recs.size()), sum, tokens, truncated, mem, m);
+  (*m)["metric"] = t->metric;
+  (*m)["dataset"] = t->name;
+  (*m)["predictions"] = predictions;
+  json per = json::object();
+  per["accuracy"] = per_score;
+  per["prompt_tokens"] = per_tokens;
+  per["question_tokens"] = per_q;
+  (*m)["per_sample"] = per;
+  return Status::OK();
+}
+
 SweepTaskInfo DatasetTask(const std::string& name, const std::string& summary, int64_t default_gen) {
   SweepTaskInfo info;
   info.name = name;
@@ -293,6 +333,12 @@ void RegisterDatasetTasks(SweepTaskRegistry* registry) {
                                  kLongBenchV2MaxGen);
   v2.run = RunLongBenchV2;
   registry->Register(v2);
+  for (const InfiniteBenchTask& t : InfiniteBenchTasks()) {
+    SweepTaskInfo info = DatasetTask("infinitebench-" + t.name,
+                                     "InfiniteBench " + t.name + " from a file (" + t.metric + ")", t.max_gen);
+    info.run = RunInfiniteBench;
+    registry->Register(info);
+  }
 }
 
 }  // namespace kvlab
