@@ -13,7 +13,7 @@
 //   models = ["../../datasets/models/tiny-gqa"]   # paths relative to the config; or presets
 //   tasks = ["bpb", "passkey", "latency"]        # bpb | bpb-recompute | passkey | multi-needle | recall | latency | paging
 //                                       # | RULER's niah_single_1 ... niah_multiquery, vt, cwe, fwe
-//                                       # | longbench-NAME (LongBench's 21 datasets), longbench-v2
+//                                       # | longbench-NAME (LongBench's 21 datasets), longbench-v2, infinitebench-NAME
 //                                       # (the registry, evals/tasks/task.h; docs/sweeps.md "Adding a task")
 //   lengths = [512, 1024]
 //   batch_sizes = [1]                   # latency task only; accuracy tasks run one sequence
@@ -76,7 +76,7 @@ struct SweepTaskOptions {
   // RULER's tasks: tokens generated per prompt (0: RULER's, per task) and its
   // worked example before vt and cwe (-1: RULER's one; 0 drops it).
   int64_t tokens_to_generate = 0, fewshot = -1;
-  // Dataset tasks (longbench-*, longbench-v2; evals/tasks/longbench.cpp): the
+  // Dataset tasks (longbench-*, infinitebench-*; evals/tasks/longbench.cpp): the
   // user's JSONL file, whether the question is in what the policies compress
   // (query_aware; false: the context is prefilled and compressed first), and
   // LongBench's middle truncation to the point's length (false: an error).

@@ -116,7 +116,7 @@ TEST(SweepLongBenchTest, FixturesRunWithPerSampleScores) {
   std::ifstream sum(dir + "/aware/summary.md");
   std::stringstream md;
   md << sum.rdbuf();
-  EXPECT_NE(md.str().find("### LongBench at 1024 tokens: score (%)"), std::string::npos) << md.str();
+  EXPECT_NE(md.str().find("### LongBench at 1024 tokens: score (%), question-aware\n"), std::string::npos) << md.str();
   EXPECT_NE(md.str().find("| setting | longbench-hotpotqa | longbench-trec | average |"), std::string::npos) << md.str();
   EXPECT_NE(md.str().find(" n=6 |"), std::string::npos) << md.str();  // the average over 3 + 3 samples
   EXPECT_NE(md.str().find("| setting | longbench-v2 |\n"), std::string::npos) << md.str();
@@ -138,6 +138,13 @@ TEST(SweepLongBenchTest, FixturesRunWithPerSampleScores) {
   // With the full cache nothing is dropped, so the split prefill reads the same tokens: the same answers.
   EXPECT_EQ((*ah)["metrics"]["per_sample"]["accuracy"], hot["per_sample"]["accuracy"]);
   EXPECT_EQ((*Find(a, "longbench-trec", true))["metrics"]["query_aware"], true);
+  std::ifstream asum(dir + "/agnostic/summary.md");
+  std::stringstream amd;
+  amd << asum.rdbuf();
+  EXPECT_NE(amd.str().find("### LongBench at 1024 tokens: score (%), question-aware and question-agnostic records mixed"),
+            std::string::npos)
+      << amd.str();
+  EXPECT_NE(amd.str().find("### LongBench v2 at 1024 tokens: score (%), question-aware\n"), std::string::npos);
   fs::remove_all(dir);
 }
 

@@ -128,6 +128,22 @@ std::vector<int64_t> RulerLengths(const std::vector<json>& recs, const std::stri
   return std::vector<int64_t>(all.begin(), all.end());
 }
 
+// The dataset tasks' query_aware mode, as a table title's suffix: ", question-aware",
+// ", question-agnostic", or a warning when the records mix both.
+std::string QueryMode(const std::vector<json>& recs, const std::string& model, const std::vector<std::string>& tasks,
+                      int64_t L) {
+  std::set<bool> modes;
+  for (const json& r : recs) {
+    if (r.value("model", "") != model || r.value("length", 0) != L || r.value("status", "") != "ok") continue;
+    if (std::find(tasks.begin(), tasks.end(), r.value("task", "")) == tasks.end()) continue;
+    const json& q = Field(Field(r, "metrics"), "query_aware");
+    if (q.is_boolean()) modes.insert(q.get<bool>());
+  }
+  if (modes.size() == 2) return ", question-aware and question-agnostic records mixed (query_aware)";
+  if (modes.size() == 1) return *modes.begin() ? ", question-aware" : ", question-agnostic";
+  return "";
+}
+
 // vLLM's paging: share of reserved KV bytes that hold real tokens.
 void WritePagingTable(const std::vector<json>& recs, const std::string& model, std::ostringstream* out) {
   std::ostringstream& md = *out;
@@ -418,7 +434,8 @@ Status WriteReports(const std::string& dir, std::string* summary) {
         for (int pass = 0; pass < 2; ++pass) {
           if (pass == 1 && !any_other) break;
           md << "### " << title << " at " << L << " tokens"
-             << (pass == 0 ? ": score (%)" : ": difference from the baseline (points)") << "\n\n| setting |";
+             << (pass == 0 ? ": score (%)" : ": difference from the baseline (points)") << QueryMode(recs, model, family, L)
+             << "\n\n| setting |";
           const bool average = family.size() > 1;  // one task: its column says it all
           for (const std::string& t : family) md << " " << t << " |";
           md << (average ? " average |" : "") << "\n|---|";

@@ -95,7 +95,7 @@ void RegisterRetrievalTasks(SweepTaskRegistry* registry);  // retrieval.cpp: pas
 void RegisterLatencyTask(SweepTaskRegistry* registry);     // latency.cpp
 void RegisterPagingTask(SweepTaskRegistry* registry);      // paging.cpp
 void RegisterRulerTasks(SweepTaskRegistry* registry);      // ruler.cpp: RULER's niah_*, vt, cwe, fwe
-void RegisterDatasetTasks(SweepTaskRegistry* registry);    // longbench.cpp: longbench-*, longbench-v2 (files)
+void RegisterDatasetTasks(SweepTaskRegistry* registry);    // longbench.cpp: longbench-*, infinitebench-* (files)
 
 // ---- helpers the task files share (registry.cpp) ----
 
