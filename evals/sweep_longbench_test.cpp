@@ -134,6 +134,9 @@ TEST(SweepLongBenchTest, FixturesRunWithPerSampleScores) {
   ASSERT_EQ((*ah)["status"], "ok") << ah->dump();
   EXPECT_EQ((*ah)["metrics"]["query_aware"], false);
   EXPECT_NE((*ah)["key"], (*Find(r, "longbench-hotpotqa", true))["key"]);
+  const std::string key = (*ah)["key"].get<std::string>();
+  EXPECT_NE(key.find("\"file\":\"hotpotqa.jsonl\""), std::string::npos) << key;  // the name, not the path
+  EXPECT_EQ(key.find("evals/fixtures"), std::string::npos) << key;
   EXPECT_EQ((*ah)["metrics"]["per_sample"]["prompt_tokens"], hot["per_sample"]["prompt_tokens"]);
   // With the full cache nothing is dropped, so the split prefill reads the same tokens: the same answers.
   EXPECT_EQ((*ah)["metrics"]["per_sample"]["accuracy"], hot["per_sample"]["accuracy"]);

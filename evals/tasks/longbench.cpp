@@ -305,7 +305,10 @@ SweepTaskInfo DatasetTask(const std::string& name, const std::string& summary, i
   info.summary = summary;
   info.options = {"file", "samples", "tokens_to_generate", "query_aware", "truncate"};
   info.key_options = [](const SweepTaskOptions& o, json* k) {
-    (*k)["file"] = o.file;
+    // The file's name, not its directory: hotpotqa.jsonl and hotpotqa_e.jsonl
+    // are different points, one file on two machines' paths is one point.
+    const size_t slash = o.file.find_last_of('/');
+    (*k)["file"] = slash == std::string::npos ? o.file : o.file.substr(slash + 1);
     (*k)["samples"] = o.samples;
     (*k)["tokens_to_generate"] = o.tokens_to_generate;
     (*k)["query_aware"] = o.query_aware;
