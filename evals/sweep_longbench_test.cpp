@@ -207,6 +207,34 @@ TEST(SweepLongBenchTest, BadFilesFailTheirPoint) {
   fs::remove_all(dir);
 }
 
+// RULER's tasks take query_aware too: the haystack is compressed before the question.
+TEST(SweepLongBenchTest, RulerQueryAgnostic) {
+  const std::string dir = sweep_test::TempDir("sweep_longbench_test", "ruler");
+  const std::string cfg = Head({"niah_single_1"}, "512") + "[task.niah_single_1]\nsamples = 2\ntokens_to_generate = 8\n";
+  std::string report;
+  ASSERT_TRUE(RunSweep(sweep_test::Parse(dir, cfg), sweep_test::Quiet(dir + "/aware"), &report).ok()) << report;
+  ASSERT_TRUE(RunSweep(sweep_test::Parse(dir, cfg, {"task.niah_single_1.query_aware=false"}),
+                       sweep_test::Quiet(dir + "/agnostic"), &report)
+                  .ok())
+      << report;
+  const json aware = sweep_test::Records(dir + "/aware")[0], agnostic = sweep_test::Records(dir + "/agnostic")[0];
+  ASSERT_EQ(agnostic["status"], "ok") << agnostic.dump();
+  EXPECT_EQ(aware["metrics"]["query_aware"], true);
+  EXPECT_EQ(agnostic["metrics"]["query_aware"], false);
+  EXPECT_EQ(aware["key"].get<std::string>().find("query_aware"), std::string::npos);  // older records' keys hold
+  EXPECT_NE(agnostic["key"].get<std::string>().find("\"query_aware\":false"), std::string::npos);
+  const json& per = agnostic["metrics"]["per_sample"];
+  ASSERT_EQ(per["question_tokens"].size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    // The question and answer prefix: "\nWhat is the special magic number for KEY ... is" (about 120 bytes).
+    EXPECT_GT(per["question_tokens"][i].get<int64_t>(), 80);
+    EXPECT_LT(per["question_tokens"][i].get<int64_t>(), 200);
+  }
+  // The full cache drops nothing: the same answers either way.
+  EXPECT_EQ(per["accuracy"], aware["metrics"]["per_sample"]["accuracy"]);
+  fs::remove_all(dir);
+}
+
 TEST(SweepLongBenchTest, OptionsAreChecked) {
   const std::string dir = sweep_test::TempDir("sweep_longbench_test", "opts");
   const std::string path = dir + "/bad.toml";

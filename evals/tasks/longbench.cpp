@@ -35,10 +35,7 @@ Status BuildPrompt(const Tokenizer& tok, const SplitPrompt& sp, const std::strin
                    bool truncate, Prompt* out) {
   out->line = line;
   KVLAB_RETURN_IF_ERROR(tok.Encode(sp.head + sp.tail, /*add_bos=*/true, &out->ids));
-  std::vector<int32_t> head;
-  KVLAB_RETURN_IF_ERROR(tok.Encode(sp.head, /*add_bos=*/true, &head));
-  size_t split = 0;
-  while (split < head.size() && split < out->ids.size() && head[split] == out->ids[split]) ++split;
+  size_t split = SharedPrefix(tok, sp.head, out->ids);
   const int64_t n = static_cast<int64_t>(out->ids.size());
   if (n > budget) {
     if (!truncate) {
@@ -58,40 +55,11 @@ Status BuildPrompt(const Tokenizer& tok, const SplitPrompt& sp, const std::strin
   return Status::OK();
 }
 
-// Prefills the prompt (whole, or context then question), then decodes
-// greedily for `gen` tokens; the text up to EOS is returned.
+// Prefills the prompt (whole, or context then question: GenerateAfterSplit).
 Status RunPrompt(TaskContext* ctx, const SweepPoint& p, const Tokenizer& tok, const Prompt& pr, int64_t gen,
                  bool query_aware, std::string* text, MemoryStats* mem) {
-  const int64_t context = static_cast<int64_t>(pr.ids.size()) + gen + 1;
-  std::unique_ptr<Engine> e;
-  KVLAB_RETURN_IF_ERROR(Engine::Create(PointEngineOptions(ctx->config(), p, context, 1), p.stack, &e));
-  KVLAB_RETURN_IF_ERROR(e->AddSequence(0));
-  const size_t chunk = static_cast<size_t>(std::max<int64_t>(1, e->options().prefill_chunk));
-  std::vector<std::vector<float>> logits;
-  auto prefill = [&](size_t b, size_t end) -> Status {
-    for (size_t off = b; off < end; off += chunk) {
-      SeqChunk c{0, std::vector<int32_t>(pr.ids.begin() + static_cast<std::ptrdiff_t>(off),
-                                         pr.ids.begin() + static_cast<std::ptrdiff_t>(std::min(end, off + chunk)))};
-      KVLAB_RETURN_IF_ERROR(e->Forward({c}, false, &logits));
-    }
-    return Status::OK();
-  };
-  const size_t split = query_aware || pr.split == 0 || pr.split >= pr.ids.size() ? pr.ids.size() : pr.split;
-  KVLAB_RETURN_IF_ERROR(prefill(0, split));
-  KVLAB_RETURN_IF_ERROR(prefill(split, pr.ids.size()));
-  std::vector<int32_t> out;
-  // The whole budget is generated (every stack holds the same tokens at the
-  // end, so memory compares like with like); the text is scored up to EOS.
-  for (int64_t i = 0; i < gen; ++i) {
-    const std::vector<float>& l = logits[0];
-    const int32_t next = static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
-    out.push_back(next);
-    if (i + 1 < gen) KVLAB_RETURN_IF_ERROR(e->Forward({SeqChunk{0, {next}}}, false, &logits));
-  }
-  *mem = e->Memory();
-  KVLAB_RETURN_IF_ERROR(e->RemoveSequence(0));
-  if (tok.eos_id() >= 0) out.erase(std::find(out.begin(), out.end(), tok.eos_id()), out.end());
-  return ContinuationText(tok, pr.ids, out, text);
+  const size_t split = query_aware ? pr.ids.size() : pr.split;
+  return GenerateAfterSplit(ctx, p, tok, pr.ids, split, gen, text, mem);
 }
 
 // A generated text as the record keeps it (LongBench's "pred"): valid UTF-8
