@@ -78,8 +78,9 @@ struct SweepTaskOptions {
   int64_t tokens_to_generate = 0, fewshot = -1;
   // Dataset tasks (longbench-*, infinitebench-*; evals/tasks/longbench.cpp): the
   // user's JSONL file, whether the question is in what the policies compress
-  // (query_aware; false: the context is prefilled and compressed first), and
-  // LongBench's middle truncation to the point's length (false: an error).
+  // (query_aware, RULER's tasks too; false: the context is prefilled and
+  // compressed first), and LongBench's middle truncation to the point's
+  // length (false: an error).
   std::string file;
   bool query_aware = true, truncate = true;
 };
