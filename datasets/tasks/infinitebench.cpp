@@ -164,7 +164,7 @@ const std::vector<InfiniteBenchTask>& InfiniteBenchTasks() {
       {"passkey", "passkey", 6},          {"number_string", "passkey", 12},      {"kv_retrieval", "kv_retrieval", 50},
       {"longbook_choice_eng", "choice", 40}, {"longbook_qa_eng", "qa_f1", 40},  {"longbook_qa_chn", "qa_f1_zh", 40},
       {"longdialogue_qa_eng", "dialogue", 40}, {"math_find", "math_find", 3},  {"math_calc", "math_calc", 30000},
-      {"code_run", "code_run", 5},        {"code_debug", "code_debug", 5},
+      {"code_run", "code_run", 5},        {"code_debug", "code_debug", 5},  {"longbook_sum_eng", "rouge_lsum", 1200},
   };
   return t;
 }
@@ -202,6 +202,7 @@ SplitPrompt InfiniteBenchPrompt(const InfiniteBenchTask& t, const InfiniteBenchR
     return {"Read the book and answer the question. Be very concise in your answer.\n\n" + r.context,
             "\n\nQuestion: " + r.input + "\nAnswer:"};
   }
+  if (n == "longbook_sum_eng") return {"Summarize the book below.\n\n" + r.context, "\n\nSummary:"};
   if (n == "longbook_qa_chn") return {"阅读以下书籍然后回答问题。\n\n" + r.context, "\n\n问题：" + r.input + "\n答案："};
   if (n == "longdialogue_qa_eng") {
     return {"Below is a dialogue script where one random occurrence of a character name is replaced with "
@@ -246,10 +247,11 @@ double InfiniteBenchScore(const InfiniteBenchTask& t, const std::string& predict
   }
   if (m == "choice") return ChoiceScore(prediction, r.labels);
   if (m == "code_debug") return CodeDebugScore(prediction, r.labels);
-  if (m == "qa_f1" || m == "qa_f1_zh") {
+  if (m == "qa_f1" || m == "qa_f1_zh" || m == "rouge_lsum") {  // the best over the answers
     double best = 0;
     for (const std::string& l : r.labels) {
-      best = std::max(best, m == "qa_f1" ? QaF1Score(prediction, l) : QaF1ZhCharsScore(prediction, l));
+      best = std::max(best, m == "qa_f1" ? QaF1Score(prediction, l)
+                            : m == "qa_f1_zh" ? QaF1ZhCharsScore(prediction, l) : RougeLsumScore(prediction, l));
     }
     return best;
   }

@@ -5,7 +5,6 @@
 // src/eval_utils.py's create_prompt does), its generation budgets
 // (DATA_NAME_TO_MAX_NEW_TOKENS) and its scoring (src/compute_scores.py), as
 // kvlab's own code. Called by evals/tasks/longbench.cpp and the tests; torch-free.
-// longbook_sum_eng (scored by the `evaluate` package's rougeLsum) is not here.
 #pragma once
 
 #include <cstdint>
@@ -19,11 +18,12 @@ namespace kvlab {
 
 struct InfiniteBenchTask {
   std::string name;     // InfiniteBench's (its file's stem: passkey.jsonl, ...)
-  std::string metric;   // the scorer: passkey | kv_retrieval | choice | qa_f1 | qa_f1_zh | dialogue | math_find | math_calc | code_run | code_debug
+  std::string metric;   // the scorer: passkey | kv_retrieval | choice | qa_f1 | qa_f1_zh | dialogue | math_find
+                        // | math_calc | code_run | code_debug | rouge_lsum
   int64_t max_gen = 0;  // DATA_NAME_TO_MAX_NEW_TOKENS
 };
 // passkey, number_string, kv_retrieval, longbook_choice_eng, longbook_qa_eng,
-// longbook_qa_chn, longdialogue_qa_eng, math_find, math_calc, code_run, code_debug.
+// longbook_qa_chn, longdialogue_qa_eng, math_find, math_calc, code_run, code_debug, longbook_sum_eng.
 const std::vector<InfiniteBenchTask>& InfiniteBenchTasks();
 const InfiniteBenchTask* FindInfiniteBenchTask(const std::string& name);
 

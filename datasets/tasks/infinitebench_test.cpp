@@ -49,6 +49,22 @@ TEST(InfiniteBenchScoreTest, ChoiceAndCodeDebug) {
   EXPECT_EQ(Score("code_debug", "B", d), 0.0);  // neither "B." nor a prefix
 }
 
+TEST(InfiniteBenchScoreTest, RougeLsum) {
+  // Reference [the cat was on the mat]; candidate sentences [the cat sat], [on the mat]:
+  // the LCS positions {the, cat} and {on, the, mat} unite to 5 hits of 6 and 6: F = 5/6.
+  EXPECT_NEAR(RougeLsumScore("the cat sat\non the mat", "the cat was on the mat"), 5.0 / 6, 1e-12);
+  // One sentence: plain ROUGE-L, LCS 5 of 6 words.
+  EXPECT_NEAR(RougeLsumScore("the cat sat on the mat", "the cat was on the mat"), 5.0 / 6, 1e-12);
+  // The tokenizer: lower case, punctuation a separator.
+  EXPECT_DOUBLE_EQ(RougeLsumScore("Hello, World!", "hello world"), 1.0);
+  // A token counts once however many reference sentences select it: [a] twice against one "a".
+  EXPECT_NEAR(RougeLsumScore("a", "a\na"), 2 * 1.0 * 0.5 / 1.5, 1e-12);
+  EXPECT_DOUBLE_EQ(RougeLsumScore("", "a b"), 0.0);
+  EXPECT_DOUBLE_EQ(RougeLsumScore("...", "a b"), 0.0);
+  // The best over the answers.
+  EXPECT_DOUBLE_EQ(Score("longbook_sum_eng", "x y", Labels({"a b", "x y"})), 1.0);
+}
+
 TEST(InfiniteBenchScoreTest, QaDialogueMathCode) {
   // [final to perish is mrs deandra mrs deandra] vs [mrs deandra]: p = 2/8, r = 1: F1 0.4.
   EXPECT_NEAR(Score("longbook_qa_eng", " The final to perish is Mrs. Deandra. Mrs. Deandra'", Labels({"\"Mrs. Deandra\""})),

@@ -33,6 +33,11 @@ double QaF1ZhCharsScore(const std::string& prediction, const std::string& refere
 // (sentences split at '.', words at ' ', the union LCS over sets of words);
 // 0 when either side has no sentence (the package raises, LongBench scores 0).
 double RougeLScore(const std::string& prediction, const std::string& reference);
+// rougeLsum as Google's rouge_score package computes it (InfiniteBench's
+// longbook_sum_eng through the `evaluate` package): sentences at newlines,
+// tokens the lower-cased runs of [a-z0-9], the union LCS per reference
+// sentence counted without double counting; F = 2PR / (P + R).
+double RougeLsumScore(const std::string& prediction, const std::string& reference);
 // rouge_zh_score: the same over QaF1ZhScore's tokens (not normalised) joined by spaces.
 double RougeLZhScore(const std::string& prediction, const std::string& reference);
 // classification_score: 1 / (classes named in the prediction) when the

@@ -257,6 +257,79 @@ double RougeLScore(const std::string& prediction, const std::string& reference) 
   return 2.0 * (p * r / (p + r + 1e-8));
 }
 
+double RougeLsumScore(const std::string& prediction, const std::string& reference) {
+  // Sentences at newlines (empty ones dropped); tokens: lower case, runs of [a-z0-9].
+  auto sentences = [](const std::string& text) {
+    std::vector<std::vector<std::string>> out;
+    size_t b = 0;
+    for (size_t i = 0; i <= text.size(); ++i) {
+      if (i < text.size() && text[i] != '\n') continue;
+      if (i > b) {
+        std::vector<std::string> toks;
+        std::string t;
+        for (size_t k = b; k <= i; ++k) {
+          const unsigned char c = k < i ? static_cast<unsigned char>(text[k]) : ' ';
+          if (c < 0x80 && std::isalnum(c)) {
+            t += static_cast<char>(std::tolower(c));
+          } else if (!t.empty()) {
+            toks.push_back(t);
+            t.clear();
+          }
+        }
+        out.push_back(std::move(toks));
+      }
+      b = i + 1;
+    }
+    return out;
+  };
+  const auto ref = sentences(reference), can = sentences(prediction);
+  size_t m = 0, n = 0;
+  std::map<std::string, int64_t> count_r, count_c;
+  for (const auto& s : ref) {
+    m += s.size();
+    for (const std::string& t : s) ++count_r[t];
+  }
+  for (const auto& s : can) {
+    n += s.size();
+    for (const std::string& t : s) ++count_c[t];
+  }
+  if (m == 0 || n == 0) return 0;
+  int64_t hits = 0;
+  for (const auto& r : ref) {
+    std::vector<bool> selected(r.size(), false);  // the union of the LCS's positions in r
+    for (const auto& c : can) {
+      const size_t R = r.size(), C = c.size();
+      std::vector<int32_t> t((R + 1) * (C + 1), 0);
+      auto at = [&](size_t i, size_t j) -> int32_t& { return t[i * (C + 1) + j]; };
+      for (size_t i = 1; i <= R; ++i) {
+        for (size_t j = 1; j <= C; ++j) at(i, j) = r[i - 1] == c[j - 1] ? at(i - 1, j - 1) + 1 : std::max(at(i - 1, j), at(i, j - 1));
+      }
+      size_t i = R, j = C;
+      while (i > 0 && j > 0) {  // rouge_score's _backtrack_norec
+        if (r[i - 1] == c[j - 1]) {
+          selected[i - 1] = true;
+          --i;
+          --j;
+        } else if (at(i, j - 1) > at(i - 1, j)) {
+          --j;
+        } else {
+          --i;
+        }
+      }
+    }
+    for (size_t k = 0; k < r.size(); ++k) {
+      if (selected[k] && count_c[r[k]] > 0 && count_r[r[k]] > 0) {
+        ++hits;
+        --count_c[r[k]];
+        --count_r[r[k]];
+      }
+    }
+  }
+  const double recall = static_cast<double>(hits) / static_cast<double>(m);
+  const double precision = static_cast<double>(hits) / static_cast<double>(n);
+  return precision + recall > 0 ? 2 * precision * recall / (precision + recall) : 0.0;
+}
+
 double RougeLZhScore(const std::string& prediction, const std::string& reference) {
   return RougeLScore(Join(ZhTokens(prediction, false), " "), Join(ZhTokens(reference, false), " "));
 }

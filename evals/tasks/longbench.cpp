@@ -1,6 +1,6 @@
 // Datasets from files as sweep tasks: longbench-NAME for each of LongBench's
 // 21 datasets (its files and LongBench-E's), longbench-v2, and
-// infinitebench-NAME for 11 of InfiniteBench's 12 tasks. A point reads
+// infinitebench-NAME for InfiniteBench's 12 tasks. A point reads
 // the first `samples` records of [task.T] file, fills the dataset's template,
 // generates greedily and scores as LongBench scores (datasets/tasks/longbench.h).
 // query_aware = false prefills the context alone first (the policies act on
