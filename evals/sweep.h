@@ -13,6 +13,7 @@
 //   models = ["../../datasets/models/tiny-gqa"]   # paths relative to the config; or presets
 //   tasks = ["bpb", "passkey", "latency"]        # bpb | bpb-recompute | passkey | multi-needle | recall | latency | paging
 //                                       # | RULER's niah_single_1 ... niah_multiquery, vt, cwe, fwe
+//                                       # | longbench-NAME (LongBench's 21 datasets), longbench-v2, infinitebench-NAME
 //                                       # (the registry, evals/tasks/task.h; docs/sweeps.md "Adding a task")
 //   lengths = [512, 1024]
 //   batch_sizes = [1]                   # latency task only; accuracy tasks run one sequence
@@ -34,6 +35,8 @@
 //   [task.paging]   requests = 256; median = 0; sigma = 1.0; block_sizes = [1, 16, 64, 256]
 //   [task.niah_single_2] samples = 20; depths = [...]; text = "essays.txt"; tokens_to_generate = 0
 //   [task.vt]       samples = 20; fewshot = 1      # RULER's tasks (datasets/tasks/ruler.h)
+//   [task.longbench-hotpotqa] file = "hotpotqa.jsonl"; samples = 200; query_aware = true; truncate = true
+//                   # LongBench-format files (datasets/tasks/longbench.h); also longbench-v2
 //                   # vLLM's paging: share of reserved KV memory holding real tokens
 //   [[sweep]]                           # a stack; list-valued parameters form a grid
 //   [[sweep.policy]]
@@ -74,6 +77,13 @@ struct SweepTaskOptions {
   // RULER's tasks: tokens generated per prompt (0: RULER's, per task) and its
   // worked example before vt and cwe (-1: RULER's one; 0 drops it).
   int64_t tokens_to_generate = 0, fewshot = -1;
+  // Dataset tasks (longbench-*, infinitebench-*; evals/tasks/longbench.cpp): the
+  // user's JSONL file, whether the question is in what the policies compress
+  // (query_aware, RULER's tasks too; false: the context is prefilled and
+  // compressed first), and LongBench's middle truncation to the point's
+  // length (false: an error).
+  std::string file;
+  bool query_aware = true, truncate = true;
 };
 
 struct SweepPoint {

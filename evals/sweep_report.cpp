@@ -11,6 +11,8 @@
 #include <sstream>
 
 #include "core/base/untrusted.h"
+#include "datasets/tasks/infinitebench.h"
+#include "datasets/tasks/longbench.h"
 #include "datasets/tasks/ruler.h"
 #include "evals/sweep.h"
 #include "evals/sweep_internal.h"
@@ -126,6 +128,22 @@ std::vector<int64_t> RulerLengths(const std::vector<json>& recs, const std::stri
   std::set<int64_t> all;
   for (const std::string& t : ruler) for (int64_t L : Lengths(recs, model, t)) all.insert(L);
   return std::vector<int64_t>(all.begin(), all.end());
+}
+
+// The dataset tasks' query_aware mode, as a table title's suffix: ", question-aware",
+// ", question-agnostic", or a warning when the records mix both.
+std::string QueryMode(const std::vector<json>& recs, const std::string& model, const std::vector<std::string>& tasks,
+                      int64_t L) {
+  std::set<bool> modes;
+  for (const json& r : recs) {
+    if (r.value("model", "") != model || r.value("length", 0) != L || r.value("status", "") != "ok") continue;
+    if (std::find(tasks.begin(), tasks.end(), r.value("task", "")) == tasks.end()) continue;
+    const json& q = Field(Field(r, "metrics"), "query_aware");
+    if (q.is_boolean()) modes.insert(q.get<bool>());
+  }
+  if (modes.size() == 2) return ", question-aware and question-agnostic records mixed (query_aware)";
+  if (modes.size() == 1) return *modes.begin() ? ", question-aware" : ", question-agnostic";
+  return "";
 }
 
 // vLLM's paging: share of reserved KV bytes that hold real tokens.
@@ -257,7 +275,7 @@ Status WriteReports(const std::string& dir, std::string* summary) {
         "reserved = bytes the pools reserved for it, each / the `full` baseline's on the same model, task, length "
         "and seed (compression = the baseline's end bytes / the setting's); bpb on held-out text, teacher forced token by token; KL (nats) and top-1 agreement of next-token "
         "distributions against the baseline; retrieval = exact-match accuracy; RULER = RULER's score (%), its average "
-        "over its tasks; decode = median time per decode step / the baseline's.\n\n"
+        "over its tasks; LongBench = each dataset's own metric (%), its average over datasets; decode = median time per decode step / the baseline's.\n\n"
         "Each figure is `mean [95% interval] n=samples`: Wilson's interval for exact-match proportions, else a "
         "percentile bootstrap (" << kBootstrapResamples << " resamples, seeded). Differences from the baseline are "
         "paired on the same samples (bootstrap of the per-sample differences); `~` marks a difference whose interval "
@@ -303,20 +321,20 @@ Status WriteReports(const std::string& dir, std::string* summary) {
       if (tasks.count(t)) cols.push_back({t, "accuracy", t, "%.2f"});
     }
     const bool has_lat = tasks.count("latency") > 0;
-    auto ruler_groups = [&](const std::string& stack, int64_t L) {
+    // A benchmark's average over its tasks (RULER's, LongBench's), stratified by task.
+    auto family_avg = [&](const std::vector<std::string>& family, const std::string& stack, int64_t L) {
       std::vector<std::vector<const json*>> g;
-      for (const std::string& t : ruler) g.push_back(select(model, stack, t, L));
-      return g;
+      for (const std::string& t : family) g.push_back(select(model, stack, t, L));
+      const std::string id = family == ruler ? "ruler" : family[0];
+      return ComputeAverage(g, "accuracy", base_of, "summary|" + model + "|" + stack + "|" + id + "|" + std::to_string(L));
     };
-    auto ruler_avg = [&](const std::string& stack, int64_t L) {
-      return ComputeAverage(ruler_groups(stack, L), "accuracy", base_of,
-                            "summary|" + model + "|" + stack + "|ruler|" + std::to_string(L));
-    };
-    auto ruler_note = [&](const CellStats& c) {
-      return c.groups > 0 && c.groups < static_cast<int64_t>(ruler.size())
-                 ? " (" + std::to_string(c.groups) + " of " + std::to_string(ruler.size()) + " tasks)"
+    auto ruler_avg = [&](const std::string& stack, int64_t L) { return family_avg(ruler, stack, L); };
+    auto family_note = [&](const std::vector<std::string>& family, const CellStats& c) {
+      return c.groups > 0 && c.groups < static_cast<int64_t>(family.size())
+                 ? " (" + std::to_string(c.groups) + " of " + std::to_string(family.size()) + " tasks)"
                  : std::string();
     };
+    auto ruler_note = [&](const CellStats& c) { return family_note(ruler, c); };
     md << "## " << model << "\n\n| setting | peak memory | end memory | reserved | compression |";
     for (const Column& c : cols) md << " " << c.title << " |";
     if (!ruler.empty()) md << " RULER avg (%) |";
@@ -381,7 +399,7 @@ Status WriteReports(const std::string& dir, std::string* summary) {
     if (tasks.count("paging")) WritePagingTable(recs, model, &md);
     // Per length: the accuracy-type metric of each task (RULER's in its own tables below).
     for (const std::string& task : tasks) {
-      if (task == "latency" || task == "paging" || IsRulerTask(task)) continue;
+      if (task == "latency" || task == "paging" || IsRulerTask(task) || IsDatasetTask(task)) continue;
       const std::vector<int64_t> lengths = Lengths(recs, model, task);
       if (lengths.size() < 2) continue;
       const bool bpb = task.rfind("bpb", 0) == 0;
@@ -408,29 +426,46 @@ Status WriteReports(const std::string& dir, std::string* summary) {
         md << "\n";
       }
     }
-    // RULER: its score (%) per task and its average over tasks, per length.
-    for (const int64_t L : RulerLengths(recs, model, ruler)) {
-      for (int pass = 0; pass < 2; ++pass) {
-        if (pass == 1 && !any_other) break;
-        md << "### RULER at " << L << " tokens" << (pass == 0 ? ": score (%)" : ": difference from the baseline (points)")
-           << "\n\n| setting |";
-        for (const std::string& t : ruler) md << " " << t << " |";
-        md << " average |\n|---|";
-        for (size_t i = 0; i <= ruler.size(); ++i) md << "---|";
-        md << "\n";
-        for (const std::string& s : stacks) {
-          if (pass == 1 && is_baseline[s]) continue;
-          md << "| `" << s << "` |";
-          for (const std::string& t : ruler) {
-            const CellStats c = ComputeCell(select(model, s, t, L), "accuracy", base_of,
-                                            "summary|" + model + "|" + s + "|" + t + "|" + std::to_string(L));
-            md << " " << (pass == 0 ? FormatInterval(c.value, "%.1f", 100) : FormatDifference(c.delta, "%.1f", 100)) << " |";
+    // RULER and the dataset benchmarks: each task's score (%) and the average over tasks, per length.
+    std::vector<std::string> longbench, longbench_v2, infinitebench;
+    for (const LongBenchDataset& d : LongBenchDatasets()) {
+      if (tasks.count("longbench-" + d.name)) longbench.push_back("longbench-" + d.name);
+    }
+    if (tasks.count("longbench-v2")) longbench_v2.push_back("longbench-v2");
+    for (const InfiniteBenchTask& t : InfiniteBenchTasks()) {
+      if (tasks.count("infinitebench-" + t.name)) infinitebench.push_back("infinitebench-" + t.name);
+    }
+    for (const auto& [title, family] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+             {"RULER", ruler}, {"LongBench", longbench}, {"LongBench v2", longbench_v2},
+             {"InfiniteBench", infinitebench}}) {
+      for (const int64_t L : RulerLengths(recs, model, family)) {
+        for (int pass = 0; pass < 2; ++pass) {
+          if (pass == 1 && !any_other) break;
+          md << "### " << title << " at " << L << " tokens"
+             << (pass == 0 ? ": score (%)" : ": difference from the baseline (points)") << QueryMode(recs, model, family, L)
+             << "\n\n| setting |";
+          const bool average = family.size() > 1;  // one task: its column says it all
+          for (const std::string& t : family) md << " " << t << " |";
+          md << (average ? " average |" : "") << "\n|---|";
+          for (size_t i = 0; i < family.size() + (average ? 1 : 0); ++i) md << "---|";
+          md << "\n";
+          for (const std::string& s : stacks) {
+            if (pass == 1 && is_baseline[s]) continue;
+            md << "| `" << s << "` |";
+            for (const std::string& t : family) {
+              const CellStats c = ComputeCell(select(model, s, t, L), "accuracy", base_of,
+                                              "summary|" + model + "|" + s + "|" + t + "|" + std::to_string(L));
+              md << " " << (pass == 0 ? FormatInterval(c.value, "%.1f", 100) : FormatDifference(c.delta, "%.1f", 100)) << " |";
+            }
+            if (average) {
+              const CellStats a = family_avg(family, s, L);
+              md << " " << (pass == 0 ? FormatInterval(a.value, "%.1f", 100) : FormatDifference(a.delta, "%.1f", 100))
+                 << family_note(family, a) << " |";
+            }
+            md << "\n";
           }
-          const CellStats a = ruler_avg(s, L);
-          md << " " << (pass == 0 ? FormatInterval(a.value, "%.1f", 100) : FormatDifference(a.delta, "%.1f", 100))
-             << ruler_note(a) << " |\n";
+          md << "\n";
         }
-        md << "\n";
       }
     }
   }

@@ -11,6 +11,7 @@ void RegisterBuiltinSweepTasks(SweepTaskRegistry* registry) {
   RegisterLatencyTask(registry);
   RegisterPagingTask(registry);
   RegisterRulerTasks(registry);
+  RegisterDatasetTasks(registry);
 }
 
 SweepTaskRegistry& SweepTaskRegistry::Global() {
@@ -82,6 +83,60 @@ nlohmann::ordered_json MemoryJson(const MemoryStats& m) {
   j["encoded_bytes_reserved"] = m.encoded_bytes_reserved;
   j["full_bytes_reserved"] = m.full_bytes_reserved;
   return j;
+}
+
+Status ContinuationText(const Tokenizer& tok, const std::vector<int32_t>& prompt, const std::vector<int32_t>& generated,
+                        std::string* text) {
+  std::string before, all;
+  KVLAB_RETURN_IF_ERROR(tok.Decode(prompt, &before));
+  std::vector<int32_t> ids = prompt;
+  ids.insert(ids.end(), generated.begin(), generated.end());
+  KVLAB_RETURN_IF_ERROR(tok.Decode(ids, &all));
+  if (all.compare(0, before.size(), before) == 0) {
+    *text = all.substr(before.size());
+    return Status::OK();
+  }
+  return tok.Decode(generated, text);
+}
+
+Status GenerateAfterSplit(TaskContext* ctx, const SweepPoint& p, const Tokenizer& tok, const std::vector<int32_t>& ids,
+                          size_t split, int64_t gen, std::string* text, MemoryStats* mem) {
+  const int64_t context = static_cast<int64_t>(ids.size()) + gen + 1;
+  std::unique_ptr<Engine> e;
+  KVLAB_RETURN_IF_ERROR(Engine::Create(PointEngineOptions(ctx->config(), p, context, 1), p.stack, &e));
+  KVLAB_RETURN_IF_ERROR(e->AddSequence(0));
+  const size_t chunk = static_cast<size_t>(std::max<int64_t>(1, e->options().prefill_chunk));
+  std::vector<std::vector<float>> logits;
+  auto prefill = [&](size_t b, size_t end) -> Status {
+    for (size_t off = b; off < end; off += chunk) {
+      SeqChunk c{0, std::vector<int32_t>(ids.begin() + static_cast<std::ptrdiff_t>(off),
+                                         ids.begin() + static_cast<std::ptrdiff_t>(std::min(end, off + chunk)))};
+      KVLAB_RETURN_IF_ERROR(e->Forward({c}, false, &logits));
+    }
+    return Status::OK();
+  };
+  if (split == 0 || split > ids.size()) split = ids.size();
+  KVLAB_RETURN_IF_ERROR(prefill(0, split));
+  KVLAB_RETURN_IF_ERROR(prefill(split, ids.size()));
+  std::vector<int32_t> out;
+  for (int64_t i = 0; i < gen; ++i) {
+    const std::vector<float>& l = logits[0];
+    const int32_t next = static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+    out.push_back(next);
+    if (i + 1 < gen) KVLAB_RETURN_IF_ERROR(e->Forward({SeqChunk{0, {next}}}, false, &logits));
+  }
+  *mem = e->Memory();
+  KVLAB_RETURN_IF_ERROR(e->RemoveSequence(0));
+  if (tok.eos_id() >= 0) out.erase(std::find(out.begin(), out.end(), tok.eos_id()), out.end());
+  return ContinuationText(tok, ids, out, text);
+}
+
+size_t SharedPrefix(const Tokenizer& tok, const std::string& head, const std::vector<int32_t>& ids) {
+  std::vector<int32_t> h;
+  if (!tok.Encode(head, /*add_bos=*/true, &h).ok()) return 0;
+  size_t n = 0;
+  while (n < h.size() && n < ids.size() && h[n] == ids[n]) ++n;
+  return n;
 }
 
 std::string JoinNames(const std::vector<std::string>& names) {

@@ -16,22 +16,6 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
-// The generated text as it continues the prompt (as GeneratedText in retrieval.h):
-// Decode(prompt + generated) past Decode(prompt), else Decode(generated).
-Status Continuation(const Tokenizer& tok, const std::vector<int32_t>& prompt, const std::vector<int32_t>& generated,
-                    std::string* text) {
-  std::string before, all;
-  KVLAB_RETURN_IF_ERROR(tok.Decode(prompt, &before));
-  std::vector<int32_t> ids = prompt;
-  ids.insert(ids.end(), generated.begin(), generated.end());
-  KVLAB_RETURN_IF_ERROR(tok.Decode(ids, &all));
-  if (all.compare(0, before.size(), before) == 0) {
-    *text = all.substr(before.size());
-    return Status::OK();
-  }
-  return tok.Decode(generated, text);
-}
-
 Status RunRuler(TaskContext* ctx, const SweepPoint& p, const SweepTaskOptions& o, json* m) {
   RulerTaskInfo info;
   KVLAB_RETURN_IF_ERROR(GetRulerTask(p.task, &info));
@@ -60,7 +44,7 @@ Status RunRuler(TaskContext* ctx, const SweepPoint& p, const SweepTaskOptions& o
     *n = static_cast<int64_t>(ids.size());
     return Status::OK();
   };
-  json per_score = json::array(), per_depth = json::array(), per_tokens = json::array();
+  json per_score = json::array(), per_depth = json::array(), per_tokens = json::array(), per_question = json::array();
   std::map<double, std::pair<double, int64_t>> by_depth;  // depth -> (score sum, samples)
   double sum = 0, tokens = 0;
   MemoryStats mem;
@@ -80,21 +64,28 @@ Status RunRuler(TaskContext* ctx, const SweepPoint& p, const SweepTaskOptions& o
     std::vector<int32_t> ids;
     KVLAB_RETURN_IF_ERROR(tok->Encode(sample.prompt, /*add_bos=*/true, &ids));
     const int64_t context = static_cast<int64_t>(ids.size()) + sample.tokens_to_generate + 1;
-    std::unique_ptr<Engine> e;
-    KVLAB_RETURN_IF_ERROR(Engine::Create(PointEngineOptions(ctx->config(), p, context, 1), p.stack, &e));
-    // The whole budget is generated (every stack holds the same tokens at the
-    // end, so memory compares like with like); the text is scored up to EOS.
-    GenerateOptions go;
-    go.max_new_tokens = sample.tokens_to_generate;
-    go.stop_at_eos = false;
-    std::vector<GenerateResult> results;
-    GenerateStats st;
-    KVLAB_RETURN_IF_ERROR(e->Generate({ids}, go, &results, &st));
-    std::vector<int32_t> gen = results[0].tokens;
-    const auto eos = std::find(gen.begin(), gen.end(), tok->eos_id());
-    if (tok->eos_id() >= 0) gen.erase(eos, gen.end());
     std::string text;
-    KVLAB_RETURN_IF_ERROR(Continuation(*tok, ids, gen, &text));
+    if (o.query_aware) {
+      std::unique_ptr<Engine> e;
+      KVLAB_RETURN_IF_ERROR(Engine::Create(PointEngineOptions(ctx->config(), p, context, 1), p.stack, &e));
+      // The whole budget is generated (every stack holds the same tokens at the
+      // end, so memory compares like with like); the text is scored up to EOS.
+      GenerateOptions go;
+      go.max_new_tokens = sample.tokens_to_generate;
+      go.stop_at_eos = false;
+      std::vector<GenerateResult> results;
+      GenerateStats st;
+      KVLAB_RETURN_IF_ERROR(e->Generate({ids}, go, &results, &st));
+      std::vector<int32_t> gen = results[0].tokens;
+      const auto eos = std::find(gen.begin(), gen.end(), tok->eos_id());
+      if (tok->eos_id() >= 0) gen.erase(eos, gen.end());
+      KVLAB_RETURN_IF_ERROR(ContinuationText(*tok, ids, gen, &text));
+      mem = st.memory_at_end;
+    } else {  // the haystack (and its needles) compressed before the question is read
+      const size_t split = SharedPrefix(*tok, sample.prompt.substr(0, static_cast<size_t>(sample.context_end)), ids);
+      per_question.push_back(ids.size() - split);
+      KVLAB_RETURN_IF_ERROR(GenerateAfterSplit(ctx, p, *tok, ids, split, sample.tokens_to_generate, &text, &mem));
+    }
     const double score = RulerScore(sample, text);
     sum += score;
     tokens += static_cast<double>(sample.prompt_tokens + sample.tokens_to_generate);
@@ -106,7 +97,6 @@ Status RunRuler(TaskContext* ctx, const SweepPoint& p, const SweepTaskOptions& o
       d.first += score;
       ++d.second;
     }
-    mem = st.memory_at_end;
   }
   const double n = static_cast<double>(o.samples);
   (*m)["accuracy"] = sum / n;  // RULER's score / 100
@@ -129,7 +119,9 @@ Status RunRuler(TaskContext* ctx, const SweepPoint& p, const SweepTaskOptions& o
   per["accuracy"] = per_score;
   if (info.has_depth) per["depth"] = per_depth;
   per["prompt_tokens"] = per_tokens;
+  if (!o.query_aware) per["question_tokens"] = per_question;
   (*m)["per_sample"] = per;
+  (*m)["query_aware"] = o.query_aware;
   (*m)["memory"] = MemoryJson(mem);
   return Status::OK();
 }
@@ -157,7 +149,7 @@ void RegisterRulerTasks(SweepTaskRegistry* registry) {
     SweepTaskInfo info;
     info.name = name;
     info.summary = summaries[i++];
-    info.options = {"samples", "tokens_to_generate"};
+    info.options = {"samples", "tokens_to_generate", "query_aware"};
     if (t.has_depth) info.options.push_back("depths");
     if (t.needs_essay) info.options.push_back("text");
     if (t.default_fewshot > 0) info.options.push_back("fewshot");
@@ -166,6 +158,7 @@ void RegisterRulerTasks(SweepTaskRegistry* registry) {
       if (t.has_depth) (*k)["depths"] = o.depths;
       (*k)["tokens_to_generate"] = o.tokens_to_generate;
       if (t.default_fewshot > 0) (*k)["fewshot"] = o.fewshot;
+      if (!o.query_aware) (*k)["query_aware"] = false;  // only then: older records' keys stay valid
     };
     info.estimate = [t](const TaskCost& c, const SweepPoint& p, const SweepTaskOptions& o) {
       const double L = static_cast<double>(p.length);

@@ -95,6 +95,7 @@ void RegisterRetrievalTasks(SweepTaskRegistry* registry);  // retrieval.cpp: pas
 void RegisterLatencyTask(SweepTaskRegistry* registry);     // latency.cpp
 void RegisterPagingTask(SweepTaskRegistry* registry);      // paging.cpp
 void RegisterRulerTasks(SweepTaskRegistry* registry);      // ruler.cpp: RULER's niah_*, vt, cwe, fwe
+void RegisterDatasetTasks(SweepTaskRegistry* registry);    // longbench.cpp: longbench-*, infinitebench-* (files)
 
 // ---- helpers the task files share (registry.cpp) ----
 
@@ -104,6 +105,21 @@ Status PointModelConfig(const SweepPoint& p, ModelConfig* out);
 EngineOptions PointEngineOptions(const SweepConfig& c, const SweepPoint& p, int64_t max_context, int64_t seqs);
 // metrics.memory of a record (docs/sweeps.md, "memory, in every record").
 nlohmann::ordered_json MemoryJson(const MemoryStats& m);
+// The generated text as it continues the prompt: Decode(prompt + generated)
+// past Decode(prompt), else Decode(generated) (a tokenizer that merges
+// across the boundary).
+Status ContinuationText(const Tokenizer& tok, const std::vector<int32_t>& prompt, const std::vector<int32_t>& generated,
+                        std::string* text);
+// Greedy generation for the text tasks: ids[0, split) prefilled (in
+// prefill_chunk pieces, the policies acting after each), then ids[split, end)
+// (split 0 or past the end: all at once), then `gen` tokens decoded, all of
+// them (every stack holds the same tokens at the end, so memory compares like
+// with like); the text up to EOS as it continues the prompt. A split before the
+// question is the question-agnostic mode (query_aware = false).
+Status GenerateAfterSplit(TaskContext* ctx, const SweepPoint& p, const Tokenizer& tok, const std::vector<int32_t>& ids,
+                          size_t split, int64_t gen, std::string* text, MemoryStats* mem);
+// How many leading ids of `ids` (a prompt, BOS first) Encode(head) shares: where the head ends.
+size_t SharedPrefix(const Tokenizer& tok, const std::string& head, const std::vector<int32_t>& ids);
 // "a, b, c"
 std::string JoinNames(const std::vector<std::string>& names);
 
