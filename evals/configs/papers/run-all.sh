@@ -19,6 +19,8 @@ lane_b() {
   $k run evals/configs/papers/h2o.toml --set threads=1 --no-progress
   $k run evals/configs/papers/gqa.toml --set threads=1 --no-progress
   $k run evals/configs/composition.toml --set threads=1 --no-progress
+  $k run evals/configs/retrieval.toml --set threads=1 --no-progress
+  bash evals/configs/qwen3-random/run.sh "$k"
   bash evals/configs/papers/gqa-uptrain.sh
 }
 lane_a > results/run-all-a.log 2>&1 &
@@ -27,7 +29,7 @@ lane_b > results/run-all-b.log 2>&1 &
 b=$!
 wait $a
 wait $b
-for d in results/paper-* results/composition results/model-card; do
+for d in results/paper-* results/composition results/retrieval results/model-card; do
   /usr/bin/python3 evals/plot.py "$d" > /dev/null || true
 done
 /usr/bin/python3 datasets/models/make_card.py datasets/models/tiny-gqa
