@@ -44,10 +44,17 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 suite="$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-bookworm}")"
 mkdir -p "$tmp/lists/partial" "$tmp/src"
-echo "deb-src http://deb.debian.org/debian ${suite:-bookworm} main" >"$tmp/sources.list"
+# The machine's own Debian mirror (the first URI apt is configured with).
+mirror="$(grep -hoE '^(URIs:|deb) +[a-z]+://[^ ]+' /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null |
+          awk '{print $2}' | head -n 1)"
+if [[ -z "$mirror" ]]; then
+  say "benchmark: no apt mirror configured; cannot fetch the Debian source package"
+else
+  echo "deb-src $mirror ${suite:-bookworm} main" >"$tmp/sources.list"
+fi
 apt_opts=(-o "Dir::Etc::SourceList=$tmp/sources.list" -o "Dir::Etc::SourceParts=/dev/null"
           -o "Dir::State::Lists=$tmp/lists")
-if apt-get "${apt_opts[@]}" update >"$tmp/apt.log" 2>&1 &&
+if [[ -n "$mirror" ]] && apt-get "${apt_opts[@]}" update >"$tmp/apt.log" 2>&1 &&
    (cd "$tmp/src" && apt-get "${apt_opts[@]}" source --download-only benchmark >>"$tmp/apt.log" 2>&1); then
   orig="$(ls "$tmp"/src/benchmark_*.orig.tar.* | head -n 1)"
   mkdir -p "$tmp/x"
