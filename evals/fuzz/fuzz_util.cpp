@@ -35,8 +35,9 @@ void RemoveScratch() {
 }  // namespace
 
 const std::string& ScratchDir() {
-  static const std::string dir = MakeScratch();
-  return dir;
+  // Never destroyed: RemoveScratch runs at exit, after the statics' destructors.
+  static const std::string* dir = new std::string(MakeScratch());
+  return *dir;
 }
 
 std::string WriteScratchFile(const std::string& name, const uint8_t* data, size_t size) {
