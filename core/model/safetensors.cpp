@@ -157,29 +157,14 @@ const TensorView* SafetensorsFile::Find(const std::string& name) const {
   return it == tensors_.end() ? nullptr : &it->second;
 }
 
-Status SafetensorsFile::Open(const std::string& path, std::unique_ptr<SafetensorsFile>* out) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::IOError(path + ": cannot open: " + std::strerror(errno));
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return Status::IOError(path + ": not a regular file");
-  }
-  const uint64_t file_bytes = static_cast<uint64_t>(st.st_size);
+Status ParseSafetensorsBytes(const uint8_t* base, uint64_t file_bytes, const std::string& path,
+                             std::map<std::string, TensorView>* tensors, std::map<std::string, std::string>* metadata) {
+  tensors->clear();
+  metadata->clear();
   if (file_bytes < 8) {
-    ::close(fd);
     return Status::Corruption(path + ": " + std::to_string(file_bytes) +
                               " bytes, too short for the 8-byte safetensors header length");
   }
-  std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
-  f->path_ = path;
-  f->map_bytes_ = static_cast<size_t>(file_bytes);
-  void* m = mmap(nullptr, f->map_bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int mmap_errno = errno;
-  ::close(fd);  // the mapping keeps the file alive
-  if (m == MAP_FAILED) return Status::IOError(path + ": mmap failed: " + std::strerror(mmap_errno));
-  f->map_ = m;
-  const uint8_t* base = static_cast<const uint8_t*>(m);
 
   uint64_t header_bytes = 0;
   for (int i = 7; i >= 0; --i) header_bytes = (header_bytes << 8) | base[i];
@@ -206,17 +191,44 @@ Status SafetensorsFile::Open(const std::string& path, std::unique_ptr<Safetensor
       if (key == "__metadata__") {
         if (!value.is_object()) return Status::Corruption(path + ": '__metadata__' must be an object");
         for (const auto& [mk, mv] : value.items()) {
-          f->metadata_[mk] = mv.is_string() ? mv.get<std::string>() : mv.dump();
+          (*metadata)[mk] = mv.is_string() ? mv.get<std::string>() : mv.dump();
         }
         continue;
       }
       TensorView t;
       KVLAB_RETURN_IF_ERROR(ParseTensorEntry(path, key, value, data, data_bytes, &t));
-      f->tensors_.emplace(key, std::move(t));
+      tensors->emplace(key, std::move(t));
     }
   } catch (const std::exception& e) {  // json accessors; should not happen after the checks
     return Status::Corruption(path + ": bad header: " + e.what());
   }
+  return Status::OK();
+}
+
+Status SafetensorsFile::Open(const std::string& path, std::unique_ptr<SafetensorsFile>* out) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::IOError(path + ": cannot open: " + std::strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Status::IOError(path + ": not a regular file");
+  }
+  const uint64_t file_bytes = static_cast<uint64_t>(st.st_size);
+  if (file_bytes < 8) {
+    ::close(fd);
+    return Status::Corruption(path + ": " + std::to_string(file_bytes) +
+                              " bytes, too short for the 8-byte safetensors header length");
+  }
+  std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
+  f->path_ = path;
+  f->map_bytes_ = static_cast<size_t>(file_bytes);
+  void* m = mmap(nullptr, f->map_bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
+  const int mmap_errno = errno;
+  ::close(fd);  // the mapping keeps the file alive
+  if (m == MAP_FAILED) return Status::IOError(path + ": mmap failed: " + std::strerror(mmap_errno));
+  f->map_ = m;
+  KVLAB_RETURN_IF_ERROR(ParseSafetensorsBytes(static_cast<const uint8_t*>(m), file_bytes, path, &f->tensors_,
+                                              &f->metadata_));
   *out = std::move(f);
   return Status::OK();
 }

@@ -55,6 +55,13 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
+// The bytes of a whole .safetensors file (8-byte header length, header JSON,
+// data), validated as Open validates a mapped file: *tensors point into
+// `bytes` and are valid while it is. `path` names the file in messages.
+// Open calls it on its mapping; the fuzz target (evals/fuzz) on raw bytes.
+Status ParseSafetensorsBytes(const uint8_t* bytes, uint64_t size, const std::string& path,
+                             std::map<std::string, TensorView>* tensors, std::map<std::string, std::string>* metadata);
+
 // A Hugging Face model directory: model.safetensors, or model.safetensors.index.json
 // whose "weight_map" names the shard of each tensor. All shards are mapped at Open,
 // so a missing or corrupt shard is reported there. Immutable after Open.
