@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates every committed reproduction under results/ (and the model-card
-# figures), in two lanes of one thread each on a 2-core machine (about 20
-# minutes). Each command also works alone; rerunning skips recorded points
+# figures), in two lanes of one thread each on a 2-core machine (the last
+# whole run: 116 minutes, loaded). Each command also works alone; rerunning skips recorded points
 # unless the results directory is removed first.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
