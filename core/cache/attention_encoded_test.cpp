@@ -387,14 +387,7 @@ TEST_P(KiviInt8AttentionTest, ErrorIsSmallBesideKiviOwn) {
   const Int8Case cs = std::get<1>(GetParam());
   KVLAB_SKIP_OR_FORCE_ISA(std::get<0>(GetParam()));
   const int d = 128;
-  CacheShape sh = LayerShape(cs.hkv, d, cs.dtype);
-  sh.encoded = true;
-  sh.enc.kind = EncodingKind::kKivi;
-  sh.enc.bits = 2;
-  sh.enc.head_dim = d;
-  sh.enc.group = 32;
-  sh.enc.tokens_per_block = 32;
-  sh.residual = 128;
+  const CacheShape sh = Kivi2LayerShape(cs.hkv, d, cs.dtype);
   std::unique_ptr<KVCache> c;
   ASSERT_TRUE(KVCache::Create(sh, 4000, true, &c, 4000).ok());
   const int num_seqs = static_cast<int>(cs.lens.size());

@@ -48,6 +48,20 @@ inline CacheShape LayerShape(int hkv, int d, DType dtype) {
   return sh;
 }
 
+// LayerShape with KIVI-2 sealed groups: group 32, 32 tokens a block, a
+// 128-token full-precision residual.
+inline CacheShape Kivi2LayerShape(int hkv, int d, DType dtype) {
+  CacheShape sh = LayerShape(hkv, d, dtype);
+  sh.encoded = true;
+  sh.enc.kind = EncodingKind::kKivi;
+  sh.enc.bits = 2;
+  sh.enc.head_dim = d;
+  sh.enc.group = 32;
+  sh.enc.tokens_per_block = 32;
+  sh.residual = 128;
+  return sh;
+}
+
 inline AttentionParams MakeParams(int num_seqs, int hq, int hkv, int d, const int32_t* qo, const float* q) {
   AttentionParams p;
   p.num_seqs = num_seqs;

@@ -26,14 +26,7 @@ namespace {
 // would not.
 TEST(KiviCpuPlanTest, PlanMadeForOtherLengthsServesTheLayer) {
   const int d = 128, hq = 8, hkv = 2;
-  CacheShape sh = LayerShape(hkv, d, DType::kBF16);
-  sh.encoded = true;
-  sh.enc.kind = EncodingKind::kKivi;
-  sh.enc.bits = 2;
-  sh.enc.head_dim = d;
-  sh.enc.group = 32;
-  sh.enc.tokens_per_block = 32;
-  sh.residual = 128;
+  const CacheShape sh = Kivi2LayerShape(hkv, d, DType::kBF16);
   std::unique_ptr<KVCache> c;
   ASSERT_TRUE(KVCache::Create(sh, 4000, true, &c, 4000).ok());
   const std::vector<int64_t> lens = {1, 37, 1000, 4133};
