@@ -38,6 +38,21 @@ void GatherStream(const PagedKV& kv, const EncodedKV& enc, int s, std::vector<fl
   }
 }
 
+// RoPE at read rotates by position within the cache: a slot's index among
+// the live ones (evicted slots of sealed groups hold places, not positions).
+// live[t] for every slot of a stream of `len` slots; returns the dead count.
+int64_t LiveIndex(const EncodedKV& enc, int s, int64_t len, std::vector<int64_t>* live) {
+  const uint8_t* dead = enc.DeadFlags(s);
+  const int64_t ne = enc.StreamTokens(s);
+  live->resize(static_cast<size_t>(len));
+  int64_t n_dead = 0;
+  for (int64_t t = 0; t < len; ++t) {
+    (*live)[static_cast<size_t>(t)] = t - n_dead;
+    if (dead != nullptr && t < ne && dead[t] != 0) ++n_dead;
+  }
+  return n_dead;
+}
+
 }  // namespace
 
 void PagedAttentionEncodedReference(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p) {
@@ -51,6 +66,8 @@ void PagedAttentionEncodedReference(const PagedKV& kv, const EncodedKV& enc, con
       const int s = i * p.num_kv_heads + h;
       GatherStream(kv, enc, s, &k, &v);
       const int64_t len = static_cast<int64_t>(k.size()) / d;
+      std::vector<int64_t> live;
+      const int64_t n_dead = LiveIndex(enc, s, len, &live);
       for (int g = 0; g < group; ++g) {
         const int hq = h * group + g;
         for (int j = 0; j < q_len; ++j) {
@@ -58,12 +75,15 @@ void PagedAttentionEncodedReference(const PagedKV& kv, const EncodedKV& enc, con
           const int64_t first = p.first_visible == nullptr ? 0 : p.first_visible[(q0 + j) * p.num_kv_heads + h];
           const int64_t off = (static_cast<int64_t>(q0 + j) * p.num_qo_heads + hq) * d;
           std::copy(p.q + off, p.q + off + d, q.begin());
-          if (p.rope_inv_freq != nullptr) Rotate(q.data(), d, visible - 1, p.rope_inv_freq);
+          if (p.rope_inv_freq != nullptr) Rotate(q.data(), d, visible - 1 - n_dead, p.rope_inv_freq);
           scores.assign(static_cast<size_t>(visible), -INFINITY);
           double mx = -INFINITY;
+          const uint8_t* dead = enc.DeadFlags(s);
+          const int64_t ne = enc.StreamTokens(s);
           for (int64_t t = first; t < visible; ++t) {
+            if (dead != nullptr && t < ne && dead[t] != 0) continue;  // an evicted slot: weight 0
             std::copy(k.begin() + t * d, k.begin() + (t + 1) * d, key.begin());
-            if (p.rope_inv_freq != nullptr) Rotate(key.data(), d, t, p.rope_inv_freq);
+            if (p.rope_inv_freq != nullptr) Rotate(key.data(), d, live[static_cast<size_t>(t)], p.rope_inv_freq);
             double dot = 0;
             for (int c = 0; c < d; ++c) dot += q[c] * key[c];
             scores[t] = dot * p.sm_scale;
@@ -99,8 +119,10 @@ static void EncodedAttentionGeneric(const PagedKV& kv, const EncodedKV& enc, con
     std::vector<float> k, v;
     GatherStream(kv, enc, s, &k, &v);
     const int64_t len = static_cast<int64_t>(k.size()) / d;
+    std::vector<int64_t> live;
+    const int64_t n_dead = p.rope_inv_freq != nullptr ? LiveIndex(enc, s, len, &live) : 0;
     if (p.rope_inv_freq != nullptr) {
-      for (int64_t t = 0; t < len; ++t) Rotate(k.data() + t * d, d, t, p.rope_inv_freq);
+      for (int64_t t = 0; t < len; ++t) Rotate(k.data() + t * d, d, live[static_cast<size_t>(t)], p.rope_inv_freq);
     }
     // Rows of the group's queries; each K/V row is read once for all of them.
     const int rows = group * q_len;
@@ -114,10 +136,16 @@ static void EncodedAttentionGeneric(const PagedKV& kv, const EncodedKV& enc, con
         std::copy(p.q + off, p.q + off + d, q.begin() + static_cast<int64_t>(r) * d);
         visible[static_cast<size_t>(r)] = len - q_len + j + 1;
         if (p.first_visible != nullptr) first[static_cast<size_t>(r)] = p.first_visible[(q0 + j) * p.num_kv_heads + h];
-        if (p.rope_inv_freq != nullptr) Rotate(q.data() + static_cast<int64_t>(r) * d, d, visible[static_cast<size_t>(r)] - 1, p.rope_inv_freq);
+        if (p.rope_inv_freq != nullptr) {
+          Rotate(q.data() + static_cast<int64_t>(r) * d, d, visible[static_cast<size_t>(r)] - 1 - n_dead, p.rope_inv_freq);
+        }
       }
     }
+    const uint8_t* dead = enc.DeadFlags(s);
+    const int64_t ne = enc.StreamTokens(s);
+    auto is_dead = [&](int64_t t) { return dead != nullptr && t < ne && dead[t] != 0; };
     for (int64_t t = 0; t < len; ++t) {
+      if (is_dead(t)) continue;
       const float* kt = k.data() + t * d;
       const float* vt = v.data() + t * d;
       for (int r = 0; r < rows; ++r) {
@@ -154,6 +182,7 @@ static void EncodedAttentionGeneric(const PagedKV& kv, const EncodedKV& enc, con
       for (int r = first_row; r < rows; ++r) {
         const float* qr = q.data() + static_cast<int64_t>(r) * d;
         for (int64_t t = first[static_cast<size_t>(r)]; t < visible[static_cast<size_t>(r)]; ++t) {
+          if (is_dead(t)) continue;
           float dot = 0;
           for (int c = 0; c < d; ++c) dot += qr[c] * k[t * d + c];
           out[t] += std::exp(dot * p.sm_scale - m[static_cast<size_t>(r)]) / l[static_cast<size_t>(r)];

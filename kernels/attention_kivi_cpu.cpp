@@ -343,10 +343,21 @@ void FoldKeyParams(int d, const uint16_t* ks, const uint16_t* kz, int n0, Scratc
   for (int n = 0; n < NF; ++n) sc->kconst[n0 + n] = HSum(Add(z[n][0], z[n][1]));
 }
 
+// Evicted slots of a sealed group (EncodedKV::dead; `dead` is the block's
+// first row's flag, null when none): their scores become -inf, so the online
+// softmax gives them weight 0.
+inline void MaskDeadRows(const uint8_t* dead, int nq, int nrows, float* s) {
+  if (dead == nullptr) return;
+  for (int r = 0; r < nrows; ++r) {
+    if (dead[r] == 0) continue;
+    for (int n = 0; n < nq; ++n) s[n * kTile + r] = kNegInf;
+  }
+}
+
 // One encoded block: slots [slot0, slot0 + G) of the stream.
 template <int BITS, DType DT>
 void EncodedBlock(const Shape& sh, int nq, const uint8_t* blk, int64_t slot0, int64_t visible, const float* lane_scale,
-                  Scratch* sc, PrefetchStream* pf) {
+                  const uint8_t* dead, Scratch* sc, PrefetchStream* pf) {
   using L = CodeRows<BITS, DT>;
   const int d = sh.d;
   const uint8_t* kc = blk;
@@ -380,6 +391,7 @@ void EncodedBlock(const Shape& sh, int nq, const uint8_t* blk, int64_t slot0, in
       const F8 kv = Set1(sc->kconst[n]);
       for (int r = 0; r < nrows; r += 8) Store(s_n + r, Add(Load(s_n + r), kv));
     }
+    MaskDeadRows(dead == nullptr ? nullptr : dead + t0, nq, nrows, sc->s.data());
     SoftmaxTile<kTile>(nq, nrows, slot0 + t0, sc->limit.data(), d, sc->s.data(), sc->m.data(), sc->l.data(),
                        sc->acc.data(), sc->zacc.data(), sh.zlen, sc->first.data());
     ValueWeights(sh, nq, L::kMid, vs, vz, t0, std::min(kTile, sh.G - t0), sc);
@@ -395,8 +407,8 @@ void EncodedBlock(const Shape& sh, int nq, const uint8_t* blk, int64_t slot0, in
 
 // One encoded block on the int8 path (attention_kivi_int8.h): scores, online
 // softmax and value sums into the register-order accumulators accr.
-void EncodedBlockInt8(const Shape& sh, int nq, const uint8_t* blk, int64_t slot0, int64_t visible, Scratch* sc,
-                      PrefetchStream* pf) {
+void EncodedBlockInt8(const Shape& sh, int nq, const uint8_t* blk, int64_t slot0, int64_t visible,
+                      const uint8_t* dead, Scratch* sc, PrefetchStream* pf) {
   namespace k8 = kivi_int8;
   const int d = sh.d;  // == k8::kDim
   const uint16_t* ks = reinterpret_cast<const uint16_t*>(blk + 2 * sh.code_bytes);
@@ -404,6 +416,7 @@ void EncodedBlockInt8(const Shape& sh, int nq, const uint8_t* blk, int64_t slot0
   k8::BlockScores(sh.vnni, blk, ks, ks + d, nq, sc->qn.data(), sc->q8.data(), sc->sigma.data(), sc->kconst.data(),
                   sc->iraw.data(), sc->s.data(), pf);
   const int nrows = static_cast<int>(std::min<int64_t>(sh.G, visible - slot0));
+  MaskDeadRows(dead, nq, nrows, sc->s.data());
   SoftmaxTile<kTile>(nq, nrows, slot0, sc->limit.data(), d, sc->s.data(), sc->m.data(), sc->l.data(), sc->accr.data(),
                      sc->zacc.data(), sh.zlen, sc->first.data());
   k8::BlockValues(blk + sh.code_bytes, vs, vs + d, nq, sc->s.data(), sc->vsf.data(), sc->vzf.data(), sc->wv.data(),
@@ -458,6 +471,7 @@ void RunJob(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p, c
   const int stream = t.seq * sh.hkv + t.kv_head;
   const int64_t n_enc = enc.StreamTokens(stream);
   const int n_eb = static_cast<int>(n_enc / sh.G);
+  const uint8_t* dead_flags = enc.DeadFlags(stream);
   const int64_t visible = PrepareTile<DT>(p, sh, t, n_enc + kv.StreamLength(stream), sc);
   int u_begin, u_end;
   PartUnits(UnitGrid{sh.G, sh.bs, n_enc}, FirstVisible(p, t, t.q_begin), visible, part, tile.num_parts, &u_begin,
@@ -487,10 +501,11 @@ void RunJob(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p, c
   for (int u = u_begin; u < u_end; ++u) {
     const int next = u + ahead;
     pf.NextBlock(next < u_end ? unit_base(next) : nullptr, next < u_end ? unit_bytes(next) : 0);
+    const uint8_t* dead = u < n_eb && dead_flags != nullptr ? dead_flags + static_cast<int64_t>(u) * sh.G : nullptr;
     if (u < n_eb && sh.int8) {
-      EncodedBlockInt8(sh, nq, unit_base(u), static_cast<int64_t>(u) * sh.G, visible, sc, &pf);
+      EncodedBlockInt8(sh, nq, unit_base(u), static_cast<int64_t>(u) * sh.G, visible, dead, sc, &pf);
     } else if (u < n_eb) {
-      EncodedBlock<BITS, DT>(sh, nq, unit_base(u), static_cast<int64_t>(u) * sh.G, visible, lane_scale, sc, &pf);
+      EncodedBlock<BITS, DT>(sh, nq, unit_base(u), static_cast<int64_t>(u) * sh.G, visible, lane_scale, dead, sc, &pf);
     } else {
       if (in_accr) {
         RegisterToLaneOrder<DT>(sh, nq, sc);

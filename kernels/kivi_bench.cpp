@@ -6,6 +6,14 @@
 //   BM_DecodeBf16: PagedAttentionCpu, every slot plain bf16.
 //   BM_DecodeKivi2: PagedAttentionEncodedCpu (the fused KIVI path), encoded
 //                   segment + bf16 residual, as core's cache holds it.
+//   BM_DecodeSinkKivi2: the fused KIVI path over the stream `sink` + `kivi`
+//                   leaves: sealed groups stay whole while they keep a slot
+//                   (KVCache::Compact), so at ctx live tokens the stream
+//                   also holds the sinks' group (4 live, 28 evicted) and the
+//                   window's oldest group (1 live, 31 evicted): ctx + 5 live
+//                   of ctx + 64 slots, the evicted ones masked
+//                   (EncodedKV::dead). vs_kivi = BM_DecodeKivi2's step_ms at
+//                   the same ctx and layout over this one's.
 //   BM_DecodeKivi2Int8: the same cache with the kivi policy's
 //                   attention = "int8" (int8 queries, 8-bit value weights;
 //                   approximate). err_rel = its largest |difference| from the
@@ -109,6 +117,16 @@ struct Setup {
   std::vector<std::vector<int32_t>> plain_ids, enc_ids;  // per copy, [stream][block]
   std::vector<int32_t> plain_indptr, enc_indptr, last_block_len, qo_indptr = {0, 1};
   std::vector<float> q, o;
+  std::vector<uint8_t> dead;               // per slot of the encoded segment (the same for every stream)
+  std::vector<const uint8_t*> dead_ptrs;   // [kHkv], or empty: nothing evicted
+
+  // Marks evicted slots as sink + kivi leaves them: all of group 0 but the
+  // first n_sink, and all of group 1 but its last slot.
+  void MarkSinkWindowDead(int n_sink) {
+    dead.assign(static_cast<size_t>(n_enc), 0);
+    for (int64_t t = n_sink; t < 2 * kGroup - 1 && t < n_enc; ++t) dead[static_cast<size_t>(t)] = 1;
+    dead_ptrs.assign(kHkv, dead.data());
+  }
 
   int64_t BytesPerCall() const {
     return static_cast<int64_t>(kHkv) *
@@ -185,6 +203,7 @@ struct Setup {
     e.num_streams = kHkv;
     e.indptr = enc_indptr.data();
     e.indices = enc_ids[static_cast<size_t>(copy)].data();
+    if (!dead_ptrs.empty()) e.dead = dead_ptrs.data();
     return e;
   }
   AttentionParams Params() {
@@ -314,14 +333,21 @@ void BM_DecodeBf16(benchmark::State& state) {
   t.second += calls;
 }
 
-void DecodeKivi2(benchmark::State& state, bool int8) {
+// KIVI-2 step_ms per (context, layout), as Bf16Times.
+std::map<std::pair<int64_t, int>, std::pair<double, double>>& KiviTimes() {
+  static std::map<std::pair<int64_t, int>, std::pair<double, double>> t;
+  return t;
+}
+
+void DecodeKivi2(benchmark::State& state, bool int8, bool sink = false) {
   const int64_t context = state.range(0);
   const int layout = static_cast<int>(state.range(1));
-  Setup setup(context, /*kivi=*/true, layout);
+  Setup setup(sink ? context + 2 * kGroup : context, /*kivi=*/true, layout);
   if (!setup.ok()) {
     state.SkipWithError("cannot map the pools");
     return;
   }
+  if (sink) setup.MarkSinkWindowDead(4);
   AttentionParams p = setup.Params();
   p.int8_attention = int8;  // the kernel's arithmetic; the bytes stored do not change
   // Once: the fast path against the reference on this cache, skipping the
@@ -359,9 +385,20 @@ void DecodeKivi2(benchmark::State& state, bool int8) {
   if (it != Bf16Times().end() && it->second.second > 0) {
     state.counters["speedup"] = it->second.first / it->second.second / ms;
   }
+  const double calls = static_cast<double>(state.iterations());
+  if (!int8 && !sink) {
+    auto& t = KiviTimes()[{context, layout}];
+    t.first += ms * calls;
+    t.second += calls;
+  }
+  const auto kt = KiviTimes().find({context, layout});
+  if (sink && kt != KiviTimes().end() && kt->second.second > 0) {
+    state.counters["vs_kivi"] = kt->second.first / kt->second.second / ms;
+  }
 }
 
 void BM_DecodeKivi2(benchmark::State& state) { DecodeKivi2(state, false); }
+void BM_DecodeSinkKivi2(benchmark::State& state) { DecodeKivi2(state, false, /*sink=*/true); }
 void BM_DecodeKivi2Int8(benchmark::State& state) { DecodeKivi2(state, true); }
 
 void Args(benchmark::internal::Benchmark* b) {
@@ -375,6 +412,7 @@ void Args(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_DecodeBf16)->Apply(Args);
 BENCHMARK(BM_DecodeKivi2)->Apply(Args);
+BENCHMARK(BM_DecodeSinkKivi2)->Apply(Args);
 BENCHMARK(BM_DecodeKivi2Int8)->Apply(Args);
 
 }  // namespace

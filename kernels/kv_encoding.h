@@ -81,6 +81,12 @@ struct EncodedKV {
   int num_streams = 0;
   const int32_t* indptr = nullptr;   // [num_streams + 1]
   const int32_t* indices = nullptr;  // encoded block ids
+  // Optional: evicted slots inside sealed groups (a selection policy stacked
+  // on an encoding keeps groups whole and marks what it evicts). null, or
+  // [num_streams] entries each null or [StreamTokens(s)] flags; a slot whose
+  // flag is 1 gets no attention (score -inf, weight 0, slot_attn 0).
+  const uint8_t* const* dead = nullptr;
+  const uint8_t* DeadFlags(int s) const { return dead == nullptr ? nullptr : dead[s]; }
   int64_t StreamTokens(int s) const {
     return static_cast<int64_t>(indptr[s + 1] - indptr[s]) * enc.tokens_per_block;
   }

@@ -224,6 +224,12 @@ class KVPolicy {
   // (SelectsPerLayer) may give one head more than KeptSlotsBound, which is
   // then the bound of a stream selected alone. Default: KeptSlotsBound.
   virtual int64_t KeptSlotsBoundInLayer(int64_t max_length, int /*kv_heads*/) const { return KeptSlotsBound(max_length); }
+  // The most runs of consecutive slots the kept set of a stream forms (sinks
+  // and a window: 2), or 0 for no bound (a choice by score may scatter).
+  // With an encoding in the stack, sealed groups stay whole while they keep
+  // a slot (KVCache::Compact), so the encoded pool is sized from it: kept
+  // slots in R runs touch at most ceil(kept / group) + R groups.
+  virtual int64_t KeptRunsBound() const { return 0; }
   // True to store keys before RoPE and rotate them at read time by their
   // slot index (positions within the cache, as StreamingLLM does).
   virtual bool KeysBeforeRope() const { return false; }

@@ -42,6 +42,7 @@ class SinkWindowPolicy : public KVPolicy {
   int64_t KeptSlotsBound(int64_t max_length) const override {
     return max_length - window_ <= n_sink_ ? max_length : n_sink_ + window_;
   }
+  int64_t KeptRunsBound() const override { return n_sink_ > 0 ? 2 : 1; }
   bool SelectSlots(const StreamState& s, std::vector<int64_t>* keep) const override {
     const int64_t n = s.num_tokens;
     if (n - window_ <= n_sink_) return false;  // within budget (written so huge params cannot overflow)

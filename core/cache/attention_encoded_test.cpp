@@ -71,6 +71,26 @@ Case NoResidual(Case c) {  // whole groups sealed: some streams have no plain sl
   return c;
 }
 
+Case WithGaps(Case c) {  // evicted slots without a window: on encoded streams, dead slots in sealed groups
+  c.name += "_gaps";
+  c.gaps = true;
+  return c;
+}
+
+// Hidden (dead) slots and live indices of a stream, for Dense.
+void DeadAndLive(const Stream& st, std::vector<bool>* hidden, std::vector<int64_t>* live) {
+  live->resize(static_cast<size_t>(st.num_tokens));
+  int64_t n = 0;
+  for (int64_t t = 0; t < st.num_tokens; ++t) {
+    (*live)[static_cast<size_t>(t)] = n;
+    if (st.Dead(t)) {
+      (*hidden)[static_cast<size_t>(t)] = true;
+    } else {
+      ++n;
+    }
+  }
+}
+
 Case WithWindow(Case c, int window, bool gaps) {
   c.name += "_window" + std::to_string(window) + (gaps ? "_gaps" : "");
   c.window = window;
@@ -81,9 +101,11 @@ Case WithWindow(Case c, int window, bool gaps) {
 
 // Dense attention in double over gathered (decoded) K/V: the independent check.
 // When prob is non-null, adds each slot's probability to it.
+// `live` (may be null): each slot's index among the live ones, by which RoPE
+// at read rotates (evicted slots of sealed groups hold places, not positions).
 void Dense(const std::vector<std::vector<float>>& k, const std::vector<std::vector<float>>& v, const float* q, int d,
            int64_t visible, const float* inv_freq, float* out, std::vector<double>* prob = nullptr,
-           const std::vector<bool>* hidden = nullptr) {
+           const std::vector<bool>* hidden = nullptr, const std::vector<int64_t>* live = nullptr) {
   auto rot = [&](std::vector<double>& x, int64_t pos) {
     for (int i = 0; i < d / 2; ++i) {
       const double a = pos * static_cast<double>(inv_freq[i]), c = std::cos(a), s = std::sin(a);
@@ -93,11 +115,12 @@ void Dense(const std::vector<std::vector<float>>& k, const std::vector<std::vect
     }
   };
   std::vector<double> qq(q, q + d), sc(static_cast<size_t>(visible));
-  if (inv_freq) rot(qq, visible - 1);
+  auto place = [&](int64_t t) { return live != nullptr ? (*live)[static_cast<size_t>(t)] : t; };
+  if (inv_freq) rot(qq, place(visible - 1));
   double mx = -INFINITY;
   for (int64_t t = 0; t < visible; ++t) {
     std::vector<double> kk(k[t].begin(), k[t].end());
-    if (inv_freq) rot(kk, t);
+    if (inv_freq) rot(kk, place(t));
     double dot = 0;
     for (int c = 0; c < d; ++c) dot += qq[c] * kk[c];
     sc[t] = hidden != nullptr && (*hidden)[static_cast<size_t>(t)] ? -INFINITY : dot / std::sqrt(double(d));
@@ -156,9 +179,11 @@ void ExpectObservationWindow(const KVCache* c, const PageTable& pt, const Case& 
         for (int64_t t = 0; cs.window > 0 && t < len; ++t) {
           hidden[static_cast<size_t>(t)] = st.positions[static_cast<size_t>(t)] <= st.positions[static_cast<size_t>(len - q_len + j)] - cs.window;
         }
+        std::vector<int64_t> live;
+        DeadAndLive(st, &hidden, &live);
         for (int g = 0; g < group; ++g) {
           const int64_t off = (static_cast<int64_t>(qo[i] + j) * cs.hq + h * group + g) * d;
-          Dense(k, v, q.data() + off, d, len - q_len + j + 1, p.rope_inv_freq, o.data() + off, &prob, &hidden);
+          Dense(k, v, q.data() + off, d, len - q_len + j + 1, p.rope_inv_freq, o.data() + off, &prob, &hidden, &live);
         }
       }
       want.insert(want.end(), prob.begin(), prob.end());
@@ -297,9 +322,11 @@ TEST_P(EncodedAttentionTest, CpuAndReferenceMatchDenseOnGatheredKV) {
         for (int64_t t = 0; cs.window > 0 && t < len; ++t) {
           hidden[static_cast<size_t>(t)] = pos[static_cast<size_t>(t)] <= pos[static_cast<size_t>(len - q_len + j)] - cs.window;
         }
+        std::vector<int64_t> live;
+        DeadAndLive(c->stream(i, 0, h), &hidden, &live);
         for (int g = 0; g < group; ++g) {
           const int64_t off = (static_cast<int64_t>(qo[i] + j) * cs.hq + h * group + g) * d;
-          Dense(k, v, q.data() + off, d, len - q_len + j + 1, p.rope_inv_freq, o_dense.data() + off, &prob, &hidden);
+          Dense(k, v, q.data() + off, d, len - q_len + j + 1, p.rope_inv_freq, o_dense.data() + off, &prob, &hidden, &live);
         }
       }
       std::copy(prob.begin(), prob.end(), sa_dense.begin() + sa_off[static_cast<size_t>(i * cs.hkv + h)]);
@@ -353,6 +380,10 @@ INSTANTIATE_TEST_SUITE_P(
                       WithSlotAttn(Case{"int8_slot_attn_gqa4", EncodingKind::kInt8, true, 8, 16, false, 8, 2}),
                       // Sliding windows (first_visible) over encoded and plain slots: smaller than a
                       // group, spanning groups, with evicted slots; fused KIVI, generic and reference.
+                      WithGaps(Kivi("kivi2_gqa4", 2, 32, 8, 2)), WithGaps(Kivi("kivi4_d128_g64_gqa8", 4, 64, 8, 1, 128)),
+                      WithGaps(Case{"kivi2_rope_gqa8", EncodingKind::kKivi, true, 2, 64, true, 8, 1}),
+                      WithGaps(WithSlotAttn(Kivi("kivi2_slot_attn_gqa4", 2, 32, 8, 2))),
+                      WithGaps(Case{"fp8_gqa4", EncodingKind::kFp8, true, 8, 16, false, 8, 2}),
                       WithWindow(Kivi("kivi2_gqa4", 2, 32, 8, 2), 20, false),
                       WithWindow(Kivi("kivi4_gqa8", 4, 32, 8, 1), 100, true),
                       WithWindow(Long(Kivi("kivi2_long_gqa4", 2, 32, 8, 2, 128)), 1000, false),

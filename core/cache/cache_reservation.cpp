@@ -58,11 +58,20 @@ Status ReservePools(const CacheShape& shape, const ModelKvShape& model, DType re
     }
     if (req.prefix_caching) sl = ctx;
     int64_t p = CeilDiv(sl, bs);
-    if (shape.encoded && sel == nullptr && !req.prefix_caching) {
-      p = std::min(p, CeilDiv(shape.residual + tpb - 1 + step, bs));
-    }
+    // Sealing leaves at most the residual + a group being filled + a step
+    // plain; compaction never decodes sealed groups back into plain slots.
+    if (shape.encoded && !req.prefix_caching) p = std::min(p, CeilDiv(shape.residual + tpb - 1 + step, bs));
     plain_l[static_cast<size_t>(l)] = p;
-    enc_l[static_cast<size_t>(l)] = shape.encoded ? CeilDiv(sl, tpb) : 0;
+    if (shape.encoded) {
+      // Groups stay whole while they keep a slot: sl slots in R runs touch at
+      // most ceil(sl / tpb) + R groups; scattered ones (R = 0) one each.
+      int64_t g = CeilDiv(sl, tpb);
+      if (sel != nullptr && !req.prefix_caching) {
+        const int64_t runs = sel->KeptRunsBound();
+        g = std::min(CeilDiv(ctx, tpb), runs > 0 ? g + runs : sl);
+      }
+      enc_l[static_cast<size_t>(l)] = g;
+    }
   }
   int64_t plain_per_seq = 0, enc_per_seq = 0;
   for (size_t l = 0; l < plain_l.size(); ++l) {
@@ -82,7 +91,10 @@ Status ReservePools(const CacheShape& shape, const ModelKvShape& model, DType re
   } else if (sel != nullptr) {
     line("plain: " + seqs_streams + ", each at most " + Num(slots) + " slots (" + sel->Name() + " keeps <= " + Num(kept) +
          " of " + Num(ctx) + " + a " + Num(step) + "-token step)" +
-         (windowed_layers > 0 ? "; " + Num(windowed_layers) + " window layers less" : ""));
+         (windowed_layers > 0 ? "; " + Num(windowed_layers) + " window layers less" : "") +
+         (shape.encoded ? "; sealing leaves <= " + Num(CeilDiv(shape.residual + tpb - 1 + step, bs)) +
+                              " blocks plain (residual + a group being filled + a step)"
+                        : ""));
   } else if (shape.encoded) {
     line("plain: " + seqs_streams + " x " + Num(plain_l.empty() ? 0 : plain_l[0]) + " blocks (residual " +
          Num(shape.residual) + " + a " + Num(tpb) + "-token group being filled + a " + Num(step) + "-token step)");
@@ -92,8 +104,16 @@ Status ReservePools(const CacheShape& shape, const ModelKvShape& model, DType re
          ")");
   }
   if (shape.encoded) {
-    line("encoded: " + seqs_streams + ", " + Num(tpb) + " tokens a block, for up to " + Num(req.prefix_caching ? ctx : slots) +
-         " slots");
+    if (sel != nullptr && !req.prefix_caching) {
+      const int64_t runs = sel->KeptRunsBound();
+      line("encoded: " + seqs_streams + ", " + Num(tpb) + " tokens a block; sealed groups stay whole while they keep a slot, so " +
+           (runs > 0 ? Num(slots) + " slots in " + Num(runs) + " runs touch <= " + Num(CeilDiv(slots, tpb) + runs) + " groups"
+                     : "each of " + Num(slots) + " scattered slots may hold its own group") +
+           " (at most the " + Num(CeilDiv(ctx, tpb)) + " groups of " + Num(ctx) + " tokens)");
+    } else {
+      line("encoded: " + seqs_streams + ", " + Num(tpb) + " tokens a block, for up to " + Num(req.prefix_caching ? ctx : slots) +
+           " slots");
+    }
   }
 
   PlacementOptions po;

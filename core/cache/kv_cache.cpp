@@ -313,6 +313,10 @@ Status KVCache::Reserve(SeqId id, int64_t n, const int32_t* positions) {
   return Status::OK();
 }
 
+int64_t Stream::LiveTokens() const {
+  return num_tokens - static_cast<int64_t>(std::count(dead.begin(), dead.end(), uint8_t{1}));
+}
+
 void KVCache::SealStream(Stream* s) {
   if (!shape_.encoded) return;
   const int bs = shape_.block_size;
@@ -333,6 +337,7 @@ void KVCache::SealStream(Stream* s) {
     }
     s->enc_blocks.push_back(eb);
     s->num_encoded += tpb;
+    if (s->HasDead()) s->dead.resize(static_cast<size_t>(s->num_encoded), 0);
     const int nb = tpb / bs;  // whole plain blocks: the plain segment starts on a block boundary
     for (int i = 0; i < nb; ++i) FreeRef(s->blocks[static_cast<size_t>(i)], false);
     s->blocks.erase(s->blocks.begin(), s->blocks.begin() + nb);
@@ -396,6 +401,8 @@ void KVCache::BuildPageTable(const std::vector<SeqId>& seqs, PageTable* out) con
   out->last_block_len_.reserve(n_streams);
   out->enc_indptr_.assign(1, 0);
   out->enc_indices_.clear();
+  out->enc_dead_.clear();
+  std::vector<char> layer_has_dead(static_cast<size_t>(L), 0);
   std::vector<const std::vector<Stream>*> seq_streams;
   seq_streams.reserve(seqs.size());
   for (SeqId id : seqs) seq_streams.push_back(&seqs_.at(id));
@@ -410,6 +417,8 @@ void KVCache::BuildPageTable(const std::vector<SeqId>& seqs, PageTable* out) con
         if (shape_.encoded) {
           out->enc_indices_.insert(out->enc_indices_.end(), s.enc_blocks.begin(), s.enc_blocks.end());
           out->enc_indptr_.push_back(static_cast<int32_t>(out->enc_indices_.size()));
+          out->enc_dead_.push_back(s.HasDead() ? s.dead.data() : nullptr);
+          if (s.HasDead()) layer_has_dead[static_cast<size_t>(l)] = 1;
         }
       }
     }
@@ -429,6 +438,7 @@ void KVCache::BuildPageTable(const std::vector<SeqId>& seqs, PageTable* out) con
       e.num_streams = B * H;
       e.indptr = out->enc_indptr_.data() + static_cast<size_t>(l) * B * H;
       e.indices = out->enc_indices_.data();
+      if (layer_has_dead[static_cast<size_t>(l)]) e.dead = out->enc_dead_.data() + static_cast<size_t>(l) * B * H;
       out->enc_layers_.push_back(e);
     }
   }
@@ -581,7 +591,7 @@ int64_t KVCache::OffloadedBlocks(SeqId id, bool encoded) const {
 
 int64_t KVCache::SlotsInUse(SeqId id) const {
   int64_t n = 0;
-  for (const Stream& s : seqs_.at(id)) n += s.num_tokens;
+  for (const Stream& s : seqs_.at(id)) n += s.LiveTokens();
   return n;
 }
 

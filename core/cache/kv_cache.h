@@ -55,8 +55,16 @@ struct Stream {
   int64_t num_tokens = 0;          // slots in use, encoded + plain
   std::vector<int32_t> positions;  // original token position of each slot
   std::vector<float> score;        // policy state per slot (e.g. accumulated attention)
+  // Evicted slots of sealed groups (KVCache::Compact): empty while there are
+  // none, else [num_encoded] flags, 1 = a slot the policies no longer see and
+  // attention skips; a group is freed once all its slots are evicted.
+  std::vector<uint8_t> dead;
 
   int64_t num_plain() const { return num_tokens - num_encoded; }
+  bool HasDead() const { return !dead.empty(); }
+  bool Dead(int64_t slot) const { return slot < static_cast<int64_t>(dead.size()) && dead[static_cast<size_t>(slot)] != 0; }
+  // Slots the policies see: num_tokens less the evicted ones still held.
+  int64_t LiveTokens() const;
   // Plain slots the plain blocks can hold.
   int64_t Capacity(int block_size) const { return static_cast<int64_t>(blocks.size()) * block_size; }
 };
@@ -97,6 +105,7 @@ class PageTable {
   std::vector<std::vector<int32_t>> first_visible_;  // per layer; empty: none
   std::vector<int32_t> indptr_, indices_, last_block_len_;
   std::vector<int32_t> enc_indptr_, enc_indices_;
+  std::vector<const uint8_t*> enc_dead_;  // per stream: its Stream::dead, or null
   std::vector<EncodedKV> enc_layers_;
   int num_seqs_ = 0, num_layers_ = 0, num_kv_heads_ = 0;
   PagedKV base_;
@@ -273,11 +282,17 @@ class KVCache {
 
   // Keeps only the slots `keep` (strictly increasing slot indices) of one
   // stream, moving their K/V, positions and scores down, and frees the blocks
-  // no longer needed. Encoded blocks from the first one that loses a slot
-  // are decoded, and their kept tokens re-sealed by Seal. Shared blocks it
-  // would write are copied first (see prefix caching); ResourceExhausted,
-  // keeping every slot, when the pools cannot supply the copies or the plain
-  // blocks decoded tokens need (InvalidArgument for a copy on a device pool,
+  // no longer needed. Sealed groups are never decoded nor encoded again: a
+  // group none of whose slots is kept is freed (its block leaves the list,
+  // nothing moves); in a group that keeps some, the others are marked dead
+  // (Stream::dead), so a kept token's codes stay those it was sealed with.
+  // Dead slots keep their place (slot numbers are physical: page tables,
+  // windows and kernels see them, attention gives them weight 0), while the
+  // selection policies see only the live ones (SelectionState). With prefix
+  // caching only trailing groups are freed (its books index units by place).
+  // Shared blocks it would write are copied first (see prefix caching);
+  // ResourceExhausted, keeping every slot, when the pools cannot supply the
+  // copies (InvalidArgument for a copy on a device pool,
   // whose bytes the cache cannot move). With offloading, the stream's
   // blocks are brought back to the device first. On a device cache, compact
   // through ApplySelection, which tells the owner what to move.
@@ -307,7 +322,7 @@ class KVCache {
   // Selection and sliding windows: compacts each stream of `seqs` to what
   // SlotsToKeep says, next_pos[i] being seqs[i]'s next query position. A
   // stream whose compaction the pools cannot supply (ResourceExhausted:
-  // copies of shared blocks, room for decoded tokens) keeps every slot and
+  // copies of shared blocks) keeps every slot and
   // the others go on; any other error is returned. `sel` may be null.
   // steps[i] (may be null) is seqs[i]'s step, which the policy sees in
   // StreamState::step_tokens and chunk_end. A policy that selects per layer
@@ -412,6 +427,15 @@ class KVCache {
   void DropStreamRef(SeqId id, size_t stream, bool encoded, size_t index, int32_t ref);
   std::unique_ptr<PrefixCache> prefix_;
   std::unordered_map<SeqId, SeqUnits> seq_units_;
+  // SelectionState's live view of a stream with dead slots, one per KV head
+  // (a per-layer policy sees all of a layer's heads at once): the live slots
+  // from the window's first on, their positions and scores.
+  struct LiveView {
+    std::vector<int64_t> slots;
+    std::vector<int32_t> positions;
+    std::vector<float> score;
+  };
+  mutable std::vector<LiveView> live_views_;
   DeviceKvOps* device_ops_ = nullptr;
   // Cached blocks held by more than one stream, counted once per extra
   // holder; and cached blocks no stream holds (reference count 1).

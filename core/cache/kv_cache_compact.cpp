@@ -1,6 +1,7 @@
-// KVCache::Compact: keeps the chosen slots of one stream. A single pass over
-// shared (copy-on-write), plain and encoded units, whose cases share the
-// cursor state; its own file so that kv_cache.cpp stays readable.
+// KVCache::Compact: keeps the chosen slots of one stream. Sealed groups stay
+// whole or go whole (never decoded and encoded again: their evicted slots
+// are marked dead), kept plain slots move down (copy-on-write for shared
+// blocks); its own file so that kv_cache.cpp stays readable.
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -29,41 +30,50 @@ Status KVCache::Compact(SeqId id, int layer, int head, const std::vector<int64_t
   const int d = shape_.head_dim;
   const int64_t row_bytes = static_cast<int64_t>(d) * DTypeBytes(shape_.dtype);
   const bool has_data = pool_->data() != nullptr;
-  // Leading kept slots that are already in place need no work.
-  size_t first_moved = 0;
-  while (first_moved < keep.size() && keep[first_moved] == static_cast<int64_t>(first_moved)) ++first_moved;
-  const bool decodes = s.num_encoded > 0 && static_cast<int64_t>(first_moved) < s.num_encoded;
-  const int64_t kept_before = s.num_tokens;
+  const int64_t ne = s.num_encoded;
+  const size_t n_enc_kept = static_cast<size_t>(std::lower_bound(keep.begin(), keep.end(), ne) - keep.begin());
 
-  // Check first, then act: the plain blocks this compaction takes (copies
-  // of shared blocks it writes, or blocks for decoded tokens) must be there.
-  std::vector<size_t> copies;  // plain list entries to copy before writing
-  int64_t need = 0;
-  if (decodes) {
-    const int64_t base = static_cast<int64_t>(first_moved) / shape_.enc.tokens_per_block * shape_.enc.tokens_per_block;
-    const int64_t n_plain = static_cast<int64_t>(keep.end() - std::lower_bound(keep.begin(), keep.end(), base));
-    for (size_t j = 0; j < s.blocks.size() && static_cast<int64_t>(j) * bs < n_plain; ++j) {
-      if (pool_->RefCount(s.blocks[j]) > 1) copies.push_back(j);
-    }
-    need = std::max<int64_t>(0, (n_plain + bs - 1) / bs - static_cast<int64_t>(s.blocks.size()));
-  } else if (first_moved < keep.size()) {
-    const size_t b0 = static_cast<size_t>((static_cast<int64_t>(first_moved) - s.num_encoded) / bs);
-    const size_t b1 = static_cast<size_t>((static_cast<int64_t>(keep.size()) - 1 - s.num_encoded) / bs);
-    for (size_t j = b0; j <= b1; ++j) {
+  // Sealed groups are never re-encoded: each stays whole (its unkept slots
+  // marked dead) while it keeps a live slot, and goes as a whole otherwise.
+  const int64_t tpb = shape_.encoded ? shape_.enc.tokens_per_block : 1;
+  const size_t n_groups = s.enc_blocks.size();
+  std::vector<uint8_t> dead(static_cast<size_t>(ne), 1);
+  for (size_t i = 0; i < n_enc_kept; ++i) {
+    if (!s.Dead(keep[i])) dead[static_cast<size_t>(keep[i])] = 0;
+  }
+  std::vector<char> stays(n_groups, 0);
+  size_t last_stays = 0;  // one past the last group that stays
+  for (size_t g = 0; g < n_groups; ++g) {
+    const auto first = dead.begin() + static_cast<std::ptrdiff_t>(g * tpb);
+    stays[g] = std::find(first, first + tpb, uint8_t{0}) != first + tpb;
+    if (stays[g]) last_stays = g + 1;
+  }
+  if (prefix_) std::fill(stays.begin(), stays.begin() + static_cast<std::ptrdiff_t>(last_stays), 1);
+
+  // Kept plain slots move down to plain slot j (from src[j] >= j).
+  const size_t n_plain = keep.size() - n_enc_kept;
+  size_t first_moved = n_plain;
+  for (size_t j = 0; j < n_plain && first_moved == n_plain; ++j) {
+    if (keep[n_enc_kept + j] - ne != static_cast<int64_t>(j)) first_moved = j;
+  }
+  // Check first, then act: copies of the shared plain blocks it writes.
+  std::vector<size_t> copies;
+  if (first_moved < n_plain) {
+    for (size_t j = first_moved / static_cast<size_t>(bs); j <= (n_plain - 1) / static_cast<size_t>(bs); ++j) {
       if (pool_->RefCount(s.blocks[j]) > 1) copies.push_back(j);
     }
   }
-  need += static_cast<int64_t>(copies.size());
+  const int64_t need = static_cast<int64_t>(copies.size());
   if (!copies.empty() && pool_->on_device()) {
     return Status::InvalidArgument("Compact: sequence " + std::to_string(id) +
                                    ": copying a shared block on a device pool is not implemented");
   }
   if (need > 0 && !MakeFree(/*encoded=*/false, need)) {
     return Status::ResourceExhausted("Compact: sequence " + std::to_string(id) + " needs " + std::to_string(need) +
-                                     " free blocks (copies of shared blocks, room for decoded tokens), the pool has " +
+                                     " free blocks (copies of shared blocks), the pool has " +
                                      std::to_string(pool_->num_free()));
   }
-  if (prefix_ && static_cast<int64_t>(keep.size()) < kept_before) {
+  if (prefix_ && static_cast<int64_t>(keep.size()) < s.num_tokens) {
     SeqUnits& su = seq_units_[id];
     su.evict_horizon = std::min<int64_t>(su.evict_horizon, s.positions.back() + 1);
   }
@@ -77,85 +87,46 @@ Status KVCache::Compact(SeqId id, int layer, int head, const std::vector<int64_t
     ++num_copied_blocks_;
   }
 
-  if (decodes) {
-    // Encoded blocks from the one holding the first moved slot onward are
-    // decoded; their kept tokens and the kept plain tokens are rewritten as
-    // plain slots, then re-sealed.
-    const int tpb = shape_.enc.tokens_per_block;
-    const size_t first_block = first_moved / static_cast<size_t>(tpb);
-    const int64_t base = static_cast<int64_t>(first_block) * tpb;  // first rewritten slot
-    std::vector<float> dk(static_cast<size_t>(s.num_encoded - base) * d), dv(dk.size());
-    if (has_data) {
-      for (size_t b = first_block; b < s.enc_blocks.size(); ++b) {
-        const size_t off = (b - first_block) * static_cast<size_t>(tpb) * d;
-        DecodeKvBlock(shape_.enc, enc_pool_->BlockData(s.enc_blocks[b]), &dk[off], &dv[off]);
-      }
-    }
-    std::vector<float> kept_k, kept_v;
-    std::vector<int32_t> kept_pos;
-    std::vector<float> kept_score;
-    std::vector<float> pk(static_cast<size_t>(d)), pv(static_cast<size_t>(d));
-    for (int64_t slot : keep) {
-      if (slot < base) continue;
-      if (has_data) {
-        if (slot < s.num_encoded) {
-          const size_t off = static_cast<size_t>(slot - base) * d;
-          kept_k.insert(kept_k.end(), dk.begin() + off, dk.begin() + off + d);
-          kept_v.insert(kept_v.end(), dv.begin() + off, dv.begin() + off + d);
-        } else {
-          std::vector<uint8_t> scratch;
-          ReadPlainSlot(s, slot - s.num_encoded, pk.data(), pv.data(), &scratch);
-          kept_k.insert(kept_k.end(), pk.begin(), pk.end());
-          kept_v.insert(kept_v.end(), pv.begin(), pv.end());
-        }
-      }
-      kept_pos.push_back(s.positions[static_cast<size_t>(slot)]);
-      kept_score.push_back(s.score[static_cast<size_t>(slot)]);
-    }
-    // Shared encoded blocks are only dropped (the re-sealed ones are new).
-    for (size_t b = s.enc_blocks.size(); b-- > first_block;) DropStreamRef(id, si, /*encoded=*/true, b, s.enc_blocks[b]);
-    s.enc_blocks.resize(first_block);
-    s.num_encoded = base;
-    const int64_t n_plain = static_cast<int64_t>(kept_pos.size());
-    // Reuse the stream's plain blocks, allocating (checked above) only if the decoded tokens need more.
-    const size_t blocks_needed = static_cast<size_t>((n_plain + bs - 1) / bs);
-    while (s.blocks.size() < blocks_needed) s.blocks.push_back(pool_->Allocate());
-    while (s.blocks.size() > blocks_needed) {
-      DropStreamRef(id, si, /*encoded=*/false, s.blocks.size() - 1, s.blocks.back());
-      s.blocks.pop_back();
-    }
-    if (has_data) {
-      for (int64_t i = 0; i < n_plain; ++i) {
-        uint8_t* blk = pool_->BlockData(s.blocks[static_cast<size_t>(i / bs)]);
-        ConvertFromF32(shape_.dtype, &kept_k[static_cast<size_t>(i) * d], blk + (i % bs) * row_bytes, d);
-        ConvertFromF32(shape_.dtype, &kept_v[static_cast<size_t>(i) * d], blk + (bs + i % bs) * row_bytes, d);
-      }
-    }
-    s.positions.resize(static_cast<size_t>(base));
-    s.score.resize(static_cast<size_t>(base));
-    s.positions.insert(s.positions.end(), kept_pos.begin(), kept_pos.end());
-    s.score.insert(s.score.end(), kept_score.begin(), kept_score.end());
-    s.num_tokens = base + n_plain;
-    SealStream(&s);
-    UpdatePeak();
-    return Status::OK();
+  // The new slot order: the staying groups' slots (dead ones too), then the kept plain slots.
+  std::vector<int32_t> positions;
+  std::vector<float> score;
+  std::vector<uint8_t> new_dead;
+  std::vector<int32_t> enc_blocks;
+  bool any_dead = false;
+  for (size_t g = n_groups; g-- > 0;) {  // from the end: the prefix cache's books index units by place
+    if (!stays[g]) DropStreamRef(id, si, /*encoded=*/true, g, s.enc_blocks[g]);
   }
-
-  // Only plain slots move: copy each kept slot down within the plain blocks.
-  for (size_t i = first_moved; i < keep.size(); ++i) {
-    const int64_t src = keep[i] - s.num_encoded, dst = static_cast<int64_t>(i) - s.num_encoded;
-    if (has_data) {
+  for (size_t g = 0; g < n_groups; ++g) {
+    if (!stays[g]) continue;
+    enc_blocks.push_back(s.enc_blocks[g]);
+    const size_t b = g * static_cast<size_t>(tpb), e = b + static_cast<size_t>(tpb);
+    positions.insert(positions.end(), s.positions.begin() + b, s.positions.begin() + e);
+    score.insert(score.end(), s.score.begin() + b, s.score.begin() + e);
+    new_dead.insert(new_dead.end(), dead.begin() + b, dead.begin() + e);
+    any_dead = any_dead || std::find(dead.begin() + b, dead.begin() + e, uint8_t{1}) != dead.begin() + e;
+  }
+  for (size_t j = 0; j < n_plain; ++j) {
+    const int64_t slot = keep[n_enc_kept + j];
+    const int64_t src = slot - ne, dst = static_cast<int64_t>(j);
+    if (j >= first_moved && has_data) {
       uint8_t* sb = pool_->BlockData(s.blocks[static_cast<size_t>(src / bs)]);
       uint8_t* db = pool_->BlockData(s.blocks[static_cast<size_t>(dst / bs)]);
       std::memmove(db + (dst % bs) * row_bytes, sb + (src % bs) * row_bytes, static_cast<size_t>(row_bytes));
       std::memmove(db + (bs + dst % bs) * row_bytes, sb + (bs + src % bs) * row_bytes, static_cast<size_t>(row_bytes));
     }
-    s.positions[i] = s.positions[static_cast<size_t>(keep[i])];
-    s.score[i] = s.score[static_cast<size_t>(keep[i])];
+    positions.push_back(s.positions[static_cast<size_t>(slot)]);
+    score.push_back(s.score[static_cast<size_t>(slot)]);
   }
-  s.num_tokens = static_cast<int64_t>(keep.size());
-  s.positions.resize(keep.size());
-  s.score.resize(keep.size());
+  s.enc_blocks = std::move(enc_blocks);
+  s.num_encoded = static_cast<int64_t>(s.enc_blocks.size()) * (shape_.encoded ? tpb : 0);
+  s.num_tokens = s.num_encoded + static_cast<int64_t>(n_plain);
+  s.positions = std::move(positions);
+  s.score = std::move(score);
+  if (any_dead) {
+    s.dead = std::move(new_dead);
+  } else {
+    s.dead.clear();
+  }
   const size_t blocks_needed = static_cast<size_t>((s.num_plain() + bs - 1) / bs);
   while (s.blocks.size() > blocks_needed) {
     DropStreamRef(id, si, /*encoded=*/false, s.blocks.size() - 1, s.blocks.back());

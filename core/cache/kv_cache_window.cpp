@@ -76,23 +76,48 @@ StreamState KVCache::SelectionState(SeqId id, int layer, int head, int64_t next_
     ss.step_tokens = step->tokens;
     ss.chunk_end = step->chunk_end;
   }
-  ss.num_tokens -= *alive;
-  ss.positions += *alive;
-  ss.score += *alive;
+  if (!st.HasDead()) {
+    ss.num_tokens -= *alive;
+    ss.positions += *alive;
+    ss.score += *alive;
+    return ss;
+  }
+  // Evicted slots of sealed groups are not the policy's to see: it gets the
+  // live ones, and FinishKeep maps its choice back to their slots.
+  if (live_views_.size() < static_cast<size_t>(shape_.num_kv_heads)) live_views_.resize(static_cast<size_t>(shape_.num_kv_heads));
+  LiveView& v = live_views_[static_cast<size_t>(head)];
+  v.slots.clear();
+  v.positions.clear();
+  v.score.clear();
+  for (int64_t t = *alive; t < st.num_tokens; ++t) {
+    if (st.Dead(t)) continue;
+    v.slots.push_back(t);
+    v.positions.push_back(st.positions[static_cast<size_t>(t)]);
+    v.score.push_back(st.score[static_cast<size_t>(t)]);
+  }
+  ss.num_tokens = static_cast<int64_t>(v.slots.size());
+  ss.positions = v.positions.data();
+  ss.score = v.score.data();
   return ss;
 }
 
 bool KVCache::FinishKeep(SeqId id, int layer, int head, int64_t alive, bool has_sel, bool chose,
                          std::vector<int64_t>* keep) const {
+  const Stream& st = stream(id, layer, head);
   if (chose) {
-    for (int64_t& k : *keep) k += alive;
+    if (st.HasDead()) {  // the policy chose among SelectionState's live view
+      const std::vector<int64_t>& slots = live_views_[static_cast<size_t>(head)].slots;
+      for (int64_t& k : *keep) k = slots[static_cast<size_t>(k)];
+    } else {
+      for (int64_t& k : *keep) k += alive;
+    }
     return true;
   }
   keep->clear();
   // With a selection policy, the stream is compacted whenever it evicts, so
   // out-of-window slots go exactly (the kept ones move, as after any
   // eviction); without one, only whole blocks go and nothing moves.
-  const Stream& st = stream(id, layer, head);
+  // (Evicted slots of sealed groups among them stay evicted: Compact.)
   const int64_t from = has_sel ? alive : UnitFloor(st, alive);
   if (from == 0) return false;
   for (int64_t t = from; t < st.num_tokens; ++t) keep->push_back(t);
@@ -121,6 +146,10 @@ void KVCache::DropLeadingUnits(SeqId id, size_t stream_index, Stream* s, int64_t
   for (size_t i = 0; i < plain_drop; ++i) DropStreamRef(id, stream_index, /*encoded=*/false, i, s->blocks[i]);
   s->enc_blocks.erase(s->enc_blocks.begin(), s->enc_blocks.begin() + static_cast<std::ptrdiff_t>(enc_drop));
   s->blocks.erase(s->blocks.begin(), s->blocks.begin() + static_cast<std::ptrdiff_t>(plain_drop));
+  if (s->HasDead()) {
+    s->dead.erase(s->dead.begin(), s->dead.begin() + std::min<int64_t>(k, static_cast<int64_t>(s->dead.size())));
+    if (std::find(s->dead.begin(), s->dead.end(), 1) == s->dead.end()) s->dead.clear();
+  }
   s->num_encoded = std::max<int64_t>(0, s->num_encoded - k);
   s->positions.erase(s->positions.begin(), s->positions.begin() + k);
   s->score.erase(s->score.begin(), s->score.begin() + k);

@@ -3,8 +3,64 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <memory>
+
+#include "core/cache/kv_cache.h"
 
 namespace kvlab {
+namespace {
+
+// What one stream holds when a selection policy is stacked on an encoding:
+// sealed groups stay whole while they keep a slot (KVCache::Compact), so the
+// layout depends on the order in which tokens came and went.
+struct SealedLayout {
+  int64_t groups = 0;         // encoded blocks
+  int64_t live_sealed = 0;    // live tokens in them
+  int64_t plain_tokens = 0;
+  bool bound = false;         // an upper bound, not the layout
+};
+
+// A positional rule (KVPolicy::KeptRunsBound > 0: sinks and a window) is
+// replayed on a memory-only cache of one stream, a token a step, as the
+// engine applies it (Reserve, selection, seal); a rule by score is bounded:
+// every kept sealed slot may hold a group of its own.
+Status SealedLayoutOf(const CacheShape& shape, const KVPolicy& sel, int64_t window, int64_t tokens, int64_t held,
+                      SealedLayout* out) {
+  const int64_t tpb = shape.enc.tokens_per_block;
+  const int64_t residual = shape.residual;
+  *out = SealedLayout();
+  if (sel.KeptRunsBound() <= 0) {
+    out->bound = true;
+    const int64_t plain = held > residual ? residual + (held - residual) % tpb : held;
+    out->plain_tokens = std::min(held, plain);
+    out->live_sealed = held - out->plain_tokens;
+    out->groups = std::min(out->live_sealed, (tokens - out->plain_tokens) / tpb);
+    return Status::OK();
+  }
+  CacheShape one = shape;
+  one.num_layers = 1;
+  one.num_kv_heads = 1;
+  one.layer_window.assign(1, window);
+  const int64_t bs = one.block_size;
+  std::unique_ptr<KVCache> cache;
+  KVLAB_RETURN_IF_ERROR(KVCache::Create(one, (tokens + bs - 1) / bs + 2, /*with_storage=*/false, &cache,
+                                        tokens / tpb + 2));
+  KVLAB_RETURN_IF_ERROR(cache->AddSequence(0));
+  const std::vector<KVCache::SeqId> seqs = {0};
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int32_t pos = static_cast<int32_t>(t);
+    KVLAB_RETURN_IF_ERROR(cache->Reserve(0, 1, &pos));
+    KVLAB_RETURN_IF_ERROR(cache->ApplySelection(seqs, {t + 1}, &sel));
+    cache->Seal(0);
+  }
+  const Stream& st = cache->stream(0, 0, 0);
+  out->groups = static_cast<int64_t>(st.enc_blocks.size());
+  out->plain_tokens = st.num_plain();
+  out->live_sealed = st.LiveTokens() - st.num_plain();
+  return Status::OK();
+}
+
+}  // namespace
 
 Status EstimateKVMemory(const ModelConfig& c, int64_t tokens, int bits, const PolicyStack& stack, MemoryEstimate* out) {
   if (bits != 32 && bits != 16 && bits != 8 && bits != 4 && bits != 2) {
@@ -62,19 +118,30 @@ Status EstimateKVMemory(const ModelConfig& c, int64_t tokens, int bits, const Po
     const int64_t held = g.tokens_held;
     int64_t per_layer = layer_token_bytes * held;
     int64_t enc_tokens = 0, enc_bytes = 0;
+    int64_t plain_tokens = held;
     if (encoded) {
       // Sealed groups outside the residual are encoded; the rest stays at `bits`.
       const int64_t tpb = enc.tokens_per_block;
-      enc_tokens = held > residual ? (held - residual) / tpb * tpb : 0;
+      int64_t groups = held > residual ? (held - residual) / tpb : 0;
+      enc_tokens = groups * tpb;
+      plain_tokens = held - enc_tokens;
+      if (sel != nullptr && tokens > 0) {
+        SealedLayout lay;
+        KVLAB_RETURN_IF_ERROR(SealedLayoutOf(shape, *sel, g.window, tokens, held, &lay));
+        groups = lay.groups;
+        enc_tokens = lay.live_sealed;
+        plain_tokens = lay.plain_tokens;
+        e.sealed_bound = e.sealed_bound || lay.bound;
+      }
       if (g.window == 0 || e.encoded_tokens == 0) e.encoded_tokens = enc_tokens;
-      enc_bytes = enc_tokens / tpb * enc.BlockBytes();
-      per_layer = e.stored_kv_heads * enc_bytes + layer_token_bytes * (held - enc_tokens);
+      enc_bytes = groups * enc.BlockBytes();
+      per_layer = e.stored_kv_heads * enc_bytes + layer_token_bytes * plain_tokens;
     }
     g.bytes = g.layers * per_layer;
     e.bytes_per_sequence += g.bytes;
     // A window layer frees only whole leading blocks out of its window, so it
     // may hold up to a block more; the figure here is the exact window.
-    const int64_t plain_blocks = (held - enc_tokens + bs - 1) / bs;
+    const int64_t plain_blocks = (plain_tokens + bs - 1) / bs;
     e.bytes_in_blocks += g.layers * e.stored_kv_heads * (plain_blocks * plain_block_bytes + enc_bytes);
   }
   PlacementOptions po;
@@ -155,6 +222,10 @@ std::string FormatMemoryReport(const MemoryEstimate& e, int64_t pool_bytes) {
   out += "storage        " + std::to_string(e.bits) + " bits per number";
   if (!e.encoding.empty()) out += "; " + WithCommas(e.encoded_tokens) + " tokens sealed as " + e.encoding;
   out += "\n";
+  if (e.sealed_bound) {
+    out += "               (sealed groups stay whole while they keep a token: with a selection by score, which\n"
+           "               stay depends on the attention, so the encoded bytes below are an upper bound)\n";
+  }
   out += "per token      " + WithCommas(e.bytes_per_token) + " B = " + BinaryUnits(e.bytes_per_token) +
          "   (2 x L x H_kv x d_h x b)\n";
   if (!e.selection.empty()) {

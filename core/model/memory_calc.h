@@ -34,7 +34,11 @@ struct MemoryEstimate {
   int64_t mha_shortcut_bytes = 0;     // 2 * L * d_model * S * b: what the MHA formula claims
   std::string policy;                 // stack description
   std::string encoding;               // sealed-block encoding, if the stack has one
-  int64_t encoded_tokens = 0;         // tokens in sealed encoded blocks
+  int64_t encoded_tokens = 0;         // live tokens in sealed encoded blocks
+  // Selection by score over an encoding: sealed groups stay whole while they
+  // keep a slot, so which stay depends on the attention; the encoded bytes
+  // are then an upper bound (each kept sealed token in a group of its own).
+  bool sealed_bound = false;
   int64_t tokens_kept = 0;            // per stream of a global layer, after selection
   std::string selection;              // the selection policy's description, if any
   int64_t block_size = 16;

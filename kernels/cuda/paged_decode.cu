@@ -295,6 +295,9 @@ CheckResult CheckCall(const PagedDecodePlan& plan, const PagedKV& kv, const Enco
                    std::to_string(sh.num_seqs * sh.num_kv_heads));
   }
   if (p.rope_inv_freq != nullptr) return Unsupported("rotation at read time (rope_inv_freq) is not implemented on CUDA");
+  if (enc != nullptr && enc->dead != nullptr) {
+    return Unsupported("evicted slots inside sealed groups (EncodedKV::dead) are not implemented on CUDA");
+  }
   if (!(p.sm_scale > 0.0f) || !std::isfinite(p.sm_scale)) return Invalid("sm_scale must be positive and finite");
   if (sh.num_seqs == 0) return {};
   if (kv.block_size <= 0) return Invalid("block_size must be positive");
