@@ -15,7 +15,9 @@
 //                            ("0.1+3.0"), every other head a retrieval head (the
 //                            calibration windows one head alone this way)
 //   With neither a file nor a list every head is streaming (sink's rule; the
-//   fraction -> 0 end of the curve), so the defaults still act.
+//   fraction -> 0 end of the curve), so the defaults still act. The defaults
+//   (0.5, 64 + 256) are our reading of the paper's settings for 7B-8B models,
+//   not checked against its code; tiny models' configs override the window.
 //
 // What it keeps: a retrieval head (layer l, KV head h) keeps every slot; a
 // streaming head keeps its first `sinks` and its last `recent` slots. The
