@@ -22,7 +22,8 @@
 // What it keeps: a retrieval head (layer l, KV head h) keeps every slot; a
 // streaming head keeps its first `sinks` and its last `recent` slots. The
 // evicted slots are freed, so a streaming head holds ceil((sinks + recent) /
-// block) blocks and a retrieval head its whole length: memory per head is real.
+// block) blocks and a retrieval head its whole length: memory per head is real,
+// and the pools reserve per head too (KeptSlotsBoundOfHead).
 //
 // How it differs from the paper: DuoAttention learns a gate per head by
 // optimisation (a distillation loss between full and streaming attention on
@@ -65,6 +66,10 @@ class DuoPolicy : public KVPolicy {
   int64_t KeptSlotsBound(int64_t max_length) const override {
     // A retrieval head keeps everything; without one, sink's bound.
     if (split_ != Split::kAllStreaming) return max_length;
+    return max_length - recent_ <= sinks_ ? max_length : sinks_ + recent_;
+  }
+  int64_t KeptSlotsBoundOfHead(int64_t max_length, int layer, int kv_head, int /*kv_heads*/) const override {
+    if (IsRetrieval(layer, kv_head)) return max_length;
     return max_length - recent_ <= sinks_ ? max_length : sinks_ + recent_;
   }
   bool SelectSlots(const StreamState& s, std::vector<int64_t>* keep) const override {

@@ -228,6 +228,13 @@ class KVPolicy {
   // (SelectsPerLayer) may give one head more than KeptSlotsBound, which is
   // then the bound of a stream selected alone. Default: KeptSlotsBound.
   virtual int64_t KeptSlotsBoundInLayer(int64_t max_length, int /*kv_heads*/) const { return KeptSlotsBound(max_length); }
+  // The bound of the stream of (layer, kv_head) in a layer of kv_heads stored
+  // heads, for a policy whose rule differs by head (PerHeadSplit): the pools
+  // then reserve the sum over streams instead of one bound for all. Default:
+  // KeptSlotsBoundInLayer.
+  virtual int64_t KeptSlotsBoundOfHead(int64_t max_length, int /*layer*/, int /*kv_head*/, int kv_heads) const {
+    return KeptSlotsBoundInLayer(max_length, kv_heads);
+  }
   // True if the rule differs by (layer, KV head) from a fixed split (duo's
   // retrieval and streaming heads): heads of one layer then hold different
   // lengths for the whole run. The CUDA path refuses it (not wired for it).

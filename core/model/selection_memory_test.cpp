@@ -160,6 +160,8 @@ TEST(SelectionMemoryTest, DuoPoolsHoldFullRetrievalHeadsAndWindowedStreamingHead
   EXPECT_EQ(c.pool().num_used(), blocks);
   EXPECT_EQ(c.BytesInUse(), blocks * r.shape.BlockBytes()) << "pool bytes = sum over (layer, head) of kept blocks";
   EXPECT_LT(c.BytesInUse(), r.res.full_bytes / 3);
+  // The pools reserve per head too: each stream's bound plus one step.
+  EXPECT_EQ(r.res.plain_blocks, 64 * Blocks(kPrompt) + 192 * Blocks(320 + kStep));
 }
 
 }  // namespace
