@@ -167,6 +167,11 @@ Status PolicyStack::CheckShape(int model_kv_heads, int head_dim, int block_size)
   return Status::OK();
 }
 
+Status PolicyStack::CheckLayout(int num_layers, int stored_kv_heads) const {
+  for (const auto& p : policies_) KVLAB_RETURN_IF_ERROR(p->CheckLayout(num_layers, stored_kv_heads));
+  return Status::OK();
+}
+
 bool PolicyStack::Placement(PlacementOptions* o) const {
   const KVPolicy* p = For(kConcernPlacement);
   return p != nullptr && p->Placement(o);

@@ -158,6 +158,10 @@ class KVPolicy {
   // that must divide H_kv, a quantization group that must divide head_dim);
   // the error names the parameter.
   virtual Status CheckShape(int /*model_kv_heads*/, int /*head_dim*/, int /*block_size*/) const { return Status::OK(); }
+  // Checks the parameters against the cache's layers and stored KV heads per
+  // layer (a per-(layer, head) file written for one model shape: duo's head
+  // split); called with CheckShape when the cache shape is derived.
+  virtual Status CheckLayout(int /*num_layers*/, int /*stored_kv_heads*/) const { return Status::OK(); }
 
   // --- head sharing ---
   // Stored KV heads per layer for a model with model_kv_heads KV heads.
@@ -230,6 +234,17 @@ class KVPolicy {
   // a slot (KVCache::Compact), so the encoded pool is sized from it: kept
   // slots in R runs touch at most ceil(kept / group) + R groups.
   virtual int64_t KeptRunsBound() const { return 0; }
+  // The bound of the stream of (layer, kv_head) in a layer of kv_heads stored
+  // heads, for a policy whose rule differs by head (PerHeadSplit): the pools
+  // then reserve the sum over streams instead of one bound for all. Default:
+  // KeptSlotsBoundInLayer.
+  virtual int64_t KeptSlotsBoundOfHead(int64_t max_length, int /*layer*/, int /*kv_head*/, int kv_heads) const {
+    return KeptSlotsBoundInLayer(max_length, kv_heads);
+  }
+  // True if the rule differs by (layer, KV head) from a fixed split (duo's
+  // retrieval and streaming heads): heads of one layer then hold different
+  // lengths for the whole run. The CUDA path refuses it (not wired for it).
+  virtual bool PerHeadSplit() const { return false; }
   // True to store keys before RoPE and rotate them at read time by their
   // slot index (positions within the cache, as StreamingLLM does).
   virtual bool KeysBeforeRope() const { return false; }
@@ -327,6 +342,8 @@ class PolicyStack {
   bool PrefixCachingByDefault() const;
   // Every policy's CheckShape, first error wins.
   Status CheckShape(int model_kv_heads, int head_dim, int block_size) const;
+  // Every policy's CheckLayout, first error wins.
+  Status CheckLayout(int num_layers, int stored_kv_heads) const;
 
  private:
   std::vector<std::unique_ptr<KVPolicy>> policies_;

@@ -23,6 +23,7 @@ void RegisterBuiltinPolicies(PolicyRegistry* registry) {
   RegisterAdaKVPolicy(registry);
   RegisterTovaPolicy(registry);
   RegisterKeyNormPolicy(registry);
+  RegisterDuoPolicy(registry);
 }
 
 PolicyRegistry& PolicyRegistry::Global() {

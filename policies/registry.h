@@ -72,5 +72,6 @@ void RegisterPyramidKVPolicy(PolicyRegistry* registry); // pyramidkv.cpp
 void RegisterAdaKVPolicy(PolicyRegistry* registry);     // adakv.cpp
 void RegisterTovaPolicy(PolicyRegistry* registry);      // tova.cpp
 void RegisterKeyNormPolicy(PolicyRegistry* registry);   // key_norm.cpp
+void RegisterDuoPolicy(PolicyRegistry* registry);       // duo.cpp
 
 }  // namespace kvlab

@@ -47,36 +47,48 @@ Status ReservePools(const CacheShape& shape, const ModelKvShape& model, DType re
   }
   out->full_bytes = full;
 
-  // Per layer: plain and encoded blocks of one stream.
-  std::vector<int64_t> plain_l(static_cast<size_t>(shape.num_layers)), enc_l(plain_l.size());
-  int64_t windowed_layers = 0;
-  for (int l = 0; l < shape.num_layers; ++l) {
-    int64_t sl = slots;
-    if (shape.Window(l) > 0) {
-      sl = std::min(sl, shape.Window(l) + bs + step);
-      ++windowed_layers;
-    }
+  // Plain and encoded blocks of one stream of layer l holding up to stream_slots.
+  auto stream_blocks = [&](int l, int64_t stream_slots, int64_t* p, int64_t* e) {
+    int64_t sl = stream_slots;
+    if (shape.Window(l) > 0) sl = std::min(sl, shape.Window(l) + bs + step);
     if (req.prefix_caching) sl = ctx;
-    int64_t p = CeilDiv(sl, bs);
+    *p = CeilDiv(sl, bs);
     // Sealing leaves at most the residual + a group being filled + a step
     // plain; compaction never decodes sealed groups back into plain slots.
-    if (shape.encoded && !req.prefix_caching) p = std::min(p, CeilDiv(shape.residual + tpb - 1 + step, bs));
-    plain_l[static_cast<size_t>(l)] = p;
+    if (shape.encoded && !req.prefix_caching) *p = std::min(*p, CeilDiv(shape.residual + tpb - 1 + step, bs));
+    *e = 0;
     if (shape.encoded) {
       // Groups stay whole while they keep a slot: sl slots in R runs touch at
       // most ceil(sl / tpb) + R groups; scattered ones (R = 0) one each.
-      int64_t g = CeilDiv(sl, tpb);
+      *e = CeilDiv(sl, tpb);
       if (sel != nullptr && !req.prefix_caching) {
         const int64_t runs = sel->KeptRunsBound();
-        g = std::min(CeilDiv(ctx, tpb), runs > 0 ? g + runs : sl);
+        *e = std::min(CeilDiv(ctx, tpb), runs > 0 ? *e + runs : sl);
       }
-      enc_l[static_cast<size_t>(l)] = g;
     }
-  }
-  int64_t plain_per_seq = 0, enc_per_seq = 0;
-  for (size_t l = 0; l < plain_l.size(); ++l) {
-    plain_per_seq += plain_l[l] * shape.num_kv_heads;
-    enc_per_seq += enc_l[l] * shape.num_kv_heads;
+  };
+  // A policy whose rule differs by head (duo) is reserved per stream.
+  const bool per_head = sel != nullptr && sel->PerHeadSplit() && !req.prefix_caching;
+  // Per layer: plain and encoded blocks of one stream (the layer's largest).
+  std::vector<int64_t> plain_l(static_cast<size_t>(shape.num_layers)), enc_l(plain_l.size());
+  int64_t windowed_layers = 0, plain_per_seq = 0, enc_per_seq = 0;
+  for (int l = 0; l < shape.num_layers; ++l) {
+    if (shape.Window(l) > 0) ++windowed_layers;
+    int64_t p = 0, e = 0;
+    stream_blocks(l, slots, &p, &e);
+    plain_l[static_cast<size_t>(l)] = p;
+    enc_l[static_cast<size_t>(l)] = e;
+    if (!per_head) {
+      plain_per_seq += p * shape.num_kv_heads;
+      enc_per_seq += e * shape.num_kv_heads;
+      continue;
+    }
+    for (int h = 0; h < shape.num_kv_heads; ++h) {
+      const int64_t kh = std::max<int64_t>(0, std::min(ctx, sel->KeptSlotsBoundOfHead(ctx, l, h, shape.num_kv_heads)));
+      stream_blocks(l, std::min(ctx, kh + step), &p, &e);
+      plain_per_seq += p;
+      enc_per_seq += e;
+    }
   }
   int64_t plain = 0, enc = 0;
   if (!Mul(plain_per_seq, req.max_seqs, &plain) || !Mul(enc_per_seq, req.max_seqs, &enc)) return Overflow("block counts");
@@ -88,6 +100,9 @@ Status ReservePools(const CacheShape& shape, const ModelKvShape& model, DType re
   if (req.prefix_caching) {
     line("plain: " + seqs_streams + " x " + Num(CeilDiv(ctx, bs)) + " blocks (prefix caching keeps the full reservation: " +
          "cached blocks outlive their sequences)");
+  } else if (per_head) {
+    line("plain: " + seqs_streams + ", " + Num(plain_per_seq) + " blocks a sequence by each head's bound (" +
+         sel->Name() + ": up to " + Num(ctx) + " + a " + Num(step) + "-token step)");
   } else if (sel != nullptr) {
     line("plain: " + seqs_streams + ", each at most " + Num(slots) + " slots (" + sel->Name() + " keeps <= " + Num(kept) +
          " of " + Num(ctx) + " + a " + Num(step) + "-token step)" +

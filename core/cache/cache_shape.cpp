@@ -40,6 +40,7 @@ Status DeriveCacheShape(const ModelKvShape& model, const PolicyStack& stack, int
   CacheShape shape;
   shape.num_layers = model.num_layers;
   shape.num_kv_heads = stack.StoredKvHeads(model.num_kv_heads);
+  KVLAB_RETURN_IF_ERROR(stack.CheckLayout(model.num_layers, shape.num_kv_heads));
   shape.head_dim = model.head_dim;
   shape.block_size = block_size;
   shape.dtype = stack.StorageDType(kv_dtype);

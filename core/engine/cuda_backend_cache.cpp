@@ -216,10 +216,13 @@ Status NewCudaBackend(const CudaBackendOptions& o, std::unique_ptr<AttentionBack
                                    "device \"cpu\"");
   }
   if (const KVPolicy* sel = stack.For(kConcernSelection);
-      sel != nullptr && (sel->ObservationWindow() > 0 || sel->NeedsKeyNorms() || sel->SelectsPerLayer())) {
+      sel != nullptr &&
+      (sel->ObservationWindow() > 0 || sel->NeedsKeyNorms() || sel->SelectsPerLayer() || sel->PerHeadSplit())) {
     const std::string need = sel->ObservationWindow() > 0 ? "the attention of an observation window (its last queries only)"
                              : sel->NeedsKeyNorms()       ? "key norms read from the cache's blocks"
-                                                          : "all KV heads of a layer selected jointly";
+                             : sel->SelectsPerLayer()     ? "all KV heads of a layer selected jointly"
+                                                          : "a per-(layer, head) split (heads of a layer as long as their "
+                                                            "rule, full or windowed)";
     return Status::InvalidArgument("policy " + PolicyName(stack, kConcernSelection) + " (selection) needs " + need + "," +
                                    not_yet + ": the CUDA kernels and device compaction are not wired for it; use device "
                                    "\"cpu\"");

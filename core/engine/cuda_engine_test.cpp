@@ -254,6 +254,7 @@ TEST(CudaEngineTest, RefusesWhatItDoesNotImplement) {
       {{PolicySpec{"adakv", {{"budget", "64"}, {"window", "16"}}, "t"}}, "'adakv'"},
       {{PolicySpec{"tova", {{"budget", "64"}}, "t"}}, "'tova'"},
       {{PolicySpec{"key-norm", {{"budget", "64"}}, "t"}}, "'key-norm'"},
+      {{PolicySpec{"duo", {{"streaming", "0.0"}, {"sinks", "4"}, {"recent", "60"}}, "t"}}, "'duo'"},
   };
   for (const Case& c : cases) {
     std::unique_ptr<Engine> e;

@@ -390,6 +390,37 @@ int64_t DeviceBlocksReferenced(const KVCache& c) {
   return n;
 }
 
+// duo in the engine, alone and stacked with a representation (kivi) and a
+// placement (offload): streaming heads hold sinks + recent, retrieval heads
+// every token, and offload changes no output bit of duo's.
+TEST(PolicyEngineTest, DuoComposesWithKiviAndOffload) {
+  const auto tokens = Tokens(200);
+  const PolicySpec duo{"duo", {{"streaming", "0.1+1.0"}, {"sinks", "4"}, {"recent", "60"}}, "t"};
+  auto alone = MakeEngine({duo}, DType::kBF16);
+  auto kivi = MakeEngine({duo, PolicySpec{"kivi", {{"group", "16"}, {"residual", "16"}}, "t"}}, DType::kBF16);
+  auto off = MakeEngine({duo, PolicySpec{"offload", {{"device_budget", "4096"}, {"keep_recent", "0"}}, "t"}}, DType::kBF16);
+  ASSERT_TRUE(alone && kivi && off);
+  const std::vector<float> a = TeacherForce(alone.get(), tokens, 40);
+  const std::vector<float> k = TeacherForce(kivi.get(), tokens, 40);
+  const std::vector<float> o = TeacherForce(off.get(), tokens, 40);
+  ASSERT_EQ(a.size(), o.size());
+  EXPECT_EQ(std::memcmp(a.data(), o.data(), a.size() * sizeof(float)), 0) << "offload changed duo's output";
+  for (Engine* e : {alone.get(), kivi.get(), off.get()}) {
+    for (int l = 0; l < 2; ++l) {
+      for (int h = 0; h < 2; ++h) {
+        const bool streaming = (l == 0 && h == 1) || (l == 1 && h == 0);
+        // live tokens: under kivi a streaming head's sealed groups keep their evicted slots, dead
+        EXPECT_EQ(e->cache().stream(0, l, h).LiveTokens(), streaming ? 64 : 200) << l << "." << h;
+      }
+    }
+  }
+  EXPECT_LT(kivi->Memory().bytes_in_use, alone->Memory().bytes_in_use) << "kivi encoded nothing under duo";
+  EXPECT_LT(off->Memory().device_bytes, alone->Memory().device_bytes) << "offload moved nothing under duo";
+  bool finite = true;
+  for (float x : k) finite = finite && std::isfinite(x);
+  EXPECT_TRUE(finite);
+}
+
 // Conformance over every registered policy, in the engine, so a new policy is
 // checked the day it is registered: with its test_params on a 200-token
 // teacher-forced run it is deterministic, it is not a silent no-op (the

@@ -4,7 +4,9 @@
 // drives it (Reserve, scores, ApplySelection with each step's shape), with
 // random attention whose scale differs by head. Ada-KV's pools then hold
 // exactly the sum over (layer, head) of its kept slots in whole blocks, its
-// heads differently long; PyramidKV's layers hold what its schedule gives.
+// heads differently long; PyramidKV's layers hold what its schedule gives;
+// DuoAttention's retrieval heads hold the whole prompt and its streaming heads
+// sinks + recent, as its split file says.
 // (model/ sits above cache/, and the preset lives here.)
 #include <gtest/gtest.h>
 
@@ -14,6 +16,7 @@
 #include "core/cache/cache_test_util.h"
 #include "core/cache/kv_cache.h"
 #include "core/model/model_config.h"
+#include "policies/duo_heads.h"
 #include "policies/snapkv_scores.h"
 
 namespace kvlab {
@@ -119,6 +122,46 @@ TEST(SelectionMemoryTest, PyramidKVLayerBytesFollowItsSchedule) {
   EXPECT_EQ(slots, 32 * 8 * B) << "the uniform total";
   EXPECT_EQ(c.BytesInUse(), blocks * r.shape.BlockBytes());
   EXPECT_GT(c.stream(0, 0, 0).num_tokens, 10 * c.stream(0, 31, 0).num_tokens);
+}
+
+TEST(SelectionMemoryTest, DuoPoolsHoldFullRetrievalHeadsAndWindowedStreamingHeads) {
+  // A split file for llama-3.1-8b's 32 x 8 heads with random scores.
+  DuoHeadScores split;
+  split.model = "llama-3.1-8b";
+  split.num_layers = 32;
+  split.num_kv_heads = 8;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (int i = 0; i < 32 * 8; ++i) split.scores.push_back(u(rng));
+  const std::string path = ::testing::TempDir() + "/duo-llama-3.1-8b.toml";
+  ASSERT_TRUE(WriteDuoHeads(path, split).ok());
+  const std::vector<char> retrieval = DuoRetrievalMask(split.scores, 0.25);
+  PrefillRun r;
+  Prefill(PolicySpec{"duo", {{"heads", path}, {"fraction", "0.25"}}, "t"}, &r);  // sinks 64, recent 256
+  if (HasFatalFailure()) return;
+  const KVCache& c = *r.cache;
+  int64_t blocks = 0, full_heads = 0;
+  for (int l = 0; l < 32; ++l) {
+    for (int h = 0; h < 8; ++h) {
+      const Stream& st = c.stream(0, l, h);
+      const bool full = retrieval[static_cast<size_t>(l * 8 + h)] != 0;
+      full_heads += full;
+      EXPECT_EQ(st.num_tokens, full ? kPrompt : 64 + 256) << "layer " << l << " head " << h;
+      EXPECT_EQ(static_cast<int64_t>(st.blocks.size()), Blocks(st.num_tokens)) << "layer " << l << " head " << h;
+      if (!full) {
+        EXPECT_EQ(st.positions[63], 63);
+        EXPECT_EQ(st.positions[64], kPrompt - 256);
+      }
+      blocks += Blocks(st.num_tokens);
+    }
+  }
+  EXPECT_EQ(full_heads, 64) << "a quarter of 256 heads";
+  EXPECT_EQ(blocks, 64 * Blocks(kPrompt) + 192 * Blocks(320));
+  EXPECT_EQ(c.pool().num_used(), blocks);
+  EXPECT_EQ(c.BytesInUse(), blocks * r.shape.BlockBytes()) << "pool bytes = sum over (layer, head) of kept blocks";
+  EXPECT_LT(c.BytesInUse(), r.res.full_bytes / 3);
+  // The pools reserve per head too: each stream's bound plus one step.
+  EXPECT_EQ(r.res.plain_blocks, 64 * Blocks(kPrompt) + 192 * Blocks(320 + kStep));
 }
 
 }  // namespace

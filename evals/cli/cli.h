@@ -37,6 +37,7 @@ Command AddMergeCommand(CLI::App& app);
 Command AddModelsCommand(CLI::App& app);
 Command AddTokenizeCommand(CLI::App& app);
 Command AddPoliciesCommand(CLI::App& app);
+Command AddCalibrateHeadsCommand(CLI::App& app);  // calibrate_command.cpp
 
 // Prints `s` as "kvlab: error: ..." on stderr; returns the exit status 1.
 int Fail(const Status& s);

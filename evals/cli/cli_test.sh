@@ -96,6 +96,22 @@ expect_err "logits --tokens-file bad id" "$T/bad.ids:2" "'999'" -- \
   "$KVLAB" logits --model "$T/ok" --tokens-file "$T/bad.ids" --out "$T/logits.bin"
 expect_err "logits without tokens" "--tokens-file" -- "$KVLAB" logits --model "$T/ok" --out "$T/logits.bin"
 
+# --- DuoAttention: calibrate-heads writes the split duo reads; bad splits name duo, 'heads' and the file ---
+expect_out "calibrate-heads" "wrote $T/heads.toml" "layers x 2 KV heads" -- \
+  "$KVLAB" calibrate-heads --model "$T/ok" --out "$T/heads.toml" --samples 1 --length 160 --sinks 4 --recent 28 --threads 1
+grep -q '^format = "kvlab-duo-heads"' "$T/heads.toml" && pass "calibrate-heads file format" || fail "calibrate-heads file format"
+printf 'format = "kvlab-duo-heads"\nmodel = "other"\nnum_layers = 2\nnum_kv_heads = 1\nscores = [[1.0], [2.0]]\n' > "$T/other.toml"
+expect_err "duo: a split for another shape" "policy 'duo' parameter 'heads' ($T/other.toml)" "2 layers x 1 KV heads" -- \
+  "$KVLAB" generate --model "$T/ok" --prompt "hi" --max-new-tokens 1 --threads 1 --policy "duo:heads=$T/other.toml"
+expect_err "duo: a missing split" "policy 'duo' parameter 'heads' ($T/none.toml)" "cannot open" -- \
+  "$KVLAB" generate --model "$T/ok" --prompt "hi" --max-new-tokens 1 --policy "duo:heads=$T/none.toml"
+expect_err "duo: fraction outside (0, 1]" "policy 'duo' parameter 'fraction' must be in (0, 1], got 0" -- \
+  "$KVLAB" generate --model "$T/ok" --prompt "hi" --policy "duo:heads=$T/heads.toml,fraction=0"
+expect_out "duo with the calibrated split" "tokens:" -- \
+  "$KVLAB" generate --model "$T/ok" --prompt "hi" --max-new-tokens 3 --threads 1 --policy "duo:heads=$T/heads.toml,sinks=4,recent=28"
+expect_err "calibrate-heads: window longer than the prompt" "--length" -- \
+  "$KVLAB" calibrate-heads --model "$T/ok" --out "$T/h2.toml" --length 20 --sinks 4 --recent 28
+
 # --- logits under a policy: offload is lossless, so its logits equal full's byte for byte ---
 # 80 tokens decoded one a step; a device budget of one block with a host
 # budget of one block sends the rest to disk, and each step brings them back.

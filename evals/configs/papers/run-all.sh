@@ -21,6 +21,7 @@ lane_b() {
   $k run evals/configs/composition.toml --set threads=1 --no-progress
   $k run evals/configs/retrieval.toml --set threads=1 --no-progress
   bash evals/configs/qwen3-random/run.sh "$k"
+  bash evals/configs/papers/duo.sh
   bash evals/configs/papers/gqa-uptrain.sh
 }
 lane_a > results/run-all-a.log 2>&1 &
