@@ -9,16 +9,19 @@
 #   bash .ci/sanitize.sh [CTEST_REGEX]     e.g. bash .ci/sanitize.sh 'Safetensors|KVCache'
 #
 # Run it on every change to the loaders (core/model), the cache (core/cache)
-# and the kernels (kernels/). It is not in .ci/run: on a 2-core host the first
-# build takes about BUILD_MIN minutes and the tests TEST_MIN (the timings at
-# the end of the summary, and README.md's testing paragraph); with ccache
+# and the kernels (kernels/). It is not in .ci/run, it does not fit: measured
+# on a 2-core host shared with other builds, the first build of the 17
+# torch-free test programs took 50 min and the kvlab binary 24 min more (the
+# libtorch test programs longer still), and their tests (668 cases) 15 min
+# with JOBS=2, cli_test and sweep_lock_test 2.5 min. With ccache
 # (CMAKE_CXX_COMPILER_LAUNCHER=ccache) a rebuild after a small change takes
-# minutes.
+# minutes. The summary's last line gives each run's timings.
 #
-# Every sanitizer report of every process (test binaries, and the kvlab
+# Every ASan and LSan report of every process (test binaries, and the kvlab
 # binary that the script tests start) goes to build-sanitize/sanitizer-logs/
 # (log_path), so that a report in a process whose failure a test expects is
-# still counted. Any report is a finding and makes the script exit 1; so does
+# still counted; UBSan's (fatal: the process fails) are counted in ctest's
+# output, where gcc's runtime prints them. Any report is a finding and makes the script exit 1; so does
 # a failed test. Reports from libraries outside kvlab (libtorch, OpenBLAS,
 # libgomp) may be suppressed in .ci/lsan.supp / .ci/ubsan.supp, each entry
 # with a comment naming the library and why; never a frame of kvlab's code.
@@ -91,7 +94,11 @@ sed -n 's/^Command: //p' "$B/Testing/Temporary/LastTest.log" 2>/dev/null | tr -d
 echo "excluded:"
 for e in "${EXCLUDED[@]}"; do echo "  ${e%%|*}: ${e#*|}"; done
 reports=$(grep -lE 'ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:' "$LOGS"/* 2>/dev/null)
-echo "sanitizer findings: $(echo -n "$reports" | grep -c .) report(s) in $LOGS"
+# gcc's UBSan (beside ASan) prints to stderr whatever log_path says: count
+# its reports in the tests' output too (a report makes the process fail).
+ub=$(grep -c 'runtime error:' "$B/Testing/Temporary/LastTest.log" 2>/dev/null)
+echo "sanitizer findings: $(echo -n "$reports" | grep -c .) report(s) in $LOGS, ${ub:-0} UBSan report(s) in the tests' output"
+grep -m5 'runtime error:' "$B/Testing/Temporary/LastTest.log" 2>/dev/null | sed 's/^/  /'
 for r in $reports; do
   echo "  $(basename "$r"): $(grep -m1 -E 'SUMMARY|runtime error:' "$r")"
   grep -m1 -E '#[0-9]+ .* in .*(/core/|/kernels/|/policies/|/datasets/|/evals/)' "$r" | sed 's/^ */    first kvlab frame: /'
@@ -106,4 +113,4 @@ for f in .ci/lsan.supp .ci/ubsan.supp; do
   done
 done
 echo "time: build $(( (built - start) / 60 )) min $(( (built - start) % 60 )) s, tests $(( (tested - built) / 60 )) min $(( (tested - built) % 60 )) s (JOBS=$JOBS)"
-[ "${nfail:-1}" = 0 ] && [ -z "$reports" ]
+[ "${nfail:-1}" = 0 ] && [ -z "$reports" ] && [ "${ub:-0}" = 0 ]
