@@ -10,10 +10,10 @@
 #
 # Run it on every change to the loaders (core/model), the cache (core/cache)
 # and the kernels (kernels/). It is not in .ci/run, it does not fit: measured
-# on a 2-core host shared with other builds, the first build of the 17
-# torch-free test programs took 50 min and the kvlab binary 24 min more (the
-# libtorch test programs longer still), and their tests (668 cases) 15 min
-# with JOBS=2, cli_test and sweep_lock_test 2.5 min. With ccache
+# on a 2-core host shared with other builds, the first build took 84 min (the
+# 17 torch-free test programs 50, the kvlab binary 24, the libtorch test
+# programs 10), the tests of the torch-free programs (683 cases) 15 min with
+# JOBS=2, cli_test and sweep_lock_test 2.5 min. With ccache
 # (CMAKE_CXX_COMPILER_LAUNCHER=ccache) a rebuild after a small change takes
 # minutes. The summary's last line gives each run's timings.
 #
