@@ -5,9 +5,26 @@
 // Why a module: Debian's libsentencepiece bundles its own protobuf-lite and
 // exports its symbols; linked into kvlab beside libtorch (whose libprotobuf
 // has the same symbols, another version), the dynamic linker mixes the two and
-// kvlab crashes while loading. The module is opened with RTLD_LOCAL |
-// RTLD_DEEPBIND, so SentencePiece binds to its own protobuf and libtorch never
-// sees it.
+// kvlab crashes while loading (libprotobuf's version check aborts: the
+// module's sentencepiece_model.pb.cc was compiled against 3.14, libtorch's
+// libprotobuf is 3.21). The module is opened with RTLD_LOCAL | RTLD_DEEPBIND,
+// so SentencePiece binds to its own protobuf and libtorch never sees it.
+//
+// Sanitizer builds (KVLAB_SANITIZE, .ci/sanitize.sh): ASan's dlopen refuses
+// RTLD_DEEPBIND (a deep-bound library would bypass its malloc), and a plain
+// RTLD_LOCAL dlopen is not enough: the clash does bite with Debian's shared
+// libprotobuf (libsentencepiece's protobuf calls resolve to libprotobuf.so.32
+// through the global scope, and the version check aborts; checked with a
+// libtorch program). Linking the module with -Bsymbolic or a version script
+// would not help either: the clashing references are inside libsentencepiece.so,
+// not in the module. So there the module is opened with dlmopen(LM_ID_NEWLM)
+// into a link-map namespace of its own, with its own libsentencepiece,
+// libstdc++ and libc and no libprotobuf, and it is built without the
+// sanitizers (a second sanitizer runtime cannot live in that namespace). It is
+// a thin C wrapper; what crosses the boundary is copied (err) or malloc'ed and
+// freed by the module itself (kvlab_spm_free), so the two heaps never mix. The
+// tokenizer tests (model_io_test) and cli_test's tokenizer.model case (the
+// kvlab binary, beside libtorch) check it under the sanitizers.
 #pragma once
 
 #include <cstddef>

@@ -35,7 +35,13 @@ const SpmModule& Module() {
   static const SpmModule module = [] {
     SpmModule m;
 #ifdef KVLAB_SENTENCEPIECE_MODULE
+#ifdef KVLAB_SENTENCEPIECE_OWN_NAMESPACE
+    // Sanitizer builds (KVLAB_SANITIZE): ASan refuses RTLD_DEEPBIND, so the
+    // (uninstrumented) module gets a link-map namespace of its own.
+    void* lib = dlmopen(LM_ID_NEWLM, KVLAB_SENTENCEPIECE_MODULE, RTLD_NOW | RTLD_LOCAL);
+#else
     void* lib = dlopen(KVLAB_SENTENCEPIECE_MODULE, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+#endif
     if (lib == nullptr) {
       const char* e = dlerror();
       m.error = std::string("cannot load the SentencePiece module: ") + (e != nullptr ? e : "unknown error");
