@@ -42,13 +42,11 @@ void GatherStream(const PagedKV& kv, const EncodedKV& enc, int s, std::vector<fl
 // the live ones (evicted slots of sealed groups hold places, not positions).
 // live[t] for every slot of a stream of `len` slots; returns the dead count.
 int64_t LiveIndex(const EncodedKV& enc, int s, int64_t len, std::vector<int64_t>* live) {
-  const uint8_t* dead = enc.DeadFlags(s);
-  const int64_t ne = enc.StreamTokens(s);
   live->resize(static_cast<size_t>(len));
   int64_t n_dead = 0;
   for (int64_t t = 0; t < len; ++t) {
     (*live)[static_cast<size_t>(t)] = t - n_dead;
-    if (dead != nullptr && t < ne && dead[t] != 0) ++n_dead;
+    if (enc.SlotDead(s, t)) ++n_dead;
   }
   return n_dead;
 }
@@ -78,10 +76,8 @@ void PagedAttentionEncodedReference(const PagedKV& kv, const EncodedKV& enc, con
           if (p.rope_inv_freq != nullptr) Rotate(q.data(), d, visible - 1 - n_dead, p.rope_inv_freq);
           scores.assign(static_cast<size_t>(visible), -INFINITY);
           double mx = -INFINITY;
-          const uint8_t* dead = enc.DeadFlags(s);
-          const int64_t ne = enc.StreamTokens(s);
           for (int64_t t = first; t < visible; ++t) {
-            if (dead != nullptr && t < ne && dead[t] != 0) continue;  // an evicted slot: weight 0
+            if (enc.SlotDead(s, t)) continue;  // an evicted slot: weight 0
             std::copy(k.begin() + t * d, k.begin() + (t + 1) * d, key.begin());
             if (p.rope_inv_freq != nullptr) Rotate(key.data(), d, live[static_cast<size_t>(t)], p.rope_inv_freq);
             double dot = 0;
@@ -141,11 +137,8 @@ static void EncodedAttentionGeneric(const PagedKV& kv, const EncodedKV& enc, con
         }
       }
     }
-    const uint8_t* dead = enc.DeadFlags(s);
-    const int64_t ne = enc.StreamTokens(s);
-    auto is_dead = [&](int64_t t) { return dead != nullptr && t < ne && dead[t] != 0; };
     for (int64_t t = 0; t < len; ++t) {
-      if (is_dead(t)) continue;
+      if (enc.SlotDead(s, t)) continue;
       const float* kt = k.data() + t * d;
       const float* vt = v.data() + t * d;
       for (int r = 0; r < rows; ++r) {
@@ -182,7 +175,7 @@ static void EncodedAttentionGeneric(const PagedKV& kv, const EncodedKV& enc, con
       for (int r = first_row; r < rows; ++r) {
         const float* qr = q.data() + static_cast<int64_t>(r) * d;
         for (int64_t t = first[static_cast<size_t>(r)]; t < visible[static_cast<size_t>(r)]; ++t) {
-          if (is_dead(t)) continue;
+          if (enc.SlotDead(s, t)) continue;
           float dot = 0;
           for (int c = 0; c < d; ++c) dot += qr[c] * k[t * d + c];
           out[t] += std::exp(dot * p.sm_scale - m[static_cast<size_t>(r)]) / l[static_cast<size_t>(r)];

@@ -90,6 +90,11 @@ struct EncodedKV {
   int64_t StreamTokens(int s) const {
     return static_cast<int64_t>(indptr[s + 1] - indptr[s]) * enc.tokens_per_block;
   }
+  // Whether slot t (encoded or plain) of stream s is an evicted one.
+  bool SlotDead(int s, int64_t t) const {
+    const uint8_t* f = DeadFlags(s);
+    return f != nullptr && t < StreamTokens(s) && f[t] != 0;
+  }
   const uint8_t* Block(int s, int64_t i) const {
     return base + static_cast<int64_t>(indices[indptr[s] + i]) * block_bytes;
   }

@@ -87,24 +87,24 @@ Status KVCache::Compact(SeqId id, int layer, int head, const std::vector<int64_t
     ++num_copied_blocks_;
   }
 
-  // The new slot order: the staying groups' slots (dead ones too), then the kept plain slots.
-  std::vector<int32_t> positions;
-  std::vector<float> score;
-  std::vector<uint8_t> new_dead;
-  std::vector<int32_t> enc_blocks;
-  bool any_dead = false;
+  // The new slot order, in place front to back (every slot stays or moves
+  // down): the staying groups' slots (dead ones too), then the kept plain slots.
   for (size_t g = n_groups; g-- > 0;) {  // from the end: the prefix cache's books index units by place
     if (!stays[g]) DropStreamRef(id, si, /*encoded=*/true, g, s.enc_blocks[g]);
   }
+  size_t n_stay = 0;
+  bool any_dead = false;
   for (size_t g = 0; g < n_groups; ++g) {
     if (!stays[g]) continue;
-    enc_blocks.push_back(s.enc_blocks[g]);
-    const size_t b = g * static_cast<size_t>(tpb), e = b + static_cast<size_t>(tpb);
-    positions.insert(positions.end(), s.positions.begin() + b, s.positions.begin() + e);
-    score.insert(score.end(), s.score.begin() + b, s.score.begin() + e);
-    new_dead.insert(new_dead.end(), dead.begin() + b, dead.begin() + e);
-    any_dead = any_dead || std::find(dead.begin() + b, dead.begin() + e, uint8_t{1}) != dead.begin() + e;
+    const size_t from = g * static_cast<size_t>(tpb), to = n_stay * static_cast<size_t>(tpb);
+    s.enc_blocks[n_stay++] = s.enc_blocks[g];
+    std::copy(s.positions.begin() + from, s.positions.begin() + from + tpb, s.positions.begin() + to);
+    std::copy(s.score.begin() + from, s.score.begin() + from + tpb, s.score.begin() + to);
+    std::copy(dead.begin() + from, dead.begin() + from + tpb, dead.begin() + to);
+    any_dead = any_dead || std::find(dead.begin() + to, dead.begin() + to + tpb, uint8_t{1}) != dead.begin() + to + tpb;
   }
+  s.enc_blocks.resize(n_stay);
+  const int64_t new_ne = static_cast<int64_t>(n_stay) * tpb;
   for (size_t j = 0; j < n_plain; ++j) {
     const int64_t slot = keep[n_enc_kept + j];
     const int64_t src = slot - ne, dst = static_cast<int64_t>(j);
@@ -114,16 +114,16 @@ Status KVCache::Compact(SeqId id, int layer, int head, const std::vector<int64_t
       std::memmove(db + (dst % bs) * row_bytes, sb + (src % bs) * row_bytes, static_cast<size_t>(row_bytes));
       std::memmove(db + (bs + dst % bs) * row_bytes, sb + (bs + src % bs) * row_bytes, static_cast<size_t>(row_bytes));
     }
-    positions.push_back(s.positions[static_cast<size_t>(slot)]);
-    score.push_back(s.score[static_cast<size_t>(slot)]);
+    s.positions[static_cast<size_t>(new_ne + dst)] = s.positions[static_cast<size_t>(slot)];
+    s.score[static_cast<size_t>(new_ne + dst)] = s.score[static_cast<size_t>(slot)];
   }
-  s.enc_blocks = std::move(enc_blocks);
-  s.num_encoded = static_cast<int64_t>(s.enc_blocks.size()) * (shape_.encoded ? tpb : 0);
-  s.num_tokens = s.num_encoded + static_cast<int64_t>(n_plain);
-  s.positions = std::move(positions);
-  s.score = std::move(score);
+  s.num_encoded = new_ne;
+  s.num_tokens = new_ne + static_cast<int64_t>(n_plain);
+  s.positions.resize(static_cast<size_t>(s.num_tokens));
+  s.score.resize(static_cast<size_t>(s.num_tokens));
   if (any_dead) {
-    s.dead = std::move(new_dead);
+    dead.resize(static_cast<size_t>(new_ne));
+    s.dead = std::move(dead);
   } else {
     s.dead.clear();
   }
