@@ -220,13 +220,33 @@ struct Setup {
   }
 };
 
-// bf16 time per (context, layout): ms summed over every call of the loop and
-// the number of calls, over all of Google Benchmark's runs of the case (its
-// short trial runs, which size the iteration count, weigh by their few calls
-// instead of one run each: an unweighted mean of runs let a slow first
-// one-call trial raise the bf16 time, and the speed-up, by 10-15%).
-std::map<std::pair<int64_t, int>, std::pair<double, double>>& Bf16Times() {
-  static std::map<std::pair<int64_t, int>, std::pair<double, double>> t;
+// A kernel's time per (context, layout): ms summed over every call of the
+// loop and the number of calls, over all of Google Benchmark's runs of the
+// case (its short trial runs, which size the iteration count, weigh by their
+// few calls instead of one run each: an unweighted mean of runs let a slow
+// first one-call trial raise the bf16 time, and the speed-up, by 10-15%).
+class MeanTimes {
+ public:
+  void Add(int64_t context, int layout, double ms, double calls) {
+    auto& t = t_[{context, layout}];
+    t.first += ms * calls;
+    t.second += calls;
+  }
+  // Mean ms a call, or 0 when the case has not run.
+  double Mean(int64_t context, int layout) const {
+    const auto it = t_.find({context, layout});
+    return it == t_.end() || it->second.second <= 0 ? 0.0 : it->second.first / it->second.second;
+  }
+
+ private:
+  std::map<std::pair<int64_t, int>, std::pair<double, double>> t_;
+};
+MeanTimes& Bf16Times() {
+  static MeanTimes t;
+  return t;
+}
+MeanTimes& KiviTimes() {  // the exact KIVI-2 path's, for sink + kivi's vs_kivi
+  static MeanTimes t;
   return t;
 }
 
@@ -327,16 +347,7 @@ void BM_DecodeBf16(benchmark::State& state) {
   }
   PagedAttentionCpu(setup.Plain(0), p);  // warm-up: OpenMP thread pool
   const double ms = RunLoop(state, setup, [&](int copy) { PagedAttentionCpu(setup.Plain(copy), p); });
-  auto& t = Bf16Times()[{context, layout}];
-  const double calls = static_cast<double>(state.iterations());
-  t.first += ms * calls;
-  t.second += calls;
-}
-
-// KIVI-2 step_ms per (context, layout), as Bf16Times.
-std::map<std::pair<int64_t, int>, std::pair<double, double>>& KiviTimes() {
-  static std::map<std::pair<int64_t, int>, std::pair<double, double>> t;
-  return t;
+  Bf16Times().Add(context, layout, ms, static_cast<double>(state.iterations()));
 }
 
 void DecodeKivi2(benchmark::State& state, bool int8, bool sink = false) {
@@ -381,20 +392,9 @@ void DecodeKivi2(benchmark::State& state, bool int8, bool sink = false) {
     const EncodedKV e = setup.Encoded(copy);
     PagedAttentionEncodedCpu(setup.Plain(copy), e, p);
   });
-  const auto it = Bf16Times().find({context, layout});
-  if (it != Bf16Times().end() && it->second.second > 0) {
-    state.counters["speedup"] = it->second.first / it->second.second / ms;
-  }
-  const double calls = static_cast<double>(state.iterations());
-  if (!int8 && !sink) {
-    auto& t = KiviTimes()[{context, layout}];
-    t.first += ms * calls;
-    t.second += calls;
-  }
-  const auto kt = KiviTimes().find({context, layout});
-  if (sink && kt != KiviTimes().end() && kt->second.second > 0) {
-    state.counters["vs_kivi"] = kt->second.first / kt->second.second / ms;
-  }
+  if (const double bf16 = Bf16Times().Mean(context, layout); bf16 > 0) state.counters["speedup"] = bf16 / ms;
+  if (!int8 && !sink) KiviTimes().Add(context, layout, ms, static_cast<double>(state.iterations()));
+  if (const double kivi = KiviTimes().Mean(context, layout); sink && kivi > 0) state.counters["vs_kivi"] = kivi / ms;
 }
 
 void BM_DecodeKivi2(benchmark::State& state) { DecodeKivi2(state, false); }

@@ -10,33 +10,14 @@
 namespace kvlab {
 namespace {
 
-// What one stream holds when a selection policy is stacked on an encoding:
-// sealed groups stay whole while they keep a slot (KVCache::Compact), so the
-// layout depends on the order in which tokens came and went.
-struct SealedLayout {
-  int64_t groups = 0;         // encoded blocks
-  int64_t live_sealed = 0;    // live tokens in them
-  int64_t plain_tokens = 0;
-  bool bound = false;         // an upper bound, not the layout
-};
-
-// A positional rule (KVPolicy::KeptRunsBound > 0: sinks and a window) is
-// replayed on a memory-only cache of one stream, a token a step, as the
-// engine applies it (Reserve, selection, seal); a rule by score is bounded:
-// every kept sealed slot may hold a group of its own.
-Status SealedLayoutOf(const CacheShape& shape, const KVPolicy& sel, int64_t window, int64_t tokens, int64_t held,
-                      SealedLayout* out) {
-  const int64_t tpb = shape.enc.tokens_per_block;
-  const int64_t residual = shape.residual;
-  *out = SealedLayout();
-  if (sel.KeptRunsBound() <= 0) {
-    out->bound = true;
-    const int64_t plain = held > residual ? residual + (held - residual) % tpb : held;
-    out->plain_tokens = std::min(held, plain);
-    out->live_sealed = held - out->plain_tokens;
-    out->groups = std::min(out->live_sealed, (tokens - out->plain_tokens) / tpb);
-    return Status::OK();
-  }
+// What one stream holds when a positional selection rule (KVPolicy::
+// KeptRunsBound > 0: sinks and a window) is stacked on an encoding: sealed
+// groups stay whole while they keep a slot (KVCache::Compact), so the layout
+// depends on the order in which tokens came and went. Replayed on a
+// memory-only cache of one stream, a token a step, as the engine applies it
+// (Reserve, selection, seal).
+Status ReplaySealedLayout(const CacheShape& shape, const KVPolicy& sel, int64_t window, int64_t tokens,
+                          int64_t* groups, int64_t* live_sealed, int64_t* plain_tokens) {
   CacheShape one = shape;
   one.num_layers = 1;
   one.num_kv_heads = 1;
@@ -44,7 +25,7 @@ Status SealedLayoutOf(const CacheShape& shape, const KVPolicy& sel, int64_t wind
   const int64_t bs = one.block_size;
   std::unique_ptr<KVCache> cache;
   KVLAB_RETURN_IF_ERROR(KVCache::Create(one, (tokens + bs - 1) / bs + 2, /*with_storage=*/false, &cache,
-                                        tokens / tpb + 2));
+                                        tokens / shape.enc.tokens_per_block + 2));
   KVLAB_RETURN_IF_ERROR(cache->AddSequence(0));
   const std::vector<KVCache::SeqId> seqs = {0};
   for (int64_t t = 0; t < tokens; ++t) {
@@ -54,9 +35,9 @@ Status SealedLayoutOf(const CacheShape& shape, const KVPolicy& sel, int64_t wind
     cache->Seal(0);
   }
   const Stream& st = cache->stream(0, 0, 0);
-  out->groups = static_cast<int64_t>(st.enc_blocks.size());
-  out->plain_tokens = st.num_plain();
-  out->live_sealed = st.LiveTokens() - st.num_plain();
+  *groups = static_cast<int64_t>(st.enc_blocks.size());
+  *plain_tokens = st.num_plain();
+  *live_sealed = st.LiveTokens() - st.num_plain();
   return Status::OK();
 }
 
@@ -125,13 +106,13 @@ Status EstimateKVMemory(const ModelConfig& c, int64_t tokens, int bits, const Po
       int64_t groups = held > residual ? (held - residual) / tpb : 0;
       enc_tokens = groups * tpb;
       plain_tokens = held - enc_tokens;
-      if (sel != nullptr && tokens > 0) {
-        SealedLayout lay;
-        KVLAB_RETURN_IF_ERROR(SealedLayoutOf(shape, *sel, g.window, tokens, held, &lay));
-        groups = lay.groups;
-        enc_tokens = lay.live_sealed;
-        plain_tokens = lay.plain_tokens;
-        e.sealed_bound = e.sealed_bound || lay.bound;
+      if (sel != nullptr && tokens > 0 && sel->KeptRunsBound() > 0) {
+        KVLAB_RETURN_IF_ERROR(ReplaySealedLayout(shape, *sel, g.window, tokens, &groups, &enc_tokens, &plain_tokens));
+      } else if (sel != nullptr && tokens > 0) {
+        // A rule by score may leave every kept sealed token in a group of its
+        // own: the encoded bytes are then bounded, not known.
+        groups = std::min(enc_tokens, (tokens - plain_tokens) / tpb);
+        e.sealed_bound = true;
       }
       if (g.window == 0 || e.encoded_tokens == 0) e.encoded_tokens = enc_tokens;
       enc_bytes = groups * enc.BlockBytes();
