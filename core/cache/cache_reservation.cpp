@@ -24,6 +24,23 @@ Status Overflow(const char* what) {
 
 }  // namespace
 
+Status CheckDeviceBudget(const PolicyStack& stack, int64_t budget, int64_t max_seqs, int num_layers, int num_kv_heads,
+                         int64_t block_bytes) {
+  int64_t open = 0, need = 0;
+  if (!Mul(max_seqs, static_cast<int64_t>(num_layers) * num_kv_heads, &open) || !Mul(open, block_bytes, &need)) {
+    return Overflow("device budget's bytes");
+  }
+  if (budget >= need) return Status::OK();
+  const KVPolicy* place = stack.For(kConcernPlacement);
+  return Status::InvalidArgument(
+      "policy '" + std::string(place != nullptr ? place->Name() : "placement") + "' parameter 'device_budget' is " +
+      Num(budget) + " bytes, less than the " + Num(need) + " bytes every step needs on the device: " + Num(open) +
+      " streams (max_seqs " + Num(max_seqs) + " x " + Num(num_layers) + " layers x " + Num(num_kv_heads) +
+      " KV heads) each write into their open " + Num(block_bytes) +
+      "-byte block, which stays on the device (the staging of offloaded blocks is reserved beside the budget); "
+      "raise device_budget to at least " + Num(need) + " or lower max_seqs");
+}
+
 Status ReservePools(const CacheShape& shape, const ModelKvShape& model, DType requested_dtype, const PolicyStack& stack,
                     const ReservationRequest& req, PoolReservation* out) {
   *out = PoolReservation();
@@ -132,6 +149,10 @@ Status ReservePools(const CacheShape& shape, const ModelKvShape& model, DType re
   }
 
   PlacementOptions po;
+  if (stack.Placement(&po)) {
+    KVLAB_RETURN_IF_ERROR(CheckDeviceBudget(stack, po.device_budget_bytes, req.max_seqs, shape.num_layers,
+                                            shape.num_kv_heads, shape.BlockBytes()));
+  }
   if (stack.Placement(&po) && !req.prefix_caching) {
     const int64_t sets = shape.num_layers > 1 ? 2 : 1;
     const int64_t max_plain_l = plain_l.empty() ? 0 : *std::max_element(plain_l.begin(), plain_l.end());

@@ -22,7 +22,9 @@
 // the device keeps the selection's bound: compaction brings each stream's
 // blocks back before it moves slots, and placement runs only after every
 // stream is compacted. Each pool is capped at what the rules above give
-// without placement.
+// without placement. A device budget below one block per stream (the open
+// blocks a step writes, which never leave the device) is InvalidArgument:
+// no step could meet it.
 // Prefix caching keeps the full-cache reservation: its cached blocks outlive
 // their sequences, and a pool sized to live tokens would evict them at once.
 #pragma once
@@ -63,6 +65,17 @@ struct PoolReservation {
 
   int64_t bytes() const { return plain_bytes + encoded_bytes; }
 };
+
+// A step writes into the open (last plain) block of every stream, and
+// placement never moves an open block off the device, so after every step
+// the device holds at least one block per stream: a `budget` below
+// max_seqs x layers x KV heads blocks of `block_bytes` could never be met,
+// and is InvalidArgument naming the placement policy, device_budget and both
+// numbers. (The offloaded blocks a step reads come back into staging blocks
+// reserved beside the budget, not inside it.) ReservePools checks it;
+// `kvlab memory` too, for one sequence.
+Status CheckDeviceBudget(const PolicyStack& stack, int64_t budget, int64_t max_seqs, int num_layers, int num_kv_heads,
+                         int64_t block_bytes);
 
 // The reservation for `shape` (DeriveCacheShape of `stack`) and `model` (its
 // KV shape before head sharing) under `req`. InvalidArgument when a request

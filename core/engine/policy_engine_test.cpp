@@ -74,13 +74,15 @@ std::vector<float> TeacherForce(Engine* e, const std::vector<int32_t>& tokens, i
   return all;
 }
 
-// Offloading is lossless: with a device budget of one block, host memory for
-// two blocks and the rest on disk, the logits are bit-identical to full's.
+// Offloading is lossless: with the smallest device budget (each stream's
+// open block, which a step writes), host memory for two blocks and the rest
+// on disk, the logits are bit-identical to full's.
 TEST(PolicyEngineTest, OffloadIsBitIdenticalToFull) {
   auto full = MakeEngine({PolicySpec{"full", {}, "t"}}, DType::kBF16);
   const int64_t block = full->cache().pool().block_bytes();
+  const int64_t streams = 2 * 2;
   auto off = MakeEngine({PolicySpec{"offload",
-                                    {{"device_budget", std::to_string(block)},
+                                    {{"device_budget", std::to_string(streams * block)},
                                      {"host_budget", std::to_string(2 * block)},
                                      {"keep_sinks", "0"},
                                      {"keep_recent", "0"}},
@@ -94,7 +96,6 @@ TEST(PolicyEngineTest, OffloadIsBitIdenticalToFull) {
   const MemoryStats mf = full->Memory(), mo = off->Memory();
   // Same bytes in all, but only each stream's open tail block stays resident.
   EXPECT_EQ(mo.bytes_in_use, mf.bytes_in_use);
-  const int64_t streams = 2 * 2;
   EXPECT_EQ(mo.device_bytes, streams * block);
   EXPECT_EQ(mo.host_bytes, 2 * block);
   EXPECT_EQ(mo.disk_bytes, mf.bytes_in_use - mo.device_bytes - mo.host_bytes);
@@ -375,6 +376,17 @@ TEST(PolicyEngineTest, ShapeErrorsNameTheParameter) {
   EXPECT_NE(st.message().find("window"), std::string::npos) << st.message();
   st = Engine::Create(o, {{"offload", {{"device_budget", "-1"}}, "t"}}, &e);
   EXPECT_NE(st.message().find("'device_budget'"), std::string::npos) << st.message();
+  // A device budget below the open block of every stream (which each step
+  // writes and which never leaves the device) could never be met: one error
+  // with both numbers. 2 seqs x 2 layers x 2 KV heads x 2,048-byte blocks.
+  o.max_seqs = 2;
+  st = Engine::Create(o, {{"offload", {{"device_budget", "16383"}}, "t"}}, &e);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("'offload' parameter 'device_budget' is 16,383 bytes, less than the 16,384 bytes"),
+            std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find("lower max_seqs"), std::string::npos) << st.message();
+  EXPECT_TRUE(Engine::Create(o, {{"offload", {{"device_budget", "16384"}}, "t"}}, &e).ok());
 }
 
 // Blocks the streams of sequence 0 reference on the device, over all pools.
@@ -398,7 +410,7 @@ TEST(PolicyEngineTest, DuoComposesWithKiviAndOffload) {
   const PolicySpec duo{"duo", {{"streaming", "0.1+1.0"}, {"sinks", "4"}, {"recent", "60"}}, "t"};
   auto alone = MakeEngine({duo}, DType::kBF16);
   auto kivi = MakeEngine({duo, PolicySpec{"kivi", {{"group", "16"}, {"residual", "16"}}, "t"}}, DType::kBF16);
-  auto off = MakeEngine({duo, PolicySpec{"offload", {{"device_budget", "4096"}, {"keep_recent", "0"}}, "t"}}, DType::kBF16);
+  auto off = MakeEngine({duo, PolicySpec{"offload", {{"device_budget", "8192"}, {"keep_recent", "0"}}, "t"}}, DType::kBF16);
   ASSERT_TRUE(alone && kivi && off);
   const std::vector<float> a = TeacherForce(alone.get(), tokens, 40);
   const std::vector<float> k = TeacherForce(kivi.get(), tokens, 40);

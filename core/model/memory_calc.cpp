@@ -5,6 +5,7 @@
 #include <fstream>
 #include <memory>
 
+#include "core/cache/cache_reservation.h"
 #include "core/cache/kv_cache.h"
 
 namespace kvlab {
@@ -127,6 +128,8 @@ Status EstimateKVMemory(const ModelConfig& c, int64_t tokens, int bits, const Po
   }
   PlacementOptions po;
   if (stack.Placement(&po)) {
+    KVLAB_RETURN_IF_ERROR(CheckDeviceBudget(stack, po.device_budget_bytes, /*max_seqs=*/1, e.num_layers,
+                                            e.stored_kv_heads, plain_block_bytes));
     e.placed = true;
     e.device_bytes = std::min(e.bytes_in_blocks, po.device_budget_bytes);
     e.host_bytes = std::min(e.bytes_in_blocks - e.device_bytes, po.host_budget_bytes);

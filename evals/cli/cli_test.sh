@@ -113,11 +113,11 @@ expect_err "calibrate-heads: window longer than the prompt" "--length" -- \
   "$KVLAB" calibrate-heads --model "$T/ok" --out "$T/h2.toml" --length 20 --sinks 4 --recent 28
 
 # --- logits under a policy: offload is lossless, so its logits equal full's byte for byte ---
-# 80 tokens decoded one a step; a device budget of one block with a host
+# 80 tokens decoded one a step; a device budget of the 8 streams' open blocks (the least a step needs) with a host
 # budget of one block sends the rest to disk, and each step brings them back.
 $PY -c 'import random; random.seed(1); print(",".join(str(random.randrange(259)) for _ in range(80)))' > "$T/p80.ids"
 lg() { "$KVLAB" logits --model "$T/ok" --tokens-file "$T/p80.ids" --mode decode --threads 1 "$@"; }
-OFFLOAD="offload:device_budget=4096,host_budget=4096,keep_sinks=0,keep_recent=16,disk_dir=$T"
+OFFLOAD="offload:device_budget=32768,host_budget=4096,keep_sinks=0,keep_recent=16,disk_dir=$T"
 expect_out "logits --policy full" "wrote 80 x 259 logits" "KV cache (full" -- lg --policy full --out "$T/full.bin"
 out=$(lg --policy "$OFFLOAD" --out "$T/offload.bin" 2>&1); rc=$?
 if [ $rc -ne 0 ]; then fail "logits --policy offload: exit $rc: $out"
