@@ -140,7 +140,8 @@ Status ExportResults(const std::string& results_dir, const ExportOptions& option
     const Status ms = MapStackToKvpress(r.value("policy", ""), r.value("stack", ""), &press);
     if (!ms.ok()) return Status::InvalidArgument(path + ": point " + r.value("key", "") + ": " + ms.message());
     const json& qa_field = ExportField(ExportField(r, "metrics"), "query_aware");
-    const bool qa = qa_field.is_boolean() ? qa_field.get<bool>() : true;  // kvlab's tasks default to query-aware
+    // kvlab's generation tasks read the question before the policies act unless query_aware = false; bpb has none.
+    const bool qa = fam.predictions && (qa_field.is_boolean() ? qa_field.get<bool>() : true);
     const std::string id = fam.dataset + "|" + fam.data_dir + "|" + r.value("model", "") + "|" +
                            r.value("stack", "") + "|" + std::to_string(r.value("length", 0)) + "|" + (qa ? "1" : "0");
     auto it = group_of.find(id);

@@ -149,6 +149,7 @@ std::string PressInit(const ExportGroup& g) {
     std::snprintf(buf, sizeof(buf), "%.4g", v);
     if (at != std::string::npos) s.replace(at, tag.size(), buf);
   }
+  if (g.press.press_name == "no_press") return "None";  // str(None): PRESS_REGISTRY's no_press
   return s.empty() && !g.press.mapped ? "none: kvlab stack " + g.recs.front()->value("stack", "") + " (kvlab.json)" : s;
 }
 
@@ -157,7 +158,10 @@ std::string PressInit(const ExportGroup& g) {
 std::string ConfigYaml(const ExportGroup& g, const std::string& out_root) {
   const json& m = At(*g.recs.front(), "metrics");
   const bool heads = g.press.ratio_kind == KvpressRatioKind::kHeads;
-  const json max_new = At(m, "tokens_to_generate").is_number_integer() ? At(m, "tokens_to_generate") : json();
+  json max_new = At(m, "tokens_to_generate").is_number_integer() ? At(m, "tokens_to_generate") : json();
+  for (const json* r : g.recs) {  // one budget for the run, else null (the dataset's per task, as kvpress)
+    if (At(At(*r, "metrics"), "tokens_to_generate") != max_new) max_new = nullptr;
+  }
   json ratio = std::isfinite(g.compression_ratio) ? json(g.compression_ratio) : json();
   std::vector<std::pair<std::string, json>> f = {
       {"dataset", g.family.dataset}, {"data_dir", g.family.data_dir}, {"model", g.model}, {"device", nullptr},
@@ -269,7 +273,7 @@ Status CollectRows(const std::string& path, ExportGroup* g) {
     const int64_t kept = dropped.is_number_integer() ? static_cast<int64_t>(n) - dropped.get<int64_t>() : -1;
     for (size_t i = 0; i < n; ++i) {
       ExportRow row;
-      row.task = g->family.task;
+      row.task = g->family.dataset == "ruler" ? r.value("task", "") : g->family.task;  // RULER: one run, every task
       row.has_prediction = !preds.empty() && (kept < 0 || static_cast<int64_t>(i) < kept);
       if (row.has_prediction) row.predicted_answer = preds[i];
       if (!questions.empty()) row.question = questions[i];
