@@ -73,7 +73,7 @@ struct ExportOptions {
 // kvlab kept them: their metrics are still written) and the tasks that have
 // no kvpress benchmark. Errors: an unknown format, a directory without
 // results.jsonl or without an ok record, a record field of the wrong type
-// (naming results.jsonl:LINE and the field).
+// ("PATH/results.jsonl: point KEY: field 'metrics.predictions' ...").
 Status ExportResults(const std::string& results_dir, const ExportOptions& options, std::string* report);
 
 }  // namespace kvlab

@@ -18,6 +18,7 @@
 
 #include "evals/export_kvpress.h"
 #include "evals/sweep.h"
+#include "evals/tasks/sample_text.h"
 #include "evals/sweep_test_util.h"
 
 namespace kvlab {
@@ -109,6 +110,36 @@ TEST(ExportKvpressTest, CsvQuotesAsPythonsCsvModule) {
   EXPECT_EQ(CsvRow({"plain", "", "a b"}), "plain,,a b\n");
   EXPECT_EQ(CsvRow({"a,b", "say \"hi\"", "two\nlines", "cr\rx"}),
             "\"a,b\",\"say \"\"hi\"\"\",\"two\nlines\",\"cr\rx\"\n");
+}
+
+// The texts a record keeps: valid UTF-8 with newlines, cut at a character, bounded per record.
+TEST(ExportKvpressTest, SampleTextsAreBounded) {
+  EXPECT_EQ(KeptText("a\nb\xff\xc3\xa9", 100), "a\nb\xEF\xBF\xBD\xC3\xA9");  // a stray byte becomes U+FFFD
+  EXPECT_EQ(KeptText("ab\xc3\xa9", 3), "ab");                                  // never half a character
+  EXPECT_EQ(KeptText("\xed\xa0\x80", 10), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // a surrogate is not UTF-8
+  SampleTextLog log;
+  const std::string big(kMaxPredictionBytes + 10, 'x');
+  const std::vector<std::string> many(40, std::string(300, 'y'));
+  log.Add(big, "q", many, {{"answer_prefix", " is"}});
+  const std::string huge(kMaxPredictionBytes, 'z');
+  const size_t per_sample = kMaxPredictionBytes + kMaxQuestionBytes + kMaxAnswersBytes;
+  const size_t fill = kMaxSampleTextBytes / per_sample + 1;  // enough samples to pass the record's budget
+  for (size_t i = 0; i < fill; ++i) {
+    log.Add(huge, std::string(kMaxQuestionBytes, 'q'), {std::string(kMaxAnswersBytes, 'a')}, {{"answer_prefix", ""}});
+  }
+  log.Add("late", "q", {"a"}, {{"answer_prefix", ""}});
+  nlohmann::ordered_json m = nlohmann::ordered_json::object();
+  log.Put(&m);
+  ASSERT_EQ(m["predictions"].size(), fill + 2);
+  EXPECT_EQ(m["predictions"][0].get<std::string>().size(), kMaxPredictionBytes);
+  // 13 whole answers of 300 bytes, a 14th cut to the 100 bytes left of 4,000.
+  ASSERT_EQ(m["sample_text"]["answers"][0].size(), 14u);
+  EXPECT_EQ(m["sample_text"]["answers"][0][13].get<std::string>().size(), 100u);
+  EXPECT_EQ(m["sample_text"]["answer_prefix"][0], " is");
+  EXPECT_EQ(m["predictions"][fill + 1], "");  // past the budget: kept empty, counted
+  EXPECT_EQ(m["sample_text"]["answers"][fill + 1].size(), 0u);
+  EXPECT_GE(m["sample_text_dropped"].get<int64_t>(), 1);
+  EXPECT_LT(m.dump().size(), kMaxSampleTextBytes + 2 * per_sample);
 }
 
 // The fixture's layout, file by file.
