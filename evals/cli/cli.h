@@ -34,6 +34,7 @@ Command AddTrainCommand(CLI::App& app);
 Command AddConvertCommand(CLI::App& app);
 Command AddRunCommand(CLI::App& app);
 Command AddMergeCommand(CLI::App& app);
+Command AddExportCommand(CLI::App& app);
 Command AddModelsCommand(CLI::App& app);
 Command AddTokenizeCommand(CLI::App& app);
 Command AddPoliciesCommand(CLI::App& app);

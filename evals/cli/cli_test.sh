@@ -290,6 +290,55 @@ else
   fail "a header that is not UTF-8: $err"
 fi
 
+# kvlab export --format kvpress: the committed fixture, read back by Python's
+# csv module (pandas' reader and writer) and yaml (kvpress's config loader):
+# every predicted_answer is the record's prediction, texts with commas,
+# quotes and newlines included, and config.yaml is EvaluationConfig's fields.
+expect_out "export kvpress" "12 run(s) from 15 point(s)" "without predictions:" -- \
+  "$KVLAB" export --format kvpress evals/fixtures/export --out "$T/kvpress"
+if out=$($PY - "$T/kvpress" evals/fixtures/export/results.jsonl <<'PYEOF' 2>&1
+import csv, glob, json, os, sys
+out, jsonl = sys.argv[1:]
+recs = [json.loads(l) for l in open(jsonl, encoding="utf-8")]
+want = {}
+for r in recs:
+    if r["status"] == "ok" and "predictions" in r["metrics"]:
+        want.setdefault(r["stack"], []).extend(r["metrics"]["predictions"])
+got, rows = {}, 0
+for d in sorted(glob.glob(os.path.join(out, "*"))):
+    stack = json.load(open(os.path.join(d, "kvlab.json")))["kvlab_stack"]
+    p = os.path.join(d, "predictions.csv")
+    if not os.path.exists(p):
+        continue
+    with open(p, newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            rows += 1
+            if row["predicted_answer"]:
+                got.setdefault(stack, []).append(row["predicted_answer"])
+            refs = row.get("answers", row.get("answer"))
+            if refs and "difficulty" not in row:  # a JSON list (LongBench v2's answer is one letter)
+                assert isinstance(json.loads(refs), list), refs
+for k in want:
+    assert sorted(want[k]) == sorted(got.get(k, [])), (k, want[k], got.get(k))
+assert rows == 25, rows  # 14 RULER, 8 dataset, 3 passkey samples
+try:
+    import yaml
+except ImportError:
+    print("yaml not installed: config.yaml not parsed")
+    sys.exit(0)
+fields = ["dataset", "data_dir", "model", "device", "press_name", "compression_ratio", "key_channel_compression_ratio",
+          "fraction", "max_new_tokens", "max_context_length", "query_aware", "needle_depth", "compression_interval",
+          "target_size", "hidden_states_buffer_size", "output_dir", "log_level", "model_kwargs", "press_init_command",
+          "seed", "fp8"]
+c = yaml.safe_load(open(glob.glob(os.path.join(out, "ruler__1024__tiny-gqa__snapkv__0.75*"))[0] + "/config.yaml"))
+assert list(c) == fields, list(c)
+assert c["data_dir"] == "1024" and c["compression_ratio"] == 0.75 and c["model_kwargs"] == {}, c
+PYEOF
+); then pass "export kvpress read back by csv and yaml ${out:+($out)}"; else fail "export kvpress read back: $out"; fi
+expect_err "export: unknown format" "unknown export format 'lm-eval' (known: kvpress)" -- \
+  "$KVLAB" export --format lm-eval evals/fixtures/export --out "$T/kvpress"
+expect_err "export: no results" "no results.jsonl there" -- "$KVLAB" export "$T" --out "$T/kvpress2"
+
 "$KVLAB" generate --bogus >/dev/null 2>&1; rc=$?
 [ $rc -ne 0 ] && pass "unknown option exits $rc" || fail "unknown option exited 0"
 

@@ -27,8 +27,8 @@ int Main(int argc, char** argv) {
   const std::vector<Command> commands = {
       AddGenerateCommand(app), AddLogitsCommand(app), AddMemoryCommand(app), AddInitCommand(app),
       AddServeBenchCommand(app), AddTrainCommand(app), AddConvertCommand(app), AddRunCommand(app),
-      AddMergeCommand(app), AddModelsCommand(app), AddPoliciesCommand(app), AddTokenizeCommand(app),
-      AddCalibrateHeadsCommand(app),
+      AddMergeCommand(app), AddExportCommand(app), AddModelsCommand(app), AddPoliciesCommand(app),
+      AddTokenizeCommand(app), AddCalibrateHeadsCommand(app),
   };
   CLI11_PARSE(app, argc, argv);
   for (const Command& c : commands) {

@@ -7,6 +7,7 @@
 #include "datasets/trainer/train_config.h"
 #include "datasets/trainer/trainer.h"
 #include "evals/cli/cli.h"
+#include "evals/export_kvpress.h"
 #include "evals/sweep.h"
 #include "policies/registry.h"
 
@@ -124,6 +125,25 @@ Command AddMergeCommand(CLI::App& app) {
   return {mg, [a] {
             std::string report;
             const Status s = MergeResults(a->dirs, a->out, &report);
+            return PrintReport(s, report);
+          }};
+}
+
+Command AddExportCommand(CLI::App& app) {
+  struct ExportArgs {
+    std::string dir;
+    ExportOptions opts;
+  };
+  auto a = std::make_shared<ExportArgs>();
+  CLI::App* ex = app.add_subcommand("export", "Write a sweep's results in another tool's layout (kvpress: "
+                                              "predictions.csv, metrics.json, config.yaml per run)");
+  ex->add_option("dir", a->dir, "Results directory of `kvlab run` (holding results.jsonl)")->required();
+  ex->add_option("--format", a->opts.format, "Layout to write: kvpress (NVIDIA/kvpress's evaluation/)")
+      ->capture_default_str();
+  ex->add_option("--out", a->opts.out_dir, "Output directory (default DIR/kvpress)");
+  return {ex, [a] {
+            std::string report;
+            const Status s = ExportResults(a->dir, a->opts, &report);
             return PrintReport(s, report);
           }};
 }

@@ -11,6 +11,7 @@
 #include "core/base/untrusted.h"
 #include "datasets/tasks/infinitebench.h"
 #include "datasets/tasks/longbench.h"
+#include "evals/tasks/sample_text.h"
 #include "evals/tasks/task.h"
 
 namespace kvlab {
@@ -61,10 +62,6 @@ Status RunPrompt(TaskContext* ctx, const SweepPoint& p, const Tokenizer& tok, co
   const size_t split = query_aware ? pr.ids.size() : pr.split;
   return GenerateAfterSplit(ctx, p, tok, pr.ids, split, gen, text, mem);
 }
-
-// A generated text as the record keeps it (LongBench's "pred"): valid UTF-8
-// (a byte-level model may end mid-character), at most 2,000 bytes.
-std::string Shown(const std::string& text) { return QuoteBytes(text, 2000, /*with_size=*/false); }
 
 // What both kinds of dataset task share: the file, the tokenizer, the budget.
 struct DatasetRun {
@@ -134,7 +131,7 @@ Status RunLongBench(TaskContext* ctx, const SweepPoint& p, const SweepTaskOption
   std::vector<LongBenchRecord> recs;
   KVLAB_RETURN_IF_ERROR(LoadLongBenchFile(o.file, r.text, *d, o.samples, &recs));
   json per_score = json::array(), per_tokens = json::array(), per_length = json::array(), per_q = json::array();
-  json predictions = json::array();
+  SampleTextLog texts;  // LongBench's "pred" per record, its question part and answers (bounded)
   std::map<std::string, std::pair<double, int64_t>> by_length;
   bool all_lengths = true;
   double sum = 0, tokens = 0;
@@ -142,12 +139,13 @@ Status RunLongBench(TaskContext* ctx, const SweepPoint& p, const SweepTaskOption
   MemoryStats mem;
   for (const LongBenchRecord& rec : recs) {
     Prompt pr;
-    KVLAB_RETURN_IF_ERROR(BuildPrompt(*r.tok, LongBenchPrompt(*d, rec), o.file, rec.line, r.budget, o.truncate, &pr));
+    const SplitPrompt sp = LongBenchPrompt(*d, rec);
+    KVLAB_RETURN_IF_ERROR(BuildPrompt(*r.tok, sp, o.file, rec.line, r.budget, o.truncate, &pr));
     KVLAB_RETURN_IF_ERROR(CheckPositions(*ctx, p, r, pr, o.file));
     std::string text;
     KVLAB_RETURN_IF_ERROR(RunPrompt(ctx, p, *r.tok, pr, r.gen, o.query_aware, &text, &mem));
     const double s = LongBenchScore(*d, text, rec);
-    predictions.push_back(Shown(text));
+    texts.Add(text, sp.tail, rec.answers);
     sum += s;
     tokens += static_cast<double>(pr.ids.size() + static_cast<size_t>(r.gen));
     truncated += pr.truncated ? 1 : 0;
@@ -165,7 +163,14 @@ Status RunLongBench(TaskContext* ctx, const SweepPoint& p, const SweepTaskOption
   PutCommon(o, r, static_cast<int64_t>(recs.size()), sum, tokens, truncated, mem, m);
   (*m)["metric"] = d->metric;
   (*m)["dataset"] = d->name;
-  (*m)["predictions"] = predictions;
+  texts.Put(m);
+  if (!recs.empty() && !recs[0].all_classes.empty()) {  // trec, lsht: eval.py scores against the first record's list
+    json classes = json::array();
+    for (const std::string& c : recs[0].all_classes) {
+      if (classes.size() < 256) classes.push_back(KeptText(c, kMaxQuestionBytes));
+    }
+    (*m)["all_classes"] = classes;
+  }
   if (all_lengths && !recs.empty()) (*m)["accuracy_by_length"] = MeansBy(by_length);  // LongBench-E's buckets
   json per = json::object();
   per["accuracy"] = per_score;
@@ -182,19 +187,20 @@ Status RunLongBenchV2(TaskContext* ctx, const SweepPoint& p, const SweepTaskOpti
   std::vector<LongBenchV2Record> recs;
   KVLAB_RETURN_IF_ERROR(LoadLongBenchV2File(o.file, r.text, o.samples, &recs));
   json per_score = json::array(), per_tokens = json::array(), per_answered = json::array(), per_q = json::array();
-  json predictions = json::array();
+  SampleTextLog texts;
   std::map<std::string, std::pair<double, int64_t>> by_difficulty, by_length;
   double sum = 0, tokens = 0;
   int64_t truncated = 0;
   MemoryStats mem;
   for (const LongBenchV2Record& rec : recs) {
     Prompt pr;
-    KVLAB_RETURN_IF_ERROR(BuildPrompt(*r.tok, LongBenchV2Prompt(rec), o.file, rec.line, r.budget, o.truncate, &pr));
+    const SplitPrompt sp = LongBenchV2Prompt(rec);
+    KVLAB_RETURN_IF_ERROR(BuildPrompt(*r.tok, sp, o.file, rec.line, r.budget, o.truncate, &pr));
     KVLAB_RETURN_IF_ERROR(CheckPositions(*ctx, p, r, pr, o.file));
     std::string text;
     KVLAB_RETURN_IF_ERROR(RunPrompt(ctx, p, *r.tok, pr, r.gen, o.query_aware, &text, &mem));
     const std::string choice = ExtractChoice(text);
-    predictions.push_back(Shown(text));
+    texts.Add(text, sp.tail, {rec.answer}, {{"difficulty", rec.difficulty}, {"length", rec.length}});
     const double s = choice == rec.answer ? 1 : 0;
     sum += s;
     tokens += static_cast<double>(pr.ids.size() + static_cast<size_t>(r.gen));
@@ -217,7 +223,7 @@ Status RunLongBenchV2(TaskContext* ctx, const SweepPoint& p, const SweepTaskOpti
   PutCommon(o, r, static_cast<int64_t>(recs.size()), sum, tokens, truncated, mem, m);
   (*m)["metric"] = "multiple_choice";
   (*m)["dataset"] = "longbench-v2";
-  (*m)["predictions"] = predictions;
+  texts.Put(m);
   if (!by_difficulty.empty()) (*m)["accuracy_by_difficulty"] = MeansBy(by_difficulty);
   if (!by_length.empty()) (*m)["accuracy_by_length"] = MeansBy(by_length);
   json per = json::object();
@@ -236,18 +242,20 @@ Status RunInfiniteBench(TaskContext* ctx, const SweepPoint& p, const SweepTaskOp
   KVLAB_RETURN_IF_ERROR(StartDatasetRun(ctx, p, o, t->max_gen, &r));
   std::vector<InfiniteBenchRecord> recs;
   KVLAB_RETURN_IF_ERROR(LoadInfiniteBenchFile(o.file, r.text, *t, o.samples, &recs));
-  json per_score = json::array(), per_tokens = json::array(), per_q = json::array(), predictions = json::array();
+  json per_score = json::array(), per_tokens = json::array(), per_q = json::array();
+  SampleTextLog texts;
   double sum = 0, tokens = 0;
   int64_t truncated = 0;
   MemoryStats mem;
   for (const InfiniteBenchRecord& rec : recs) {
     Prompt pr;
-    KVLAB_RETURN_IF_ERROR(BuildPrompt(*r.tok, InfiniteBenchPrompt(*t, rec), o.file, rec.line, r.budget, o.truncate, &pr));
+    const SplitPrompt sp = InfiniteBenchPrompt(*t, rec);
+    KVLAB_RETURN_IF_ERROR(BuildPrompt(*r.tok, sp, o.file, rec.line, r.budget, o.truncate, &pr));
     KVLAB_RETURN_IF_ERROR(CheckPositions(*ctx, p, r, pr, o.file));
     std::string text;
     KVLAB_RETURN_IF_ERROR(RunPrompt(ctx, p, *r.tok, pr, r.gen, o.query_aware, &text, &mem));
     const double s = InfiniteBenchScore(*t, text, rec);
-    predictions.push_back(Shown(text));
+    texts.Add(text, sp.tail, rec.labels);
     sum += s;
     tokens += static_cast<double>(pr.ids.size() + static_cast<size_t>(r.gen));
     truncated += pr.truncated ? 1 : 0;
@@ -258,7 +266,7 @@ Status RunInfiniteBench(TaskContext* ctx, const SweepPoint& p, const SweepTaskOp
   PutCommon(o, r, static_cast<int64_t>(recs.size()), sum, tokens, truncated, mem, m);
   (*m)["metric"] = t->metric;
   (*m)["dataset"] = t->name;
-  (*m)["predictions"] = predictions;
+  texts.Put(m);
   json per = json::object();
   per["accuracy"] = per_score;
   per["prompt_tokens"] = per_tokens;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "evals/tasks/sample_text.h"
 #include "evals/tasks/task.h"
 
 namespace kvlab {
@@ -135,6 +136,7 @@ Status RunRetrieval(TaskContext* ctx, const SweepPoint& p, const SweepTaskOption
   double correct = 0, chars = 0;
   int64_t total = 0;
   MemoryStats mem;
+  SampleTextLog texts;  // the generated texts and answers (bounded); the question is the prompt's end
   for (size_t di = 0; di < o.depths.size(); ++di) {
     double depth_correct = 0;
     for (int64_t s = 0; s < o.samples; ++s) {
@@ -160,6 +162,7 @@ Status RunRetrieval(TaskContext* ctx, const SweepPoint& p, const SweepTaskOption
       KVLAB_RETURN_IF_ERROR(GeneratedText(prompt, *tok, results[0].tokens, &got));
       const double ok = ScoreExact(prompt.sample, got);
       const double ch = ScoreChars(prompt.sample, got);
+      texts.Add(got, "", {prompt.sample.answer});
       correct += ok;
       depth_correct += ok;
       chars += ch;
@@ -178,6 +181,7 @@ Status RunRetrieval(TaskContext* ctx, const SweepPoint& p, const SweepTaskOption
   (*m)["accuracy_by_depth"] = by_depth;
   (*m)["samples"] = total;
   (*m)["per_sample"] = json{{"accuracy", per_exact}, {"char_accuracy", per_chars}, {"depth", per_depth}};
+  texts.Put(m);
   (*m)["memory"] = MemoryJson(mem);
   return Status::OK();
 }

@@ -8,6 +8,7 @@
 
 #include "datasets/tasks/ruler.h"
 #include "evals/stats.h"
+#include "evals/tasks/sample_text.h"
 #include "evals/tasks/task.h"
 
 namespace kvlab {
@@ -15,6 +16,17 @@ namespace kvlab {
 using json = nlohmann::ordered_json;
 
 namespace {
+
+// The prompt between the haystack and the answer prefix (kvpress's `question`).
+std::string RulerQuestion(const RulerSample& s) {
+  const size_t begin = static_cast<size_t>(std::max<int64_t>(0, s.context_end));
+  size_t end = s.prompt.size();
+  if (end >= s.answer_prefix.size() && s.prompt.compare(end - s.answer_prefix.size(), std::string::npos,
+                                                        s.answer_prefix) == 0) {
+    end -= s.answer_prefix.size();
+  }
+  return begin < end ? s.prompt.substr(begin, end - begin) : std::string();
+}
 
 Status RunRuler(TaskContext* ctx, const SweepPoint& p, const SweepTaskOptions& o, json* m) {
   RulerTaskInfo info;
@@ -48,6 +60,7 @@ Status RunRuler(TaskContext* ctx, const SweepPoint& p, const SweepTaskOptions& o
   std::map<double, std::pair<double, int64_t>> by_depth;  // depth -> (score sum, samples)
   double sum = 0, tokens = 0;
   MemoryStats mem;
+  SampleTextLog texts;  // what was generated, the question and the references (bounded)
   const uint64_t task_seed = SeedOf(p.task);
   for (int64_t s = 0; s < o.samples; ++s) {
     RulerSpec spec;
@@ -87,6 +100,7 @@ Status RunRuler(TaskContext* ctx, const SweepPoint& p, const SweepTaskOptions& o
       KVLAB_RETURN_IF_ERROR(GenerateAfterSplit(ctx, p, *tok, ids, split, sample.tokens_to_generate, &text, &mem));
     }
     const double score = RulerScore(sample, text);
+    texts.Add(text, RulerQuestion(sample), sample.outputs, {{"answer_prefix", sample.answer_prefix}});
     sum += score;
     tokens += static_cast<double>(sample.prompt_tokens + sample.tokens_to_generate);
     per_score.push_back(score);
@@ -121,6 +135,7 @@ Status RunRuler(TaskContext* ctx, const SweepPoint& p, const SweepTaskOptions& o
   per["prompt_tokens"] = per_tokens;
   if (!o.query_aware) per["question_tokens"] = per_question;
   (*m)["per_sample"] = per;
+  texts.Put(m);
   (*m)["query_aware"] = o.query_aware;
   (*m)["memory"] = MemoryJson(mem);
   return Status::OK();
