@@ -77,7 +77,9 @@ Status ReservePools(const CacheShape& shape, const ModelKvShape& model, DType re
     if (shape.encoded) {
       // Groups stay whole while they keep a slot: sl slots in R runs touch at
       // most ceil(sl / tpb) + R groups; scattered ones (R = 0) one each.
-      *e = CeilDiv(sl, tpb);
+      // Sealing keeps the residual plain, so without selection at most
+      // sl - residual tokens are ever sealed.
+      *e = CeilDiv(sel == nullptr && !req.prefix_caching ? sl - shape.residual : sl, tpb);
       if (sel != nullptr && !req.prefix_caching) {
         const int64_t runs = sel->KeptRunsBound();
         *e = std::min(CeilDiv(ctx, tpb), runs > 0 ? *e + runs : sl);
@@ -143,8 +145,10 @@ Status ReservePools(const CacheShape& shape, const ModelKvShape& model, DType re
                      : "each of " + Num(slots) + " scattered slots may hold its own group") +
            " (at most the " + Num(CeilDiv(ctx, tpb)) + " groups of " + Num(ctx) + " tokens)");
     } else {
-      line("encoded: " + seqs_streams + ", " + Num(tpb) + " tokens a block, for up to " + Num(req.prefix_caching ? ctx : slots) +
-           " slots");
+      line("encoded: " + seqs_streams + ", " + Num(tpb) + " tokens a block, for up to " +
+           (req.prefix_caching ? Num(ctx) + " slots"
+                               : Num(std::max<int64_t>(0, slots - shape.residual)) + " sealed slots (the " +
+                                     Num(shape.residual) + "-token residual stays plain)"));
     }
   }
 

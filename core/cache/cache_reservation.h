@@ -9,12 +9,17 @@
 //            (step_tokens), at most max_context; on a sliding-window layer at
 //            most window + block_size + step_tokens (whole leading blocks out
 //            of the window are freed).
-//   plain    ceil(slots / block_size) blocks; with a sealed encoding and no
-//            selection only the residual, the group being filled and one
-//            step's tokens stay plain: ceil((residual + tokens_per_block - 1 +
-//            step_tokens) / block_size) blocks. (Selection over an encoding
-//            may decode groups back to plain, so it keeps `slots` plain.)
-//   encoded  ceil(slots / tokens_per_block) blocks with an encoding.
+//   plain    ceil(slots / block_size) blocks; with a sealed encoding only
+//            the residual, the group being filled and one step's tokens stay
+//            plain: at most ceil((residual + tokens_per_block - 1 +
+//            step_tokens) / block_size) blocks (compaction never decodes a
+//            sealed group back to plain).
+//   encoded  with an encoding and no selection, ceil((slots - residual) /
+//            tokens_per_block) groups (sealing keeps the residual plain);
+//            under a selection rule with R runs of kept slots (KVPolicy::
+//            KeptRunsBound) ceil(slots / tokens_per_block) + R, since a
+//            sealed group stays whole while it keeps a slot; for a rule by
+//            score (R = 0) one group a slot; never more than the context's.
 // Placement (offload) replaces the device side: the resident budget
 // (device_budget_bytes over the block bytes) plus the open tail block of
 // every stream, one step's new blocks for every stream, and two staging

@@ -135,12 +135,12 @@ TEST(CacheReservationTest, EveryStackPrefills4096TokensWithinItsReservationAtLla
   // gqa-reuse group 2: half the heads, every token.
   EXPECT_EQ(runs["gqa_reuse"].res.bytes(), full / 2);
   // kivi: a plain residual (its default 128) + a group being filled + a step;
-  // the encoded pool for the whole context.
+  // the encoded pool for the context less the residual, which stays plain.
   const PrefillRun& kivi = runs["kivi"];
   ASSERT_TRUE(kivi.shape.encoded);
   const int64_t tpb = kivi.shape.enc.tokens_per_block;
   EXPECT_EQ(kivi.res.plain_blocks, streams * ((kivi.shape.residual + tpb - 1 + kStep + kBlock - 1) / kBlock));
-  EXPECT_EQ(kivi.res.encoded_blocks, streams * ((kPrompt + tpb - 1) / tpb));
+  EXPECT_EQ(kivi.res.encoded_blocks, streams * ((kPrompt - kivi.shape.residual + tpb - 1) / tpb));
   EXPECT_LT(kivi.res.bytes(), full / 4);
   // quant: about half of full's bytes.
   EXPECT_LT(runs["quant"].res.bytes(), full * 6 / 10);
@@ -182,6 +182,38 @@ TEST(CacheReservationTest, BadRequestsAreErrors) {
   Status s = ReservePools(shape, KvShapeOf(mc), DType::kBF16, stack, req, &res);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("overflow"), std::string::npos) << s.message();
+}
+
+// Short contexts: kivi's two pools (plain residual + group + step, encoded
+// groups for what is sealed) reserve no more than full's one pool, down to a
+// context no longer than the residual, where nothing is ever sealed. Just
+// above the residual (here below twice the residual, 256 tokens) the plain
+// pool must still hold about the whole context (its peak, residual + a group
+// + a step, comes before the first seal) while the encoded pool holds what
+// is sealed later: two pools, each at its own peak, exceed full there by at
+// most the groups of the sealed part.
+TEST(CacheReservationTest, KiviReservesNoMoreThanFullAtShortContexts) {
+  ModelConfig mc;
+  ASSERT_TRUE(PresetConfig("llama-3.1-8b", &mc).ok());
+  PolicyStack stack;
+  ASSERT_TRUE(PolicyStack::Create({PolicySpec{"kivi", {}, "test"}}, &stack).ok());
+  CacheShape shape;
+  ASSERT_TRUE(DeriveCacheShape(KvShapeOf(mc), stack, kBlock, DType::kBF16, &shape).ok());
+  const int64_t tpb = shape.enc.tokens_per_block, band_end = 2 * shape.residual;
+  for (int64_t ctx : {16, 64, 128, 160, 192, 224, 256, 512, 1024}) {
+    ReservationRequest req;
+    req.max_context = ctx;
+    req.step_tokens = kStep;
+    PoolReservation res;
+    ASSERT_TRUE(ReservePools(shape, KvShapeOf(mc), DType::kBF16, stack, req, &res).ok());
+    if (ctx <= shape.residual) EXPECT_EQ(res.encoded_blocks, 0) << ctx;
+    if (ctx <= shape.residual || ctx >= band_end) {
+      EXPECT_LE(res.bytes(), res.full_bytes) << ctx << " tokens:\n" << res.why;
+    } else {
+      EXPECT_LE(res.encoded_blocks, 32 * 8 * ((ctx - shape.residual + tpb - 1) / tpb)) << ctx;
+      EXPECT_LE(res.bytes(), res.full_bytes + res.encoded_bytes) << ctx;
+    }
+  }
 }
 
 }  // namespace
