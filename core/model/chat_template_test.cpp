@@ -14,7 +14,10 @@
 #include <ctime>
 #include <fstream>
 #include <sstream>
+#include <map>
 #include <string>
+
+#include <stdlib.h>
 
 namespace kvlab {
 namespace {
@@ -123,6 +126,91 @@ INSTANTIATE_TEST_SUITE_P(Templates, GoldenTest,
                              if (c == '-') c = '_';
                            return n;
                          });
+
+
+// ---- the loader's errors ----
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/kvlab_chatXXXXXX";
+    path_ = mkdtemp(tmpl);
+  }
+  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
+  const std::string& path() const { return path_; }
+  void Write(const std::string& name, const std::string& text) const {
+    std::ofstream(path_ + "/" + name, std::ios::binary) << text;
+  }
+
+ private:
+  std::string path_;
+};
+
+Status LoadAndApply(const TempDir& d, std::string* out) {
+  std::unique_ptr<ChatTemplate> t;
+  KVLAB_RETURN_IF_ERROR(ChatTemplate::Load(d.path(), &t));
+  return t->Apply(Json::array({{{"role", "user"}, {"content", "hi"}}}), true, out);
+}
+
+TEST(ChatTemplate, ErrorsNameTheFileAndPlace) {
+  TempDir d;
+  std::string out;
+  Status s = LoadAndApply(d, &out);
+  EXPECT_EQ(s.code(), Status::Code::kNotFound);
+  EXPECT_EQ(s.message(), d.path() + " has no chat template (looked for chat_template.jinja and a chat_template in "
+                                    "tokenizer_config.json)");
+  EXPECT_FALSE(HasChatTemplate(d.path()));
+
+  d.Write("tokenizer_config.json", R"({"bos_token": "<s>"})");
+  EXPECT_EQ(LoadAndApply(d, &out).code(), Status::Code::kNotFound);
+
+  d.Write("tokenizer_config.json", R"({"chat_template": 42})");
+  s = LoadAndApply(d, &out);
+  EXPECT_EQ(s.message(), d.path() + "/tokenizer_config.json: chat_template is 42, not a string (or a list of "
+                                    "{\"name\", \"template\"})");
+  EXPECT_TRUE(HasChatTemplate(d.path()));  // there is one; it is broken
+
+  d.Write("tokenizer_config.json", R"({"chat_template": [{"name": "tool_use", "template": "x"}]})");
+  EXPECT_NE(LoadAndApply(d, &out).message().find("chat_template is a list with no {\"name\": \"default\""),
+            std::string::npos);
+
+  d.Write("tokenizer_config.json", R"({"chat_template": "ok\n{% for m in messages %}{{ m.role | shout }}"})");
+  EXPECT_EQ(LoadAndApply(d, &out).message(),
+            d.path() + "/tokenizer_config.json (chat_template): line 2, column 36: unknown filter 'shout'");
+
+  d.Write("tokenizer_config.json", R"({"chat_template": "{% if messages | length > 0 %}{{ raise_exception('no chat') }}{% endif %}"})");
+  EXPECT_EQ(LoadAndApply(d, &out).message(),
+            d.path() + "/tokenizer_config.json (chat_template): line 1, column 34: raise_exception: no chat");
+
+  d.Write("tokenizer_config.json", R"({"chat_template": "x", "bos_token": 7})");
+  EXPECT_EQ(LoadAndApply(d, &out).message(), d.path() + "/tokenizer_config.json: bos_token is 7, not a token");
+
+  d.Write("tokenizer_config.json", "[1, 2]");
+  EXPECT_EQ(LoadAndApply(d, &out).message(), d.path() + "/tokenizer_config.json: not a JSON object");
+
+  d.Write("tokenizer_config.json", "{\"chat_template\": ");
+  EXPECT_NE(LoadAndApply(d, &out).message().find("tokenizer_config.json: malformed JSON"), std::string::npos);
+}
+
+TEST(ChatTemplate, FindsTheTemplateAndPassesTransformersVariables) {
+  TempDir d;
+  std::string out;
+  d.Write("tokenizer_config.json",
+          R"({"bos_token": {"content": "<s>", "lstrip": false}, "eos_token": "</s>", "pad_token": null,
+              "additional_special_tokens": ["<a>", {"content": "<b>"}],
+              "chat_template": [{"name": "default", "template": "{{ bos_token }}{{ messages[0].content }}|{{ eos_token }}|{{ pad_token is defined }}|{{ additional_special_tokens | join(',') }}|{{ tools }}|{{ add_generation_prompt }}"}]})");
+  ASSERT_TRUE(LoadAndApply(d, &out).ok());
+  EXPECT_EQ(out, "<s>hi|</s>|False|<a>,<b>|None|True");
+  // chat_template.jinja beside it wins, as in transformers.
+  d.Write("chat_template.jinja", "J:{{ bos_token }}{{ messages | length }}\n");
+  ASSERT_TRUE(LoadAndApply(d, &out).ok());
+  EXPECT_EQ(out, "J:<s>1");
+  ASSERT_TRUE(ApplyChatTemplate(d.path(), Json::array(), false, &out).ok());
+  EXPECT_EQ(out, "J:<s>0");
+  d.Write("chat_template.jinja", "{% if %}");
+  EXPECT_EQ(LoadAndApply(d, &out).message(),
+            d.path() + "/chat_template.jinja: line 1, column 7: expected an expression, got end of statement block '%}'");
+}
 
 }  // namespace
 }  // namespace kvlab

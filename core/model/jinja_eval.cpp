@@ -330,7 +330,7 @@ Status Renderer::EvalCall(const Expr& e, Value* out) {
   const Callable& c = fn.fn();
   if (c.macro) return CallMacro(e, *c.macro, args, out);
   std::string error;
-  if (!c.builtin(*this, c.self, args, out, &error)) return Err(e.pos, c.name + ": " + error);
+  if (!c.builtin(*this, c.self, args, out, &error)) return Err(e.args[0]->pos, c.name + ": " + error);
   return Status::OK();
 }
 
@@ -342,7 +342,7 @@ Status Renderer::CallMacro(const Expr& e, const Stmt& m, const Args& args, Value
     return Err(e.pos, "macro calls nest more than " + std::to_string(env_.limits.max_call_depth) +
                           " deep (RenderLimits::max_call_depth)");
   if (args.pos.size() > m.params.size())
-    return Err(e.pos, "macro '" + name + "' takes " + std::to_string(m.params.size()) + " arguments, not " +
+    return Err(e.args[0]->pos, "macro '" + name + "' takes " + std::to_string(m.params.size()) + " arguments, not " +
                           std::to_string(args.pos.size()));
   for (const auto& kv : args.kw) {
     bool known = false;
