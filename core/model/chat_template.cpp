@@ -128,6 +128,18 @@ Status ChatTemplate::Apply(const Json& messages, bool add_generation_prompt, std
   return template_->Render(vars, env, out);
 }
 
+Status ChatTemplate::Encode(const Tokenizer& tok, const std::string& rendered, std::vector<int32_t>* ids) const {
+  KVLAB_RETURN_IF_ERROR(tok.Encode(rendered, /*add_bos=*/false, ids));
+  auto bos = special_tokens_.find("bos_token");
+  if (bos == special_tokens_.end() || tok.bos_id() < 0) return Status::OK();
+  const std::string& text = bos->get_ref<const std::string&>();
+  if (text.empty() || rendered.compare(0, text.size(), text) != 0) return Status::OK();
+  if (!ids->empty() && (*ids)[0] == tok.bos_id()) return Status::OK();
+  KVLAB_RETURN_IF_ERROR(tok.Encode(rendered.substr(text.size()), /*add_bos=*/false, ids));
+  ids->insert(ids->begin(), tok.bos_id());
+  return Status::OK();
+}
+
 bool HasChatTemplate(const std::string& model_dir) {
   std::unique_ptr<ChatTemplate> t;
   const Status s = ChatTemplate::Load(model_dir, &t);

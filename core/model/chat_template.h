@@ -10,9 +10,11 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/base/status.h"
 #include "core/model/jinja.h"
+#include "core/model/tokenizer.h"
 
 namespace kvlab {
 
@@ -36,6 +38,14 @@ class ChatTemplate {
   // adds or replaces variables, as apply_chat_template's keyword arguments do.
   Status Apply(const jinja::Json& messages, bool add_generation_prompt, std::string* out,
                const jinja::Json& extra = jinja::Json::object(), const jinja::Environment& env = {}) const;
+
+  // Token ids of a rendered chat as transformers tokenises it
+  // (add_special_tokens=False: the BOS is the template's own, none is added).
+  // Special tokens in the text are matched as special tokens where the
+  // tokenizer does that (tokenizer.json's added tokens); one that does not (the
+  // byte tokenizer, SentencePiece) gets the bos_token the text starts with as
+  // its BOS id rather than as text.
+  Status Encode(const Tokenizer& tok, const std::string& rendered, std::vector<int32_t>* ids) const;
 
   // The special-token variables, as transformers' special_tokens_map.
   const jinja::Json& special_tokens() const { return special_tokens_; }

@@ -8,6 +8,8 @@
 // errors.
 #include "core/model/chat_template.h"
 
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -16,8 +18,11 @@
 #include <sstream>
 #include <map>
 #include <string>
+#include <vector>
 
 #include <stdlib.h>
+
+#include "core/model/tokenizer.h"
 
 namespace kvlab {
 namespace {
@@ -210,6 +215,59 @@ TEST(ChatTemplate, FindsTheTemplateAndPassesTransformersVariables) {
   d.Write("chat_template.jinja", "{% if %}");
   EXPECT_EQ(LoadAndApply(d, &out).message(),
             d.path() + "/chat_template.jinja: line 1, column 7: expected an expression, got end of statement block '%}'");
+}
+
+// The rendered chat tokenised as transformers does (add_special_tokens=False):
+// the template's BOS once, special tokens as single ids; with the real
+// tokenizer.json files of Llama 3.1 (post-processor adds BOS too), Llama 3
+// (adds none) and Gemma 3 (adds <bos>).
+TEST(ChatTemplate, EncodeKeepsOneBosAndSpecialTokens) {
+  struct Want {
+    const char* pkg;
+    int32_t bos, header;  // the BOS id and a special token the template emits
+  };
+  for (const Want& w : {Want{"tokenizer-llama3_1", 128000, 128006}, Want{"tokenizer-llama3", 128000, 128006},
+                        Want{"tokenizer-gemma3", 2, 105}}) {
+    SCOPED_TRACE(w.pkg);
+    const std::string dir = Dir() + "/../tokenizers/node_modules/@lenml/" + w.pkg + "/models";
+    if (!std::ifstream(dir + "/tokenizer.json").good())
+      GTEST_SKIP() << "missing " << dir << "/tokenizer.json (cd evals/reference/tokenizers && npm ci)";
+    std::unique_ptr<Tokenizer> tok;
+    Status s = LoadTokenizerFromDir(dir, &tok);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    std::unique_ptr<ChatTemplate> t;
+    ASSERT_TRUE(ChatTemplate::Load(dir, &t).ok());
+    std::string text;
+    ASSERT_TRUE(t->Apply(Json::array({{{"role", "user"}, {"content", "Hello there"}}}), true, &text).ok());
+    ASSERT_EQ(text.rfind(t->special_tokens()["bos_token"].get<std::string>(), 0), 0u) << text;
+    std::vector<int32_t> ids;
+    ASSERT_TRUE(t->Encode(*tok, text, &ids).ok());
+    ASSERT_GE(ids.size(), 4u);
+    EXPECT_EQ(ids[0], w.bos);
+    EXPECT_EQ(std::count(ids.begin(), ids.end(), w.bos), 1) << "a second BOS";
+    EXPECT_NE(std::find(ids.begin(), ids.end(), w.header), ids.end()) << "the turn marker is not one special id";
+    std::string back;
+    ASSERT_TRUE(tok->Decode(ids, &back).ok());
+    EXPECT_NE(back.find("Hello there"), std::string::npos);
+  }
+}
+
+// A tokenizer that does not match "<s>" in text (the byte tokenizer) gets the
+// template's leading bos_token as its BOS id, not as five bytes.
+TEST(ChatTemplate, EncodeMapsALeadingBosTextToTheBosId) {
+  Json cfg = {{"bos_token", "<s>"}};
+  const std::string src = "{{ bos_token }}[{{ messages[0].content }}]";
+  std::unique_ptr<ChatTemplate> t;
+  ASSERT_TRUE(ChatTemplate::FromConfig(cfg, "mem.json", &src, &t).ok());
+  std::string text;
+  ASSERT_TRUE(t->Apply(Json::array({{{"role", "user"}, {"content", "ab"}}}), false, &text).ok());
+  EXPECT_EQ(text, "<s>[ab]");
+  ByteTokenizer bytes;
+  std::vector<int32_t> ids;
+  ASSERT_TRUE(t->Encode(bytes, text, &ids).ok());
+  EXPECT_EQ(ids, (std::vector<int32_t>{ByteTokenizer::kBos, '[', 'a', 'b', ']'}));
+  ASSERT_TRUE(t->Encode(bytes, "[no bos]", &ids).ok());
+  EXPECT_EQ(ids.size(), 8u);  // nothing added: transformers' add_special_tokens=False
 }
 
 }  // namespace
