@@ -133,6 +133,33 @@ INSTANTIATE_TEST_SUITE_P(Templates, GoldenTest,
                          });
 
 
+// Every prefix of a real-sized template parses or fails cleanly (never
+// crashes), and those that parse render or fail cleanly: cut templates are
+// what a truncated download gives.
+TEST(ChatTemplate, EveryPrefixOfATemplateFailsCleanly) {
+  const Json& conv = Conversations()["cases"][1]["messages"];
+  for (const char* name : {"llama31-tools-style.jinja", "constructs.jinja"}) {
+    const std::string text = ReadAll(Dir() + "/templates/" + name);
+    ASSERT_GT(text.size(), 1000u) << name;
+    int parsed = 0;
+    for (size_t n = 0; n <= text.size(); ++n) {
+      std::unique_ptr<jinja::Template> t;
+      const Status s = jinja::Template::Parse(text.substr(0, n), name, &t);
+      if (!s.ok()) {
+        ASSERT_EQ(s.message().rfind(std::string(name) + ": line ", 0), 0u) << s.message();
+        continue;
+      }
+      ++parsed;
+      std::string out;
+      const Status r = t->Render({{"messages", conv}, {"bos_token", "<s>"}}, FixedDate(), &out);
+      if (!r.ok()) {
+        ASSERT_EQ(r.message().rfind(std::string(name) + ": line ", 0), 0u) << r.message();
+      }
+    }
+    EXPECT_GT(parsed, 10) << name;
+  }
+}
+
 // ---- the loader's errors ----
 
 class TempDir {

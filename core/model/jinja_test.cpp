@@ -73,6 +73,13 @@ TEST(Jinja, MatchesJinja2OnConstructs) {
   }
 }
 
+TEST(Jinja, TransformersGenerationTagRendersItsBody) {
+  EXPECT_EQ(Render("a{% generation %}{{ 1 + 1 }}{% endgeneration %}b"), "a2b");
+  EXPECT_EQ(Render("{% for i in [1, 2] %}{% generation %}{% if i == 2 %}{% break %}{% endif %}{{ i }}"
+                   "{% endgeneration %}{% endfor %}"),
+            "1");
+}
+
 TEST(Jinja, StrftimeNowIsInjectable) {
   Environment env;
   env.strftime_now = [](const std::string& f) { return "<" + f + ">"; };
