@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -83,6 +85,9 @@ TEST(SweepChatTest, RulerWithChatIsRecorded) {
                        sweep_test::Quiet(dir + "/agnostic"), &report)
                   .ok())
       << report;
+  std::ifstream md(dir + "/chat/summary.md");
+  const std::string summary((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
+  EXPECT_NE(summary.find(", question-aware, chat template"), std::string::npos) << summary;
   const json plain = sweep_test::Records(dir + "/plain")[0], chat = sweep_test::Records(dir + "/chat")[0];
   ASSERT_EQ(chat["status"], "ok") << chat.dump();
   EXPECT_EQ(plain["metrics"]["chat"], false);
