@@ -84,6 +84,11 @@ struct SweepTaskOptions {
   // length (false: an error).
   std::string file;
   bool query_aware = true, truncate = true;
+  // RULER's and the dataset tasks: the prompt sent as one user message
+  // through the model's chat template (its tokenizer_config.json's
+  // chat_template; core/model/chat_template.h) before tokenising; false: the
+  // plain text with BOS.
+  bool chat = false;
 };
 
 struct SweepPoint {

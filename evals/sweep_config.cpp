@@ -276,9 +276,9 @@ Status ParseSweepConfig(const std::string& text, const std::string& path, const 
           } else if (okey == "file") {
             if (!v.is_string()) return Where(path, v, "'" + full + "' must be a string (a dataset file)");
             o.file = Resolve(dir, v.as_string()->get());
-          } else if (okey == "query_aware" || okey == "truncate") {
+          } else if (okey == "query_aware" || okey == "truncate" || okey == "chat") {
             if (!v.is_boolean()) return Where(path, v, "'" + full + "' must be true or false");
-            (okey == "query_aware" ? o.query_aware : o.truncate) = v.as_boolean()->get();
+            (okey == "query_aware" ? o.query_aware : okey == "truncate" ? o.truncate : o.chat) = v.as_boolean()->get();
           } else if (okey == "windows") { KVLAB_RETURN_IF_ERROR(want_int(&o.windows, 1));
           } else if (okey == "prefill") { KVLAB_RETURN_IF_ERROR(want_int(&o.prefill, 0, kMaxContextTokens));
           } else if (okey == "buckets") { KVLAB_RETURN_IF_ERROR(want_int(&o.buckets, 1));

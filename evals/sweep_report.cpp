@@ -130,20 +130,26 @@ std::vector<int64_t> RulerLengths(const std::vector<json>& recs, const std::stri
   return std::vector<int64_t>(all.begin(), all.end());
 }
 
-// The dataset tasks' query_aware mode, as a table title's suffix: ", question-aware",
-// ", question-agnostic", or a warning when the records mix both.
+// The prompt tasks' query_aware mode, as a table title's suffix: ", question-aware",
+// ", question-agnostic", or a warning when the records mix both; then ", chat
+// template" when the prompts went through the model's chat template (chat = true).
 std::string QueryMode(const std::vector<json>& recs, const std::string& model, const std::vector<std::string>& tasks,
                       int64_t L) {
-  std::set<bool> modes;
+  std::set<bool> modes, chats;
   for (const json& r : recs) {
     if (r.value("model", "") != model || r.value("length", 0) != L || r.value("status", "") != "ok") continue;
     if (std::find(tasks.begin(), tasks.end(), r.value("task", "")) == tasks.end()) continue;
     const json& q = Field(Field(r, "metrics"), "query_aware");
     if (q.is_boolean()) modes.insert(q.get<bool>());
+    const json& c = Field(Field(r, "metrics"), "chat");
+    if (c.is_boolean()) chats.insert(c.get<bool>());
   }
-  if (modes.size() == 2) return ", question-aware and question-agnostic records mixed (query_aware)";
-  if (modes.size() == 1) return *modes.begin() ? ", question-aware" : ", question-agnostic";
-  return "";
+  std::string s;
+  if (modes.size() == 2) s = ", question-aware and question-agnostic records mixed (query_aware)";
+  if (modes.size() == 1) s = *modes.begin() ? ", question-aware" : ", question-agnostic";
+  if (chats.size() == 2) s += ", chat-template and plain prompts mixed (chat)";
+  if (chats.size() == 1 && *chats.begin()) s += ", chat template";
+  return s;
 }
 
 // vLLM's paging: share of reserved KV bytes that hold real tokens.

@@ -32,11 +32,12 @@ struct Prompt {
 
 // Encodes head + tail, finds the split, and applies LongBench's middle
 // truncation (its first and last halves of `budget` tokens) or refuses.
-Status BuildPrompt(const Tokenizer& tok, const SplitPrompt& sp, const std::string& file, int64_t line, int64_t budget,
-                   bool truncate, Prompt* out) {
+// With a chat template, the whole prompt is the user's message (LongBench's build_chat).
+Status BuildPrompt(const Tokenizer& tok, const ChatTemplate* chat, const SplitPrompt& sp, const std::string& file,
+                   int64_t line, int64_t budget, bool truncate, Prompt* out) {
   out->line = line;
-  KVLAB_RETURN_IF_ERROR(tok.Encode(sp.head + sp.tail, /*add_bos=*/true, &out->ids));
-  size_t split = SharedPrefix(tok, sp.head, out->ids);
+  size_t split = 0;
+  KVLAB_RETURN_IF_ERROR(EncodeTaskPrompt(tok, chat, sp.head + sp.tail, "", sp.head.size(), &out->ids, &split));
   const int64_t n = static_cast<int64_t>(out->ids.size());
   if (n > budget) {
     if (!truncate) {
@@ -66,6 +67,7 @@ Status RunPrompt(TaskContext* ctx, const SweepPoint& p, const Tokenizer& tok, co
 // What both kinds of dataset task share: the file, the tokenizer, the budget.
 struct DatasetRun {
   const Tokenizer* tok = nullptr;
+  std::unique_ptr<ChatTemplate> chat;  // chat = true
   std::string text;  // the file
   int64_t gen = 0, budget = 0, max_positions = 0;
 };
@@ -77,6 +79,7 @@ Status StartDatasetRun(TaskContext* ctx, const SweepPoint& p, const SweepTaskOpt
                                    "] file = a LongBench-format .jsonl (docs/sweeps.md, \"LongBench\")");
   }
   KVLAB_RETURN_IF_ERROR(ctx->ModelTokenizer(p, &r->tok));
+  if (o.chat) KVLAB_RETURN_IF_ERROR(PointChatTemplate(p, &r->chat));
   KVLAB_RETURN_IF_ERROR(ReadFileBounded(o.file, kMaxDatasetBytes, &r->text));
   ModelConfig mc;
   KVLAB_RETURN_IF_ERROR(PointModelConfig(p, &mc));
@@ -112,6 +115,7 @@ void PutCommon(const SweepTaskOptions& o, const DatasetRun& r, int64_t n, double
   (*m)["tokens_to_generate"] = r.gen;
   (*m)["query_aware"] = o.query_aware;
   (*m)["truncate"] = o.truncate;
+  (*m)["chat"] = o.chat;
   (*m)["truncated"] = truncated;
   (*m)["sequence_tokens_mean"] = n > 0 ? tokens / static_cast<double>(n) : 0.0;
   (*m)["memory"] = MemoryJson(mem);
@@ -140,7 +144,7 @@ Status RunLongBench(TaskContext* ctx, const SweepPoint& p, const SweepTaskOption
   for (const LongBenchRecord& rec : recs) {
     Prompt pr;
     const SplitPrompt sp = LongBenchPrompt(*d, rec);
-    KVLAB_RETURN_IF_ERROR(BuildPrompt(*r.tok, sp, o.file, rec.line, r.budget, o.truncate, &pr));
+    KVLAB_RETURN_IF_ERROR(BuildPrompt(*r.tok, r.chat.get(), sp, o.file, rec.line, r.budget, o.truncate, &pr));
     KVLAB_RETURN_IF_ERROR(CheckPositions(*ctx, p, r, pr, o.file));
     std::string text;
     KVLAB_RETURN_IF_ERROR(RunPrompt(ctx, p, *r.tok, pr, r.gen, o.query_aware, &text, &mem));
@@ -195,7 +199,7 @@ Status RunLongBenchV2(TaskContext* ctx, const SweepPoint& p, const SweepTaskOpti
   for (const LongBenchV2Record& rec : recs) {
     Prompt pr;
     const SplitPrompt sp = LongBenchV2Prompt(rec);
-    KVLAB_RETURN_IF_ERROR(BuildPrompt(*r.tok, sp, o.file, rec.line, r.budget, o.truncate, &pr));
+    KVLAB_RETURN_IF_ERROR(BuildPrompt(*r.tok, r.chat.get(), sp, o.file, rec.line, r.budget, o.truncate, &pr));
     KVLAB_RETURN_IF_ERROR(CheckPositions(*ctx, p, r, pr, o.file));
     std::string text;
     KVLAB_RETURN_IF_ERROR(RunPrompt(ctx, p, *r.tok, pr, r.gen, o.query_aware, &text, &mem));
@@ -250,7 +254,7 @@ Status RunInfiniteBench(TaskContext* ctx, const SweepPoint& p, const SweepTaskOp
   for (const InfiniteBenchRecord& rec : recs) {
     Prompt pr;
     const SplitPrompt sp = InfiniteBenchPrompt(*t, rec);
-    KVLAB_RETURN_IF_ERROR(BuildPrompt(*r.tok, sp, o.file, rec.line, r.budget, o.truncate, &pr));
+    KVLAB_RETURN_IF_ERROR(BuildPrompt(*r.tok, r.chat.get(), sp, o.file, rec.line, r.budget, o.truncate, &pr));
     KVLAB_RETURN_IF_ERROR(CheckPositions(*ctx, p, r, pr, o.file));
     std::string text;
     KVLAB_RETURN_IF_ERROR(RunPrompt(ctx, p, *r.tok, pr, r.gen, o.query_aware, &text, &mem));
@@ -279,7 +283,7 @@ SweepTaskInfo DatasetTask(const std::string& name, const std::string& summary, i
   SweepTaskInfo info;
   info.name = name;
   info.summary = summary;
-  info.options = {"file", "samples", "tokens_to_generate", "query_aware", "truncate"};
+  info.options = {"file", "samples", "tokens_to_generate", "query_aware", "truncate", "chat"};
   info.key_options = [](const SweepTaskOptions& o, json* k) {
     // The file's name, not its directory: hotpotqa.jsonl and hotpotqa_e.jsonl
     // are different points, one file on two machines' paths is one point.
@@ -289,6 +293,7 @@ SweepTaskInfo DatasetTask(const std::string& name, const std::string& summary, i
     (*k)["tokens_to_generate"] = o.tokens_to_generate;
     (*k)["query_aware"] = o.query_aware;
     (*k)["truncate"] = o.truncate;
+    if (o.chat) (*k)["chat"] = true;  // only then: older records' keys stay valid
   };
   info.estimate = [default_gen](const TaskCost& c, const SweepPoint& p, const SweepTaskOptions& o) {
     const double L = static_cast<double>(p.length);

@@ -50,10 +50,14 @@ Status RunRuler(TaskContext* ctx, const SweepPoint& p, const SweepTaskOptions& o
     }
     KVLAB_RETURN_IF_ERROR(ctx->Text(o.text, &essay));
   }
-  const TokenCounter count = [tok](const std::string& text, int64_t* n) {
+  std::unique_ptr<ChatTemplate> chat;
+  if (o.chat) KVLAB_RETURN_IF_ERROR(PointChatTemplate(p, &chat));
+  int64_t overhead = 0;  // the chat template's tokens count in the length
+  KVLAB_RETURN_IF_ERROR(ChatOverheadTokens(*tok, chat.get(), &overhead));
+  const TokenCounter count = [tok, overhead](const std::string& text, int64_t* n) {
     std::vector<int32_t> ids;
     KVLAB_RETURN_IF_ERROR(tok->Encode(text, /*add_bos=*/true, &ids));
-    *n = static_cast<int64_t>(ids.size());
+    *n = static_cast<int64_t>(ids.size()) + overhead;
     return Status::OK();
   };
   json per_score = json::array(), per_depth = json::array(), per_tokens = json::array(), per_question = json::array();
@@ -74,8 +78,15 @@ Status RunRuler(TaskContext* ctx, const SweepPoint& p, const SweepTaskOptions& o
                              static_cast<uint64_t>(p.repetition) * 65537ull);
     RulerSample sample;
     KVLAB_RETURN_IF_ERROR(MakeRulerSample(spec, count, &sample));
+    // RULER's chat prompts: the input as the user's message, the answer prefix after the generation prompt.
+    const std::string& pr = sample.prompt;
+    const std::string& prefix = sample.answer_prefix;
+    const bool ends = pr.size() >= prefix.size() && pr.compare(pr.size() - prefix.size(), prefix.size(), prefix) == 0;
+    const std::string user = ends ? pr.substr(0, pr.size() - prefix.size()) : pr;
     std::vector<int32_t> ids;
-    KVLAB_RETURN_IF_ERROR(tok->Encode(sample.prompt, /*add_bos=*/true, &ids));
+    size_t split = 0;
+    KVLAB_RETURN_IF_ERROR(EncodeTaskPrompt(*tok, chat.get(), user, ends ? prefix : "",
+                                           static_cast<size_t>(sample.context_end), &ids, &split));
     const int64_t context = static_cast<int64_t>(ids.size()) + sample.tokens_to_generate + 1;
     std::string text;
     if (o.query_aware) {
@@ -95,7 +106,6 @@ Status RunRuler(TaskContext* ctx, const SweepPoint& p, const SweepTaskOptions& o
       KVLAB_RETURN_IF_ERROR(ContinuationText(*tok, ids, gen, &text));
       mem = st.memory_at_end;
     } else {  // the haystack (and its needles) compressed before the question is read
-      const size_t split = SharedPrefix(*tok, sample.prompt.substr(0, static_cast<size_t>(sample.context_end)), ids);
       per_question.push_back(ids.size() - split);
       KVLAB_RETURN_IF_ERROR(GenerateAfterSplit(ctx, p, *tok, ids, split, sample.tokens_to_generate, &text, &mem));
     }
@@ -137,6 +147,7 @@ Status RunRuler(TaskContext* ctx, const SweepPoint& p, const SweepTaskOptions& o
   (*m)["per_sample"] = per;
   texts.Put(m);
   (*m)["query_aware"] = o.query_aware;
+  (*m)["chat"] = o.chat;
   (*m)["memory"] = MemoryJson(mem);
   return Status::OK();
 }
@@ -164,7 +175,7 @@ void RegisterRulerTasks(SweepTaskRegistry* registry) {
     SweepTaskInfo info;
     info.name = name;
     info.summary = summaries[i++];
-    info.options = {"samples", "tokens_to_generate", "query_aware"};
+    info.options = {"samples", "tokens_to_generate", "query_aware", "chat"};
     if (t.has_depth) info.options.push_back("depths");
     if (t.needs_essay) info.options.push_back("text");
     if (t.default_fewshot > 0) info.options.push_back("fewshot");
@@ -174,6 +185,7 @@ void RegisterRulerTasks(SweepTaskRegistry* registry) {
       (*k)["tokens_to_generate"] = o.tokens_to_generate;
       if (t.default_fewshot > 0) (*k)["fewshot"] = o.fewshot;
       if (!o.query_aware) (*k)["query_aware"] = false;  // only then: older records' keys stay valid
+      if (o.chat) (*k)["chat"] = true;
     };
     info.estimate = [t](const TaskCost& c, const SweepPoint& p, const SweepTaskOptions& o) {
       const double L = static_cast<double>(p.length);

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/engine/engine.h"
+#include "core/model/chat_template.h"
 #include "core/model/model_config.h"
 #include "core/model/tokenizer.h"
 #include "evals/sweep.h"
@@ -122,5 +123,26 @@ Status GenerateAfterSplit(TaskContext* ctx, const SweepPoint& p, const Tokenizer
 size_t SharedPrefix(const Tokenizer& tok, const std::string& head, const std::vector<int32_t>& ids);
 // "a, b, c"
 std::string JoinNames(const std::vector<std::string>& names);
+
+// ---- chat = true (chat_prompt.cpp) ----
+
+// The chat template of the point's model (core/model/chat_template.h); a model
+// without one (a preset, a byte-level or base model) is an error naming the
+// task, the key and the model directory.
+Status PointChatTemplate(const SweepPoint& p, std::unique_ptr<ChatTemplate>* out);
+// A task's prompt as the model reads it, BOS first: `user` then `answer_prefix`.
+// chat null: Encode(user + answer_prefix) with BOS. Else the chat template over
+// one user message `user` with the generation prompt, then answer_prefix
+// after it (where RULER puts its answer prefix), tokenised as transformers
+// does (ChatTemplate::Encode: special tokens as special tokens, no second BOS).
+// head_end non-null: how many leading ids hold user[0, head_bytes) and all
+// the template put before it (the split of query_aware = false); an error
+// when the rendered chat does not contain the prompt.
+Status EncodeTaskPrompt(const Tokenizer& tok, const ChatTemplate* chat, const std::string& user,
+                        const std::string& answer_prefix, size_t head_bytes, std::vector<int32_t>* ids,
+                        size_t* head_end);
+// How many more tokens the chat template adds around a prompt (0 for chat null):
+// what a length-targeting generator adds to its text's count.
+Status ChatOverheadTokens(const Tokenizer& tok, const ChatTemplate* chat, int64_t* out);
 
 }  // namespace kvlab
