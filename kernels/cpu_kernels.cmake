@@ -12,6 +12,14 @@ set(KVLAB_ISA_KERNEL_SOURCES
   ${PROJECT_SOURCE_DIR}/kernels/attention_kivi_cpu.cpp
   ${PROJECT_SOURCE_DIR}/kernels/linear_bf16.cpp
 )
+# The fuzz build (KVLAB_FUZZ: clang with ASan + UBSan) compiles the kernels at
+# -O1: its targets fuzz parsers, not kernels, and clang's UBSan at -O3 spends
+# over half an hour on one kernel file.
+if(KVLAB_FUZZ)
+  set(_kvlab_kernel_opt -O1)
+else()
+  set(_kvlab_kernel_opt -O3)
+endif()
 set(_kvlab_isa_names scalar avx2 avx512)
 set(_kvlab_isa_objects)
 foreach(_level RANGE 2)
@@ -20,7 +28,7 @@ foreach(_level RANGE 2)
   target_include_directories(kvlab_kernels_${_name} PRIVATE ${PROJECT_SOURCE_DIR})
   target_link_libraries(kvlab_kernels_${_name} PRIVATE kvlab_base OpenMP::OpenMP_CXX)
   target_compile_definitions(kvlab_kernels_${_name} PRIVATE KVLAB_ISA_LEVEL=${_level})
-  target_compile_options(kvlab_kernels_${_name} PRIVATE ${KVLAB_WARNINGS} -O3)
+  target_compile_options(kvlab_kernels_${_name} PRIVATE ${KVLAB_WARNINGS} ${_kvlab_kernel_opt})
   if(KVLAB_NATIVE)
     target_compile_options(kvlab_kernels_${_name} PRIVATE -march=native)
   endif()
@@ -39,7 +47,7 @@ add_library(kvlab_kernels STATIC
 )
 target_include_directories(kvlab_kernels PUBLIC ${PROJECT_SOURCE_DIR})
 target_link_libraries(kvlab_kernels PUBLIC kvlab_base OpenMP::OpenMP_CXX)
-target_compile_options(kvlab_kernels PRIVATE ${KVLAB_WARNINGS} -O3)
+target_compile_options(kvlab_kernels PRIVATE ${KVLAB_WARNINGS} ${_kvlab_kernel_opt})
 if(KVLAB_NATIVE)
   target_compile_options(kvlab_kernels PRIVATE -march=native)
 endif()
