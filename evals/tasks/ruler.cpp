@@ -28,6 +28,27 @@ std::string RulerQuestion(const RulerSample& s) {
   return begin < end ? s.prompt.substr(begin, end - begin) : std::string();
 }
 
+// Prefills the whole prompt and generates the whole budget (every stack then
+// holds the same tokens at the end, so memory compares like with like); the
+// text is what came before EOS.
+Status GenerateWhole(TaskContext* ctx, const SweepPoint& p, const Tokenizer& tok, const std::vector<int32_t>& ids,
+                     int64_t context, int64_t tokens_to_generate, std::string* text, MemoryStats* mem) {
+  std::unique_ptr<Engine> e;
+  KVLAB_RETURN_IF_ERROR(Engine::Create(PointEngineOptions(ctx->config(), p, context, 1), p.stack, &e));
+  GenerateOptions go;
+  go.max_new_tokens = tokens_to_generate;
+  go.stop_at_eos = false;
+  std::vector<GenerateResult> results;
+  GenerateStats st;
+  KVLAB_RETURN_IF_ERROR(e->Generate({ids}, go, &results, &st));
+  std::vector<int32_t> gen = results[0].tokens;
+  const auto eos = std::find(gen.begin(), gen.end(), tok.eos_id());
+  if (tok.eos_id() >= 0) gen.erase(eos, gen.end());
+  KVLAB_RETURN_IF_ERROR(ContinuationText(tok, ids, gen, text));
+  *mem = st.memory_at_end;
+  return Status::OK();
+}
+
 Status RunRuler(TaskContext* ctx, const SweepPoint& p, const SweepTaskOptions& o, json* m) {
   RulerTaskInfo info;
   KVLAB_RETURN_IF_ERROR(GetRulerTask(p.task, &info));
@@ -90,21 +111,7 @@ Status RunRuler(TaskContext* ctx, const SweepPoint& p, const SweepTaskOptions& o
     const int64_t context = static_cast<int64_t>(ids.size()) + sample.tokens_to_generate + 1;
     std::string text;
     if (o.query_aware) {
-      std::unique_ptr<Engine> e;
-      KVLAB_RETURN_IF_ERROR(Engine::Create(PointEngineOptions(ctx->config(), p, context, 1), p.stack, &e));
-      // The whole budget is generated (every stack holds the same tokens at the
-      // end, so memory compares like with like); the text is scored up to EOS.
-      GenerateOptions go;
-      go.max_new_tokens = sample.tokens_to_generate;
-      go.stop_at_eos = false;
-      std::vector<GenerateResult> results;
-      GenerateStats st;
-      KVLAB_RETURN_IF_ERROR(e->Generate({ids}, go, &results, &st));
-      std::vector<int32_t> gen = results[0].tokens;
-      const auto eos = std::find(gen.begin(), gen.end(), tok->eos_id());
-      if (tok->eos_id() >= 0) gen.erase(eos, gen.end());
-      KVLAB_RETURN_IF_ERROR(ContinuationText(*tok, ids, gen, &text));
-      mem = st.memory_at_end;
+      KVLAB_RETURN_IF_ERROR(GenerateWhole(ctx, p, *tok, ids, context, sample.tokens_to_generate, &text, &mem));
     } else {  // the haystack (and its needles) compressed before the question is read
       per_question.push_back(ids.size() - split);
       KVLAB_RETURN_IF_ERROR(GenerateAfterSplit(ctx, p, *tok, ids, split, sample.tokens_to_generate, &text, &mem));
