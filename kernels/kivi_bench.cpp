@@ -1,4 +1,5 @@
-// Decode attention over a KIVI-2 cache against the 16-bit cache, on the CPU:
+// Decode attention over KIVI-2 and quant (int8 / fp8) caches against the
+// 16-bit cache, on the CPU:
 // the Llama-3.1-8B layer shape (32 query heads, 8 KV heads, head_dim 128),
 // batch 1, plain blocks of 16 tokens, KIVI-2 with group 32 (encoded blocks of
 // 32 tokens) and the most recent 128 tokens kept in bf16 (the residual).
@@ -489,8 +490,9 @@ void Args(benchmark::internal::Benchmark* b) {
     for (int64_t context : {4096, 16384}) b->Args({context, layout});
   }
   b->ArgNames({"ctx", "layout"})->UseRealTime()->Unit(benchmark::kMillisecond);
-  // Best of the repetitions, next to mean and median: the machine is shared.
+  // Best and worst of the repetitions, next to mean and median: the machine is shared.
   b->ComputeStatistics("min", [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); });
+  b->ComputeStatistics("max", [](const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); });
 }
 
 BENCHMARK(BM_DecodeBf16)->Apply(Args);
