@@ -1,8 +1,10 @@
 #include "kernels/attention_encoded.h"
 
 #include "kernels/attention_kivi_cpu.h"
+#include "kernels/attention_quant_cpu.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <vector>
 
@@ -103,7 +105,8 @@ void PagedAttentionEncodedReference(const PagedKV& kv, const EncodedKV& enc, con
 }
 
 // The generic CPU path: whole streams decoded to fp32 (any encoding, RoPE at
-// read, slot_attn). KIVI with its own axes takes the fused path instead.
+// read, slot_attn). KIVI with its own axes and int8 / fp8 without RoPE or
+// slot_attn take the fused paths instead.
 static void EncodedAttentionGeneric(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p) {
   const int d = p.head_dim;
   const int group = p.num_qo_heads / p.num_kv_heads;
@@ -185,21 +188,35 @@ static void EncodedAttentionGeneric(const PagedKV& kv, const EncodedKV& enc, con
   }
 }
 
+namespace {
+std::atomic<bool>& QuantFused() {
+  static std::atomic<bool> fused{true};
+  return fused;
+}
+}  // namespace
+
+void SetQuantFusedCpu(bool enabled) { QuantFused().store(enabled, std::memory_order_relaxed); }
+bool QuantFusedCpu() { return QuantFused().load(std::memory_order_relaxed); }
+
 void PagedAttentionEncodedCpu(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p) {
   if (KiviCpuSupports(kv, enc, p)) {
     PagedAttentionKiviCpu(kv, enc, p);
-    return;
+  } else if (QuantFusedCpu() && QuantCpuSupports(kv, enc, p)) {
+    PagedAttentionQuantCpu(kv, enc, p);
+  } else {
+    EncodedAttentionGeneric(kv, enc, p);
   }
-  EncodedAttentionGeneric(kv, enc, p);
 }
 
 void PagedAttentionEncodedCpu(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p,
                               const CpuDecodePlan& plan) {
   if (KiviCpuSupports(kv, enc, p)) {
     PagedAttentionKiviCpu(kv, enc, p, plan);
-    return;
+  } else if (QuantFusedCpu() && QuantCpuSupports(kv, enc, p)) {
+    PagedAttentionQuantCpu(kv, enc, p, plan);
+  } else {
+    EncodedAttentionGeneric(kv, enc, p);
   }
-  EncodedAttentionGeneric(kv, enc, p);
 }
 
 }  // namespace kvlab

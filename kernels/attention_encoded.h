@@ -17,12 +17,33 @@ void PagedAttentionEncodedReference(const PagedKV& kv, const EncodedKV& enc, con
 // bits, no RoPE at read, no slot_attn) takes the fused path in
 // kernels/attention_kivi_cpu.cpp: key scales folded into the queries, codes
 // unpacked once per block for the whole query-head group, split-K over
-// threads. Everything else takes a generic path that decodes each stream to
-// fp32 once for all query heads of the group and all queries.
+// threads. int8 / fp8 (the quant policy's formats; head_dim a multiple of 16,
+// no RoPE at read, no slot_attn) take the fused path in
+// kernels/attention_quant_cpu.cpp: codes converted in registers, scales
+// folded into scores and weights, split-K. Everything else takes a generic
+// path that decodes each stream to fp32 once for all query heads of the group
+// and all queries (the reference the fused paths are checked against).
 void PagedAttentionEncodedCpu(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p);
 // The same with the step's plan (CpuDecodePlanCheck(plan, p).ok()): the fused
-// KIVI path runs it; the generic path has no split to plan and ignores it.
+// paths run it; the generic path has no split to plan and ignores it.
 void PagedAttentionEncodedCpu(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p,
                               const CpuDecodePlan& plan);
+
+// Whether PagedAttentionEncodedCpu may give int8 / fp8 segments to the fused
+// kernel (true, the default) or always takes the generic path (false: the
+// comparison the tests and benchmarks make). Process-wide; not to be changed
+// while kernels run on other threads. ScopedQuantFusedCpu sets it for a scope.
+void SetQuantFusedCpu(bool enabled);
+bool QuantFusedCpu();
+class ScopedQuantFusedCpu {
+ public:
+  explicit ScopedQuantFusedCpu(bool enabled) : saved_(QuantFusedCpu()) { SetQuantFusedCpu(enabled); }
+  ~ScopedQuantFusedCpu() { SetQuantFusedCpu(saved_); }
+  ScopedQuantFusedCpu(const ScopedQuantFusedCpu&) = delete;
+  ScopedQuantFusedCpu& operator=(const ScopedQuantFusedCpu&) = delete;
+
+ private:
+  bool saved_;
+};
 
 }  // namespace kvlab

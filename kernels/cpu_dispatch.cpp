@@ -1,17 +1,20 @@
 // The public entry points of the CPU kernels that are compiled once per path
 // (kernels/cpu_isa.h): each calls the copy for ActiveCpuIsa(). Built for
-// baseline x86-64. Also KiviCpuSupports, which is shape logic (one copy).
+// baseline x86-64. Also KiviCpuSupports and QuantCpuSupports, which are shape
+// logic (one copy).
 #include <cstdint>
 
 #include "kernels/attention_cpu.h"
 #include "kernels/attention_kivi_cpu.h"
+#include "kernels/attention_quant_cpu.h"
 #include "kernels/cpu_isa.h"
 #include "kernels/linear_bf16.h"
 
 namespace kvlab {
 
-// The copies' entry points (defined in attention_cpu.cpp, attention_kivi_cpu.cpp
-// and linear_bf16.cpp, compiled into namespace `ns` for each path).
+// The copies' entry points (defined in attention_cpu.cpp, attention_kivi_cpu.cpp,
+// attention_quant_cpu.cpp and linear_bf16.cpp, compiled into namespace `ns`
+// for each path).
 #define KVLAB_DECLARE_CPU_KERNELS(ns)                                                                            \
   namespace ns {                                                                                                 \
   void PagedAttentionCpu(const PagedKV& kv, const AttentionParams& p);                                           \
@@ -19,6 +22,9 @@ namespace kvlab {
   void PagedAttentionKiviCpu(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p);                 \
   void PagedAttentionKiviCpu(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p,                  \
                              const CpuDecodePlan& plan);                                                         \
+  void PagedAttentionQuantCpu(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p);                \
+  void PagedAttentionQuantCpu(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p,                 \
+                              const CpuDecodePlan& plan);                                                        \
   void LinearBf16(const float* x, int64_t rows, int64_t k, const uint16_t* w, int64_t n, float* y);              \
   void WidenBf16(const uint16_t* src, int64_t count, float* dst);                                                \
   }
@@ -51,6 +57,15 @@ void PagedAttentionKiviCpu(const PagedKV& kv, const EncodedKV& enc, const Attent
   KVLAB_DISPATCH(PagedAttentionKiviCpu, kv, enc, p, plan);
 }
 
+void PagedAttentionQuantCpu(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p) {
+  KVLAB_DISPATCH(PagedAttentionQuantCpu, kv, enc, p);
+}
+
+void PagedAttentionQuantCpu(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p,
+                            const CpuDecodePlan& plan) {
+  KVLAB_DISPATCH(PagedAttentionQuantCpu, kv, enc, p, plan);
+}
+
 void LinearBf16(const float* x, int64_t rows, int64_t k, const uint16_t* w, int64_t n, float* y) {
   KVLAB_DISPATCH(LinearBf16, x, rows, k, w, n, y);
 }
@@ -72,6 +87,17 @@ bool KiviCpuSupports(const PagedKV& kv, const EncodedKV& enc, const AttentionPar
   const int ng = d / e.group;  // value groups per token
   if ((ng & (ng - 1)) != 0) return false;
   if (enc.block_bytes < e.BlockBytes()) return false;
+  if (p.num_kv_heads <= 0 || p.num_qo_heads % p.num_kv_heads != 0) return false;
+  return true;
+}
+
+bool QuantCpuSupports(const PagedKV& kv, const EncodedKV& enc, const AttentionParams& p) {
+  const KvEncoding& e = enc.enc;
+  if ((e.kind != EncodingKind::kInt8 && e.kind != EncodingKind::kFp8) || e.bits != 8) return false;
+  if (p.slot_attn != nullptr || p.rope_inv_freq != nullptr) return false;
+  const int d = p.head_dim;
+  if (d <= 0 || d % 16 != 0 || e.head_dim != d || kv.head_dim != d) return false;
+  if (e.tokens_per_block <= 0 || enc.block_bytes < e.BlockBytes()) return false;
   if (p.num_kv_heads <= 0 || p.num_qo_heads % p.num_kv_heads != 0) return false;
   return true;
 }

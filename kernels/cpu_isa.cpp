@@ -141,6 +141,7 @@ std::string CpuKernelPaths() {
                   (env != nullptr && *env != '\0' ? std::string("is ") + env : std::string("unset")) + ")\n";
   s += std::string("  attention_cpu      ") + name + "\n";
   s += std::string("  attention_kivi_cpu ") + name + (ActiveCpuVnni() ? " (int8 scores: vnni)" : "") + "\n";
+  s += std::string("  attention_quant_cpu ") + name + "\n";
   s += std::string("  linear_bf16        ") + name + "\n";
   return s;
 }

@@ -10,6 +10,7 @@
 set(KVLAB_ISA_KERNEL_SOURCES
   ${PROJECT_SOURCE_DIR}/kernels/attention_cpu.cpp
   ${PROJECT_SOURCE_DIR}/kernels/attention_kivi_cpu.cpp
+  ${PROJECT_SOURCE_DIR}/kernels/attention_quant_cpu.cpp
   ${PROJECT_SOURCE_DIR}/kernels/linear_bf16.cpp
 )
 # The fuzz build (KVLAB_FUZZ: clang with ASan + UBSan) compiles the kernels at

@@ -1,4 +1,5 @@
-// Decode attention over a KIVI-2 cache against the 16-bit cache, on the CPU:
+// Decode attention over KIVI-2 and quant (int8 / fp8) caches against the
+// 16-bit cache, on the CPU:
 // the Llama-3.1-8B layer shape (32 query heads, 8 KV heads, head_dim 128),
 // batch 1, plain blocks of 16 tokens, KIVI-2 with group 32 (encoded blocks of
 // 32 tokens) and the most recent 128 tokens kept in bf16 (the residual).
@@ -18,17 +19,28 @@
 //                   attention = "int8" (int8 queries, 8-bit value weights;
 //                   approximate). err_rel = its largest |difference| from the
 //                   exact reference over the largest |output|.
+//   BM_DecodeQuantInt8, BM_DecodeQuantFp8: PagedAttentionEncodedCpu (the
+//                   fused int8 / fp8 path, kernels/attention_quant_cpu.h) over
+//                   the quant policy's cache: every whole 16-token block
+//                   sealed as 8-bit codes with per-token fp16 scales (4160
+//                   bytes a block and KV head against 8192 in bf16), the open
+//                   tail block (1-16 tokens) in bf16.
+//   BM_DecodeQuantInt8Generic: the same int8 cache through the generic
+//                   decode-then-attend path (SetQuantFusedCpu(false)), which
+//                   quant took before the fused kernel.
 //
 // Counters: GBps = bytes of cache the call reads (whole blocks touched:
 // encoded blocks with their scales and zeros, plain blocks) per second;
+// floor_frac = those bytes over the read bandwidth measured at start-up
+// (read_bw_GBps), over step_ms: the fraction of the byte floor reached;
 // step_ms = time per call; cpu_ms = CPU time of all threads per call;
 // fma_frac = the 8-lane fp32 FMAs the call's arithmetic needs (per token and
 // query head, head_dim / 8 for the score and as many for the value row: 32 x
 // context x 32 heads in all) per second, over the machine's peak FMA rate
 // (fma_peak_G_per_core, measured at start-up) times the threads: how close
-// the kernel runs to its arithmetic bound. KIVI's speedup = the bf16 run's step_ms at the
+// the kernel runs to its arithmetic bound. speedup (KIVI, quant) = the bf16 run's step_ms at the
 // same context and layout (run earlier in the same process, mean over all
-// its calls) / KIVI's step_ms. Each benchmark rotates over enough distinct
+// its calls) / this one's step_ms. Each benchmark rotates over enough distinct
 // caches (4x the host's L3, at least 256 MiB; printed at start, rotate_MiB in
 // the context) that the cache comes from memory, as in a model step where the
 // other layers have evicted it;
@@ -77,6 +89,8 @@ constexpr int kGroup = 32, kResidual = 128, kBits = 2;
 constexpr int64_t kPlainBlockBytes = 2LL * kBlockSize * kHeadDim * 2;
 constexpr int kUniqueEncodedBlocks = 256;  // distinct encoded contents, copied round the pool
 
+enum class Format { kBf16, kKivi2, kInt8, kFp8 };
+
 KvEncoding Kivi2() {
   KvEncoding e;
   e.kind = EncodingKind::kKivi;
@@ -87,6 +101,32 @@ KvEncoding Kivi2() {
   e.key_axis = QuantAxis::kChannel;
   e.value_axis = QuantAxis::kToken;
   return e;
+}
+
+// The quant policy's encoding at this shape (policies/quant.cpp): blocks of
+// the plain block size, per-token scales, no residual.
+KvEncoding Quant8(EncodingKind kind) {
+  KvEncoding e;
+  e.kind = kind;
+  e.bits = 8;
+  e.head_dim = kHeadDim;
+  e.tokens_per_block = kBlockSize;
+  e.group = kBlockSize;
+  e.scale_per_token = true;
+  return e;
+}
+
+KvEncoding EncodingOf(Format f) {
+  return f == Format::kInt8 ? Quant8(EncodingKind::kInt8) : f == Format::kFp8 ? Quant8(EncodingKind::kFp8) : Kivi2();
+}
+
+// Slots of a stream of ctx tokens that core's sealing leaves encoded: KIVI's
+// whole groups outside the 128-token residual; quant's whole blocks but the
+// open tail one (the step's token has just been appended to it).
+int64_t EncodedSlots(Format f, int64_t ctx) {
+  if (f == Format::kBf16) return 0;
+  if (f == Format::kKivi2) return ctx > kResidual ? (ctx - kResidual) / kGroup * kGroup : 0;
+  return (ctx - 1) / kBlockSize * kBlockSize;
 }
 
 constexpr int kRunTokens = 512;  // layout 3: the engine's prefill chunk
@@ -133,11 +173,13 @@ struct Setup {
            (plain_blocks * kPlainBlockBytes + (encoded ? enc_blocks * enc.BlockBytes() : 0));
   }
 
-  Setup(int64_t ctx, bool kivi, int layout) : context(ctx), encoded(kivi), enc(Kivi2()) {
+  Setup(int64_t ctx, Format format, int layout)
+      : context(ctx), encoded(format != Format::kBf16), enc(EncodingOf(format)) {
     const bool huge_pages = layout != 0;
-    n_enc = kivi && ctx > kResidual ? (ctx - kResidual) / kGroup * kGroup : 0;  // core's sealing rule
+    const int G = enc.tokens_per_block;
+    n_enc = EncodedSlots(format, ctx);
     n_plain = ctx - n_enc;
-    enc_blocks = static_cast<int>(n_enc / kGroup);
+    enc_blocks = static_cast<int>(n_enc / G);
     plain_blocks = static_cast<int>((n_plain + kBlockSize - 1) / kBlockSize);
     copies = NumCopies(BytesPerCall());
     const int64_t plain_total = static_cast<int64_t>(kHkv) * plain_blocks * copies;
@@ -151,7 +193,7 @@ struct Setup {
       // what is read is what counts, not how many contents differ.
       std::mt19937 rng(5);
       std::normal_distribution<float> nd;
-      std::vector<float> k(static_cast<size_t>(kGroup) * kHeadDim), v(k.size());
+      std::vector<float> k(static_cast<size_t>(G) * kHeadDim), v(k.size());
       std::vector<uint8_t> unique(static_cast<size_t>(kUniqueEncodedBlocks * enc.BlockBytes()));
       for (int b = 0; b < kUniqueEncodedBlocks; ++b) {
         for (float& x : k) x = nd(rng);
@@ -163,7 +205,7 @@ struct Setup {
                     unique.data() + (b % kUniqueEncodedBlocks) * enc.BlockBytes(), static_cast<size_t>(enc.BlockBytes()));
       }
     }
-    const int plain_run = layout == 3 ? kRunTokens / kBlockSize : 1, enc_run = layout == 3 ? kRunTokens / kGroup : 1;
+    const int plain_run = layout == 3 ? kRunTokens / kBlockSize : 1, enc_run = layout == 3 ? kRunTokens / G : 1;
     const std::vector<int32_t> pp = ShuffledIds(plain_total, plain_run, 2), ep = ShuffledIds(enc_total, enc_run, 3);
     for (int c = 0; c < copies; ++c) {
       plain_ids.emplace_back(pp.begin() + c * (plain_total / copies), pp.begin() + (c + 1) * (plain_total / copies));
@@ -325,6 +367,9 @@ double RunLoop(benchmark::State& state, const Setup& setup, F&& call) {
   state.counters["step_ms"] = ms;
   state.counters["cache_MB"] = static_cast<double>(setup.BytesPerCall()) / 1e6;
   state.counters["caches"] = setup.copies;
+  if (const double bw = ReadBandwidth(); bw > 0) {
+    state.counters["floor_frac"] = static_cast<double>(setup.BytesPerCall()) / bw / (ms * 1e-3);
+  }
   if (FmaPeak() > 0) {
     const double fmas = 2.0 * kHeadDim / 8 * kHq * static_cast<double>(setup.context);
     state.counters["fma_frac"] = fmas / (ms * 1e-3) / (FmaPeak() * 1e9 * omp_get_max_threads());
@@ -335,7 +380,7 @@ double RunLoop(benchmark::State& state, const Setup& setup, F&& call) {
 void BM_DecodeBf16(benchmark::State& state) {
   const int64_t context = state.range(0);
   const int layout = static_cast<int>(state.range(1));
-  Setup setup(context, /*kivi=*/false, layout);
+  Setup setup(context, Format::kBf16, layout);
   if (!setup.ok()) {
     state.SkipWithError("cannot map the pools");
     return;
@@ -353,7 +398,7 @@ void BM_DecodeBf16(benchmark::State& state) {
 void DecodeKivi2(benchmark::State& state, bool int8, bool sink = false) {
   const int64_t context = state.range(0);
   const int layout = static_cast<int>(state.range(1));
-  Setup setup(sink ? context + 2 * kGroup : context, /*kivi=*/true, layout);
+  Setup setup(sink ? context + 2 * kGroup : context, Format::kKivi2, layout);
   if (!setup.ok()) {
     state.SkipWithError("cannot map the pools");
     return;
@@ -397,23 +442,66 @@ void DecodeKivi2(benchmark::State& state, bool int8, bool sink = false) {
   if (const double kivi = KiviTimes().Mean(context, layout); sink && kivi > 0) state.counters["vs_kivi"] = kivi / ms;
 }
 
+// The quant policy's cache through PagedAttentionEncodedCpu: the fused int8 /
+// fp8 kernel, or (generic) the decode-then-attend path. Once, before timing,
+// against the reference at the tests' tolerance; a mismatch skips the case.
+void DecodeQuant(benchmark::State& state, Format format, bool generic) {
+  const int64_t context = state.range(0);
+  const int layout = static_cast<int>(state.range(1));
+  Setup setup(context, format, layout);
+  if (!setup.ok()) {
+    state.SkipWithError("cannot map the pools");
+    return;
+  }
+  const AttentionParams p = setup.Params();
+  const ScopedQuantFusedCpu path(!generic);
+  {
+    std::vector<float> ref(setup.o.size());
+    AttentionParams pr = p;
+    pr.o = ref.data();
+    const EncodedKV e = setup.Encoded(0);
+    PagedAttentionEncodedReference(setup.Plain(0), e, pr);
+    PagedAttentionEncodedCpu(setup.Plain(0), e, p);
+    double worst = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      worst = std::max(worst, std::abs(double(ref[i]) - setup.o[i]) / (1e-5 + 1e-4 * std::abs(ref[i])));
+    }
+    if (!(worst <= 1.0)) {
+      state.SkipWithError(("quant output is off the reference: " + std::to_string(worst) + " x the tolerance").c_str());
+      return;
+    }
+  }
+  const double ms = RunLoop(state, setup, [&](int copy) {
+    const EncodedKV e = setup.Encoded(copy);
+    PagedAttentionEncodedCpu(setup.Plain(copy), e, p);
+  });
+  if (const double bf16 = Bf16Times().Mean(context, layout); bf16 > 0) state.counters["speedup"] = bf16 / ms;
+}
+
 void BM_DecodeKivi2(benchmark::State& state) { DecodeKivi2(state, false); }
 void BM_DecodeSinkKivi2(benchmark::State& state) { DecodeKivi2(state, false, /*sink=*/true); }
 void BM_DecodeKivi2Int8(benchmark::State& state) { DecodeKivi2(state, true); }
+void BM_DecodeQuantInt8(benchmark::State& state) { DecodeQuant(state, Format::kInt8, false); }
+void BM_DecodeQuantFp8(benchmark::State& state) { DecodeQuant(state, Format::kFp8, false); }
+void BM_DecodeQuantInt8Generic(benchmark::State& state) { DecodeQuant(state, Format::kInt8, true); }
 
 void Args(benchmark::internal::Benchmark* b) {
   for (int layout : {1, 3, 0}) {
     for (int64_t context : {4096, 16384}) b->Args({context, layout});
   }
   b->ArgNames({"ctx", "layout"})->UseRealTime()->Unit(benchmark::kMillisecond);
-  // Best of the repetitions, next to mean and median: the machine is shared.
+  // Best and worst of the repetitions, next to mean and median: the machine is shared.
   b->ComputeStatistics("min", [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); });
+  b->ComputeStatistics("max", [](const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); });
 }
 
 BENCHMARK(BM_DecodeBf16)->Apply(Args);
 BENCHMARK(BM_DecodeKivi2)->Apply(Args);
 BENCHMARK(BM_DecodeSinkKivi2)->Apply(Args);
 BENCHMARK(BM_DecodeKivi2Int8)->Apply(Args);
+BENCHMARK(BM_DecodeQuantInt8)->Apply(Args);
+BENCHMARK(BM_DecodeQuantFp8)->Apply(Args);
+BENCHMARK(BM_DecodeQuantInt8Generic)->Apply(Args);
 
 }  // namespace
 }  // namespace kvlab

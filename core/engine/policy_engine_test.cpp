@@ -11,6 +11,7 @@
 #include "core/engine/engine.h"
 #include "core/model/memory_calc.h"
 #include "core/model/model.h"
+#include "kernels/attention_encoded.h"
 #include "policies/registry.h"
 
 namespace kvlab {
@@ -138,6 +139,52 @@ TEST(PolicyEngineTest, KiviInt8AttentionReachesTheCpuKernel) {
   ASSERT_EQ(ra.size(), rb.size());
   EXPECT_EQ(std::memcmp(ra.data(), rb.data(), ra.size() * sizeof(float)), 0);
   std::printf("[ kivi int8 ] max |logit| difference: KIVI-2 beside full %.3g, int8 beside exact %.3g\n", own, approx);
+  std::filesystem::remove_all(dir);
+}
+
+// quant's sealed int8 / fp8 blocks take the fused CPU kernel
+// (kernels/attention_quant_cpu.h) in the engine's CPU backend; its logits
+// equal those of the generic decode-then-attend path it replaced (forced by
+// ScopedQuantFusedCpu) to fp32 rounding: 1e-4 + 1e-4 |logit| over a
+// teacher-forced run (a 64-token prefill, then one token a step), for both
+// formats and both scale granularities, on a GQA-4 model of head_dim 128.
+// One layer, so that both runs seal the same codes: with more, a layer's
+// attention output feeds the next layer's K/V, and an fp32 rounding
+// difference that moves a value across a rounding boundary of its 8-bit code
+// changes that code by a whole step (measured at two layers: 5-53 times this
+// tolerance, as between any two fp32 summation orders).
+TEST(PolicyEngineTest, QuantFusedKernelGivesTheGenericPathsLogits) {
+  const std::string dir = WriteTinyModel("tiny-quant-fused-test", 256, 1, 8, 2, 128, 9);
+  auto run = [&](const PolicySpec& quant, bool fused) {
+    const ScopedQuantFusedCpu path(fused);
+    EngineOptions o;
+    o.model = dir;
+    o.kv_dtype = DType::kBF16;
+    o.max_context = 512;
+    std::unique_ptr<Engine> e;
+    const Status s = Engine::Create(o, {quant}, &e);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    return e ? TeacherForce(e.get(), Tokens(200), 64) : std::vector<float>();
+  };
+  const std::vector<float> full = run(PolicySpec{"full", {}, "t"}, true);
+  for (const char* format : {"int8", "fp8"}) {
+    for (const char* scale : {"token", "block"}) {
+      SCOPED_TRACE(std::string(format) + ", scale " + scale);
+      const PolicySpec quant{"quant", {{"format", format}, {"scale", scale}}, "t"};
+      const std::vector<float> fused = run(quant, true), generic = run(quant, false);
+      ASSERT_EQ(fused.size(), generic.size());
+      ASSERT_EQ(fused.size(), full.size());
+      double worst = 0, own = 0;
+      for (size_t i = 0; i < fused.size(); ++i) {
+        worst = std::max(worst, std::abs(double(fused[i]) - generic[i]) / (1e-4 + 1e-4 * std::abs(generic[i])));
+        own = std::max(own, std::abs(double(generic[i]) - full[i]));
+      }
+      EXPECT_LE(worst, 1.0);
+      EXPECT_GT(own, 0.0) << "the quantised cache should move the logits off full's";
+      std::printf("[ quant %s/%s ] fused beside generic: %.3g x the tolerance; quant beside full: %.3g\n", format,
+                  scale, worst, own);
+    }
+  }
   std::filesystem::remove_all(dir);
 }
 
