@@ -80,6 +80,9 @@ struct KvEncoding {
   // head_dim 128. The kivi policy refuses its attention = "int8" on any other
   // shape; the kernel runs the exact path there (AttentionParams::int8_attention).
   bool Int8AttentionShape() const;
+  // Whether the sealed numbers are stored at `dtype` (the cache's) rather
+  // than quantized: kThink.
+  bool StoresAtCacheDType() const { return kind == EncodingKind::kThink; }
 };
 
 // Encodes tokens_per_block tokens: k and v are fp32 [tokens_per_block][head_dim].
