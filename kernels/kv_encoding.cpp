@@ -139,21 +139,87 @@ void Sym8Decode(const KvEncoding& e, const uint8_t* codes, const uint16_t* scale
   }
 }
 
+// ThinK: the block's key_channels highest-energy key channels (ties to the
+// lower channel) and every value channel, at e.dtype, then the mask words.
+int64_t ThinkMaskWords(const KvEncoding& e) { return (e.head_dim + 31) / 32; }
+
+void ThinkEncode(const KvEncoding& e, const float* k, const float* v, uint8_t* dst) {
+  const int T = e.tokens_per_block, D = e.head_dim, kept = e.key_channels;
+  const int64_t nb = DTypeBytes(e.dtype);
+  std::vector<double> energy(static_cast<size_t>(D), 0.0);
+  for (int t = 0; t < T; ++t)
+    for (int c = 0; c < D; ++c) energy[static_cast<size_t>(c)] += static_cast<double>(k[t * D + c]) * k[t * D + c];
+  std::vector<int> order(static_cast<size_t>(D));
+  for (int c = 0; c < D; ++c) order[static_cast<size_t>(c)] = c;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return energy[static_cast<size_t>(a)] > energy[static_cast<size_t>(b)]; });
+  std::vector<uint32_t> mask(static_cast<size_t>(ThinkMaskWords(e)), 0u);
+  for (int i = 0; i < kept; ++i) {
+    const int c = order[static_cast<size_t>(i)];
+    mask[static_cast<size_t>(c / 32)] |= 1u << (c % 32);
+  }
+  std::vector<float> row(static_cast<size_t>(kept));
+  uint8_t* kd = dst;
+  for (int t = 0; t < T; ++t) {
+    int j = 0;
+    for (int c = 0; c < D; ++c) {
+      if ((mask[static_cast<size_t>(c / 32)] >> (c % 32)) & 1u) row[static_cast<size_t>(j++)] = k[t * D + c];
+    }
+    ConvertFromF32(e.dtype, row.data(), kd + t * kept * nb, kept);
+  }
+  ConvertFromF32(e.dtype, v, dst + e.CodeBytes(), static_cast<int64_t>(T) * D);
+  std::memcpy(dst + e.CodeBytes() + static_cast<int64_t>(T) * D * nb, mask.data(), mask.size() * sizeof(uint32_t));
+}
+
+void ThinkDecode(const KvEncoding& e, const uint8_t* src, float* k, float* v) {
+  const int T = e.tokens_per_block, D = e.head_dim, kept = e.key_channels;
+  const int64_t nb = DTypeBytes(e.dtype);
+  std::vector<uint32_t> mask(static_cast<size_t>(ThinkMaskWords(e)));
+  std::memcpy(mask.data(), src + e.CodeBytes() + static_cast<int64_t>(T) * D * nb, mask.size() * sizeof(uint32_t));
+  std::vector<float> row(static_cast<size_t>(kept));
+  for (int t = 0; t < T; ++t) {
+    ConvertToF32(e.dtype, src + t * kept * nb, row.data(), kept);
+    int j = 0;
+    for (int c = 0; c < D; ++c) {
+      const bool on = (mask[static_cast<size_t>(c / 32)] >> (c % 32)) & 1u;
+      k[t * D + c] = on && j < kept ? row[static_cast<size_t>(j++)] : 0.0f;
+    }
+  }
+  ConvertToF32(e.dtype, src + e.CodeBytes(), v, static_cast<int64_t>(T) * D);
+}
+
 }  // namespace
 
+uint32_t ThinkKeptMaskWord(const KvEncoding& e, const uint8_t* block, int word) {
+  uint32_t w;
+  std::memcpy(&w, block + e.CodeBytes() + static_cast<int64_t>(e.tokens_per_block) * e.head_dim * DTypeBytes(e.dtype) +
+                      static_cast<int64_t>(word) * 4,
+              sizeof w);
+  return w;
+}
+
 int64_t KvEncoding::NumKeyParams() const {
+  if (kind == EncodingKind::kThink) return 0;
   if (kind != EncodingKind::kKivi) return scale_per_token ? tokens_per_block : 1;
   return key_axis == QuantAxis::kChannel ? head_dim : static_cast<int64_t>(tokens_per_block) * (head_dim / group);
 }
 
 int64_t KvEncoding::NumValueParams() const {
+  if (kind == EncodingKind::kThink) return 0;
   if (kind != EncodingKind::kKivi) return scale_per_token ? tokens_per_block : 1;
   return value_axis == QuantAxis::kChannel ? head_dim : static_cast<int64_t>(tokens_per_block) * (head_dim / group);
 }
 
-int64_t KvEncoding::CodeBytes() const { return static_cast<int64_t>(tokens_per_block) * head_dim * bits / 8; }
+int64_t KvEncoding::CodeBytes() const {
+  if (kind == EncodingKind::kThink) return static_cast<int64_t>(tokens_per_block) * key_channels * DTypeBytes(dtype);
+  return static_cast<int64_t>(tokens_per_block) * head_dim * bits / 8; }
 
 int64_t KvEncoding::BlockBytes() const {
+  if (kind == EncodingKind::kThink) {
+    const int64_t bytes =
+        CodeBytes() + static_cast<int64_t>(tokens_per_block) * head_dim * DTypeBytes(dtype) + ThinkMaskWords(*this) * 4;
+    return (bytes + 3) / 4 * 4;  // blocks of a pool stay 4-byte aligned
+  }
   const int per_param = kind == EncodingKind::kKivi ? 4 : 2;  // fp16 scale (+ fp16 zero)
   return 2 * CodeBytes() + (NumKeyParams() + NumValueParams()) * per_param;
 }
@@ -169,6 +235,11 @@ std::string KvEncoding::Validate() const {
              " for per-token quantization";
     }
     if ((static_cast<int64_t>(tokens_per_block) * head_dim * bits) % 8 != 0) return "kivi: block codes are not whole bytes";
+  } else if (kind == EncodingKind::kThink) {
+    if (key_channels < 1 || key_channels > head_dim) {
+      return "think: kept key channels must be in [1, head_dim " + std::to_string(head_dim) + "], got " +
+             std::to_string(key_channels);
+    }
   } else if (bits != 8) {
     return "quant: 'bits' must be 8 for int8 and fp8, got " + std::to_string(bits);
   }
@@ -186,10 +257,17 @@ std::string KvEncoding::Describe() const {
            (key_axis == QuantAxis::kChannel ? "channel" : "token") + "-v" +
            (value_axis == QuantAxis::kChannel ? "channel" : "token");
   }
+  if (kind == EncodingKind::kThink) {
+    return std::string("think-k") + std::to_string(key_channels) + "of" + std::to_string(head_dim) + "-" + DTypeName(dtype);
+  }
   return std::string(kind == EncodingKind::kInt8 ? "int8" : "fp8") + (scale_per_token ? "-token" : "-block");
 }
 
 void EncodeKvBlock(const KvEncoding& e, const float* k, const float* v, uint8_t* dst) {
+  if (e.kind == EncodingKind::kThink) {
+    ThinkEncode(e, k, v, dst);
+    return;
+  }
   uint8_t* kc = dst;
   uint8_t* vc = dst + e.CodeBytes();
   uint16_t* params = reinterpret_cast<uint16_t*>(dst + 2 * e.CodeBytes());
@@ -204,6 +282,10 @@ void EncodeKvBlock(const KvEncoding& e, const float* k, const float* v, uint8_t*
 }
 
 void DecodeKvBlock(const KvEncoding& e, const uint8_t* src, float* k, float* v) {
+  if (e.kind == EncodingKind::kThink) {
+    ThinkDecode(e, src, k, v);
+    return;
+  }
   const uint8_t* kc = src;
   const uint8_t* vc = src + e.CodeBytes();
   const uint16_t* params = reinterpret_cast<const uint16_t*>(src + 2 * e.CodeBytes());

@@ -19,6 +19,7 @@ enum class EncodingKind : uint8_t {
   kKivi = 0,   // asymmetric integer (scale + zero point), 2 or 4 bits, KIVI's axes
   kInt8 = 1,   // symmetric int8, absmax scale
   kFp8 = 2,    // fp8 e4m3, absmax scale (448 = max finite)
+  kThink = 3,  // ThinK key-channel pruning: the kept key channels and their mask, values whole
 };
 
 enum class QuantAxis : uint8_t {
@@ -41,6 +42,15 @@ enum class QuantAxis : uint8_t {
 // token row of K and of V) when scale_per_token, else one scale for all of K
 // and one for all of V in the block. Layout: K codes [t][d], V codes [t][d],
 // then K scales, V scales.
+//
+// kThink: tokens_per_block = block size; each block keeps `key_channels` of
+// the head_dim key channels, those with the largest energy sum_t k[t][c]^2
+// over the block's tokens (ties to the lower channel), and every value
+// channel, all at `dtype` (the cache's, so kept numbers are stored exactly).
+// A pruned channel decodes as 0, so q.k over the decoded key is the dot
+// product over the kept channels. Layout: K [t][key_channels] (kept channels
+// in increasing order), V [t][d], then the channel mask as ceil(d / 32)
+// uint32 words (bit c % 32 of word c / 32 set: channel c kept).
 struct KvEncoding {
   EncodingKind kind = EncodingKind::kKivi;
   int bits = 2;
@@ -50,12 +60,17 @@ struct KvEncoding {
   QuantAxis key_axis = QuantAxis::kChannel;
   QuantAxis value_axis = QuantAxis::kToken;
   bool scale_per_token = true;  // kInt8 / kFp8
+  int key_channels = 0;         // kThink: key channels kept per block, in [1, head_dim]
+  // The dtype of the plain blocks (DeriveCacheShape sets it from the cache's
+  // storage dtype): kThink stores its numbers at it; the quantizing formats
+  // ignore it.
+  DType dtype = DType::kF32;
 
   // Number of fp16 (scale, zero) pairs for K (or V) in one block (KIVI) or
   // scales (int8/fp8).
   int64_t NumKeyParams() const;
   int64_t NumValueParams() const;
-  int64_t CodeBytes() const;  // bytes of K codes (== bytes of V codes)
+  int64_t CodeBytes() const;  // bytes of K codes (== bytes of V codes; kThink: of the kept K numbers)
   int64_t BlockBytes() const;
   // Empty when the format is valid; else the message, naming the parameter.
   std::string Validate() const;
@@ -65,12 +80,19 @@ struct KvEncoding {
   // head_dim 128. The kivi policy refuses its attention = "int8" on any other
   // shape; the kernel runs the exact path there (AttentionParams::int8_attention).
   bool Int8AttentionShape() const;
+  // Whether the sealed numbers are stored at `dtype` (the cache's) rather
+  // than quantized: kThink.
+  bool StoresAtCacheDType() const { return kind == EncodingKind::kThink; }
 };
 
 // Encodes tokens_per_block tokens: k and v are fp32 [tokens_per_block][head_dim].
 void EncodeKvBlock(const KvEncoding& e, const float* k, const float* v, uint8_t* dst);
 // Decodes one block back to fp32 [tokens_per_block][head_dim] K and V.
 void DecodeKvBlock(const KvEncoding& e, const uint8_t* src, float* k, float* v);
+
+// kThink: word `word` of a block's channel mask (bit c % 32 of word c / 32:
+// key channel c kept), for tests and tools.
+uint32_t ThinkKeptMaskWord(const KvEncoding& e, const uint8_t* block, int word);
 
 // The encoded segments of a batch's streams for one layer (same stream
 // numbering as PagedKV). Every encoded block is full.

@@ -53,6 +53,12 @@ ParamRange ParamRange::OpenClosed(double lo, double hi) {
   return r;
 }
 
+ParamRange ParamRange::Open(double lo, double hi) {
+  ParamRange r = OpenClosed(lo, hi);
+  r.max_open = true;
+  return r;
+}
+
 bool ParamRange::Contains(double v) const {
   if (has_min && (min_open ? !(v > min) : !(v >= min))) return false;
   if (has_max && (max_open ? !(v < max) : !(v <= max))) return false;

@@ -59,6 +59,7 @@ struct ParamRange {
   static ParamRange Above(double lo);                  // (lo, inf)
   static ParamRange Closed(double lo, double hi);      // [lo, hi]
   static ParamRange OpenClosed(double lo, double hi);  // (lo, hi]
+  static ParamRange Open(double lo, double hi);        // (lo, hi)
   bool bounded() const { return has_min || has_max; }
   bool Contains(double v) const;
   // ">= 0", "> 0", "in [1, 1048576]", "in (0, 1]"; "" when unbounded.

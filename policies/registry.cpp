@@ -24,6 +24,7 @@ void RegisterBuiltinPolicies(PolicyRegistry* registry) {
   RegisterTovaPolicy(registry);
   RegisterKeyNormPolicy(registry);
   RegisterDuoPolicy(registry);
+  RegisterThinkPolicy(registry);
 }
 
 PolicyRegistry& PolicyRegistry::Global() {

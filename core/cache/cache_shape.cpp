@@ -49,6 +49,7 @@ Status DeriveCacheShape(const ModelKvShape& model, const PolicyStack& stack, int
     shape.layer_window.resize(static_cast<size_t>(model.num_layers));
   }
   shape.encoded = stack.SealedEncoding(shape.head_dim, shape.block_size, &shape.enc, &shape.residual);
+  shape.enc.dtype = shape.dtype;  // the plain blocks' (formats that store numbers unquantized use it)
   KVLAB_RETURN_IF_ERROR(shape.Validate());
   *out = std::move(shape);
   return Status::OK();

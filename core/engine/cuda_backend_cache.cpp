@@ -238,6 +238,13 @@ Status NewCudaBackend(const CudaBackendOptions& o, std::unique_ptr<AttentionBack
                                    PolicyName(stack, kConcernRepresentation) + " (sealed encoding)" + not_yet +
                                    ": compacting encoded blocks on the device is not implemented");
   }
+  if (o.shape.encoded && o.shape.enc.kind != EncodingKind::kKivi && o.shape.enc.kind != EncodingKind::kInt8 &&
+      o.shape.enc.kind != EncodingKind::kFp8) {
+    return Status::InvalidArgument("policy " + PolicyName(stack, kConcernRepresentation) + " (" +
+                                   o.shape.enc.Describe() + ")" + not_yet +
+                                   ": cuda::PagedDecode and the device seal encoders read kivi, int8 and fp8 blocks "
+                                   "only; use device \"cpu\"");
+  }
   if (o.shape.encoded) {
     Status s = CheckKernelsAccept(o, stack_name);
     if (!s.ok()) {

@@ -52,7 +52,14 @@ Status EstimateKVMemory(const ModelConfig& c, int64_t tokens, int bits, const Po
   // The engine's cache shape at its default block size; the storage width is
   // `bits`, not the shape's dtype.
   CacheShape shape;
-  KVLAB_RETURN_IF_ERROR(DeriveCacheShape(KvShapeOf(c), stack, /*block_size=*/16, DType::kF32, &shape));
+  KVLAB_RETURN_IF_ERROR(
+      DeriveCacheShape(KvShapeOf(c), stack, /*block_size=*/16, bits == 32 ? DType::kF32 : DType::kBF16, &shape));
+  if (shape.encoded && shape.enc.StoresAtCacheDType() && bits != 16 && bits != 32) {
+    const KVPolicy* rep = stack.For(kConcernRepresentation);
+    return Status::InvalidArgument("kvlab memory: policy '" + std::string(rep != nullptr ? rep->Name() : "?") +
+                                   "' stores its sealed blocks at the cache dtype, so --bits must be 16 or 32, got " +
+                                   std::to_string(bits));
+  }
   MemoryEstimate e;
   e.num_layers = c.num_hidden_layers;
   e.kv_heads = c.num_key_value_heads;
