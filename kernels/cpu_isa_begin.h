@@ -39,7 +39,17 @@
 #error "KVLAB_ISA_LEVEL must be 0, 1 or 2"
 #endif
 
+#if defined(__clang__)
+// clang ignores #pragma GCC target; its own pragma applies the path's target
+// to every function up to kernels/cpu_isa_end.h (the fuzz build is clang's).
 #if KVLAB_ISA_VECTOR == 1
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#elif KVLAB_ISA_VECTOR == 2
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq"))), \
+                             apply_to = function)
+#define KVLAB_ISA_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
+#endif
+#elif KVLAB_ISA_VECTOR == 1
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 #elif KVLAB_ISA_VECTOR == 2
