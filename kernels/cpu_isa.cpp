@@ -7,8 +7,25 @@
 #include <cstring>
 #include <string>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 namespace kvlab {
 namespace {
+
+#if defined(__x86_64__) || defined(__i386__)
+// F16C (cpuid leaf 1, ECX bit 29): clang's __builtin_cpu_supports does not
+// know the name, gcc's does; both give the same bit.
+bool HasF16c() {
+#if defined(__clang__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+#else
+  return __builtin_cpu_supports("f16c");
+#endif
+}
+#endif
 
 uint32_t DetectFeatures() {
   uint32_t f = 1u << static_cast<int>(CpuIsa::kScalar);
@@ -16,7 +33,7 @@ uint32_t DetectFeatures() {
   __builtin_cpu_init();
   // libgcc's cpuid reader clears AVX / AVX-512 when the OS does not save
   // their registers (XGETBV), so these are the paths that can actually run.
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && HasF16c();
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   if (avx2) f |= 1u << static_cast<int>(CpuIsa::kAvx2);
