@@ -24,6 +24,7 @@ void RegisterBuiltinPolicies(PolicyRegistry* registry) {
   RegisterTovaPolicy(registry);
   RegisterKeyNormPolicy(registry);
   RegisterDuoPolicy(registry);
+  RegisterQuestPolicy(registry);
 }
 
 PolicyRegistry& PolicyRegistry::Global() {

@@ -73,5 +73,6 @@ void RegisterAdaKVPolicy(PolicyRegistry* registry);     // adakv.cpp
 void RegisterTovaPolicy(PolicyRegistry* registry);      // tova.cpp
 void RegisterKeyNormPolicy(PolicyRegistry* registry);   // key_norm.cpp
 void RegisterDuoPolicy(PolicyRegistry* registry);       // duo.cpp
+void RegisterQuestPolicy(PolicyRegistry* registry);     // quest.cpp
 
 }  // namespace kvlab
