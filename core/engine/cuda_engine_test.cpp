@@ -255,6 +255,7 @@ TEST(CudaEngineTest, RefusesWhatItDoesNotImplement) {
       {{PolicySpec{"tova", {{"budget", "64"}}, "t"}}, "'tova'"},
       {{PolicySpec{"key-norm", {{"budget", "64"}}, "t"}}, "'key-norm'"},
       {{PolicySpec{"duo", {{"streaming", "0.0"}, {"sinks", "4"}, {"recent", "60"}}, "t"}}, "'duo'"},
+      {{PolicySpec{"quest", {{"token_budget", "64"}}, "t"}}, "'quest'"},
   };
   for (const Case& c : cases) {
     std::unique_ptr<Engine> e;
