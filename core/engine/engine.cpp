@@ -540,6 +540,9 @@ MemoryStats Engine::Memory() const {
   m.peak_device_bytes = c.PeakDeviceBytesInUse();
   m.host_bytes = c.HostBytesInUse();
   m.disk_bytes = c.DiskBytesInUse();
+  m.decode_steps = impl_->reads.decode_steps;
+  m.kv_read_bytes = impl_->reads.kv_read_bytes;
+  m.kv_dense_read_bytes = impl_->reads.kv_dense_bytes;
   for (const auto& kv : impl_->seq_len) {
     m.slots_in_use += impl_->cache->SlotsInUse(kv.first);
     m.tokens_seen += kv.second;

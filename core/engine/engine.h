@@ -89,6 +89,11 @@ struct MemoryStats {
   int64_t peak_device_bytes = 0;
   int64_t host_bytes = 0;        // offloaded to host memory
   int64_t disk_bytes = 0;        // offloaded to disk
+  // Engine::reads() so far: K/V bytes the decode steps' attention read, and a
+  // dense read's of the same cache (equal unless a read policy picks blocks).
+  int64_t decode_steps = 0;
+  int64_t kv_read_bytes = 0;
+  int64_t kv_dense_read_bytes = 0;
 };
 
 struct GenerateOptions {
