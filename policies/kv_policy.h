@@ -146,7 +146,7 @@ struct StreamState {
 // for them, KVPolicy::NeedsBlockKeyBounds) and the step's queries that the
 // stream serves. The last block (it holds the step's own token) has no bounds
 // here: it is always read.
-struct ReadState {
+struct StreamReadState {
   int layer = 0;
   int kv_head = 0;                 // stored KV head
   int num_layers = 0;
@@ -271,7 +271,7 @@ class KVPolicy {
   virtual bool KeysBeforeRope() const { return false; }
 
   // --- read ---
-  // True if SelectReadBlocks needs ReadState::key_min / key_max: the cache
+  // True if SelectReadBlocks needs StreamReadState::key_min / key_max: the cache
   // then keeps, per stream, the channel-wise min and max of each block's keys
   // as the block fills (fp32, host memory, not counted as KV bytes). No cost
   // when no policy asks.
@@ -281,7 +281,7 @@ class KVPolicy {
   // else fills `blocks` with the block indices to read, strictly increasing
   // and ending with num_blocks - 1 (the block holding the step's token), and
   // the kernel's page table for that stream lists only them.
-  virtual bool SelectReadBlocks(const ReadState& /*s*/, std::vector<int32_t>* /*blocks*/) const { return false; }
+  virtual bool SelectReadBlocks(const StreamReadState& /*s*/, std::vector<int32_t>* /*blocks*/) const { return false; }
 
   // --- representation ---
   // Storage dtype of the cache's blocks given the one the run asked for.

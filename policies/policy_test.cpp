@@ -277,7 +277,7 @@ TEST(PolicyConformanceTest, EveryRegisteredPolicy) {
     }
     if (!(p->Concerns() & kConcernRead)) {
       std::vector<int32_t> blocks;
-      ReadState r;
+      StreamReadState r;
       r.num_blocks = 100;
       EXPECT_FALSE(p->SelectReadBlocks(r, &blocks));
       EXPECT_FALSE(p->NeedsBlockKeyBounds()) << "block key bounds are a read policy's";
@@ -311,7 +311,7 @@ TEST(PolicyConformanceTest, EveryReadPolicyOnALongStream) {
     std::unique_ptr<KVPolicy> p, p2;
     ASSERT_TRUE(PolicyRegistry::Global().Create(PolicySpec{info.name, {}, "t"}, &p).ok());
     ASSERT_TRUE(PolicyRegistry::Global().Create(PolicySpec{info.name, {}, "t"}, &p2).ok());
-    ReadState r;
+    StreamReadState r;
     r.layer = 30;
     r.num_layers = 32;
     r.block_size = 16;

@@ -58,7 +58,7 @@ class QuestPolicy : public KVPolicy {
     return Status::OK();
   }
 
-  bool SelectReadBlocks(const ReadState& s, std::vector<int32_t>* blocks) const override {
+  bool SelectReadBlocks(const StreamReadState& s, std::vector<int32_t>* blocks) const override {
     if (s.layer < dense_layers_) return false;
     const int64_t pages = token_budget_ / s.block_size;
     if (s.num_blocks <= pages) return false;
@@ -80,7 +80,7 @@ class QuestPolicy : public KVPolicy {
 
  private:
   // The upper bound of q.k over page b for each query head, combined over the group.
-  float PageScore(const ReadState& s, int64_t b) const {
+  float PageScore(const StreamReadState& s, int64_t b) const {
     const float* lo = s.key_min + b * s.head_dim;
     const float* hi = s.key_max + b * s.head_dim;
     float out = 0.0f;

@@ -24,7 +24,7 @@ struct HandStream {
   int d, bs;
   std::vector<float> keys;  // [num_blocks * bs][d]
   std::vector<float> lo, hi, q;
-  ReadState state;
+  StreamReadState state;
   HandStream(int d_, int bs_, int64_t num_blocks, std::vector<float> keys_, std::vector<float> queries, int group)
       : d(d_), bs(bs_), keys(std::move(keys_)), q(std::move(queries)) {
     for (int64_t b = 0; b + 1 < num_blocks; ++b) {

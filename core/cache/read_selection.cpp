@@ -9,7 +9,7 @@ namespace {
 bool PickBlocks(const PageTable& pt, int layer, int s, const KVPolicy& read, const AttentionParams& p, int64_t nb,
                 std::vector<int32_t>* blocks, ReadStats* stats) {
   const PagedKV kv = pt.Layer(layer);
-  ReadState rs;
+  StreamReadState rs;
   if (pt.KeyBounds(layer, s, &rs.key_min, &rs.key_max) < nb - 1) return false;  // bounds not complete: read all
   const int seq = s / p.num_kv_heads, group = p.num_qo_heads / p.num_kv_heads;
   rs.layer = layer;

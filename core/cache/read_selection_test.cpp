@@ -157,7 +157,7 @@ TEST(ReadSelectionTest, DecodeStreamsListExactlyTheBlocksQuestPicks) {
     EXPECT_EQ(sel.last_block_len[s], kv.last_block_len[s]);
     std::vector<int32_t> want;
     if (s < kHkv) {  // sequence 0 decodes: the policy's blocks for its own queries
-      ReadState r;
+      StreamReadState r;
       ASSERT_EQ(st.pt.KeyBounds(1, s, &r.key_min, &r.key_max), nb - 1);
       r.layer = 1;
       r.kv_head = s;
