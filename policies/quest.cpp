@@ -79,15 +79,26 @@ class QuestPolicy : public KVPolicy {
   }
 
  private:
-  // The upper bound of q.k over page b for each query head, combined over the group.
+  // The upper bound of q.k over page b for each query head, combined over the
+  // group. Eight running lanes per head so the compiler can vectorise the
+  // channel sum (a fixed order: the same result on every run).
   float PageScore(const StreamReadState& s, int64_t b) const {
     const float* lo = s.key_min + b * s.head_dim;
     const float* hi = s.key_max + b * s.head_dim;
     float out = 0.0f;
     for (int h = 0; h < s.num_queries; ++h) {
       const float* q = s.queries + static_cast<int64_t>(h) * s.head_dim;
+      float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      int c = 0;
+      for (; c + 8 <= s.head_dim; c += 8) {
+        for (int j = 0; j < 8; ++j) {
+          const float a = q[c + j] * lo[c + j], m = q[c + j] * hi[c + j];
+          lanes[j] += a > m ? a : m;
+        }
+      }
       float bound = 0.0f;
-      for (int c = 0; c < s.head_dim; ++c) bound += std::max(q[c] * lo[c], q[c] * hi[c]);
+      for (; c < s.head_dim; ++c) bound += std::max(q[c] * lo[c], q[c] * hi[c]);
+      for (float l : lanes) bound += l;
       out = h == 0 ? bound : (sum_heads_ ? out + bound : std::max(out, bound));
     }
     return out;

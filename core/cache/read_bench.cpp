@@ -7,6 +7,7 @@
 // and the CPU kernel over them. Run:
 //   ./<build dir>/read_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 //
+// BM_RankPages times the ranking alone (the part a dense read does not have).
 // Counters: kv_MB = K/V bytes a call reads (MB), read_ratio = that / a dense
 // read's, bound_MB = the key bounds ranked (fp32 min and max per page and
 // channel), kv_read = K/V bytes read per second, frac_bw = kv_read / the
@@ -147,6 +148,28 @@ void BM_DecodeStep(benchmark::State& state) {
   SetCounters(state, sel.stats);
 }
 
+// The ranking alone (SelectLayerReads: every page's bound, the top k, the
+// page table), the part of a quest step a dense read does not have.
+void BM_RankPages(benchmark::State& state) {
+  const int64_t context = state.range(0), budget = state.range(1);
+  const int copies = NumCopies(static_cast<int64_t>(kHkv) * context * kHeadDim * 2 * 2);
+  Setup s(context, copies);
+  std::unique_ptr<KVPolicy> quest;
+  const PolicySpec spec{"quest", {{"token_budget", std::to_string(budget)}, {"dense_layers", "0"}}, "read_bench"};
+  if (s.tables.size() != static_cast<size_t>(copies) || !PolicyRegistry::Global().Create(spec, &quest).ok()) {
+    state.SkipWithError("could not build the caches or the policy");
+    return;
+  }
+  ReadSelection sel;
+  int c = 0;
+  for (auto _ : state) {
+    SelectLayerReads(s.tables[static_cast<size_t>(c)], 0, quest.get(), s.Params(c), &sel);
+    benchmark::DoNotOptimize(sel.indices.data());
+    c = (c + 1) % copies;
+  }
+  SetCounters(state, sel.stats);
+}
+
 void Args(benchmark::internal::Benchmark* b) {
   for (int64_t context : {4096, 16384}) {
     for (int64_t budget : {0, 4096, 2048, 1024, 512, 256}) {
@@ -158,6 +181,7 @@ void Args(benchmark::internal::Benchmark* b) {
 }
 
 BENCHMARK(BM_DecodeStep)->Apply(Args);
+BENCHMARK(BM_RankPages)->ArgNames({"ctx", "budget"})->Args({4096, 512})->Args({16384, 512})->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace kvlab

@@ -37,17 +37,33 @@ void SelectLayerReads(const PageTable& pt, int layer, const KVPolicy* read, cons
   const bool selects = read != nullptr && enc == nullptr && fv == nullptr && p.rope_inv_freq == nullptr;
   out->subset = false;
   out->stats = ReadStats();
+  out->picks.resize(static_cast<size_t>(kv.num_streams));
+  auto decodes = [&p](int s) {
+    const int seq = s / p.num_kv_heads;
+    return p.qo_indptr[seq + 1] - p.qo_indptr[seq] == 1;
+  };
+  if (selects) {
+    int64_t bound_bytes = 0;
+    for (int s = 0; s < kv.num_streams; ++s) {
+      std::vector<int32_t>& blocks = out->picks[static_cast<size_t>(s)];
+      const int64_t nb = kv.indptr[s + 1] - kv.indptr[s];
+      ReadStats one;
+      if (!(decodes(s) && nb > 1 && PickBlocks(pt, layer, s, *read, p, nb, &blocks, &one))) blocks.clear();
+      bound_bytes += one.bound_read_bytes;
+    }
+    out->stats.bound_read_bytes = bound_bytes;
+  } else {
+    for (auto& b : out->picks) b.clear();
+  }
   out->indptr.assign(1, 0);
   out->indices.clear();
   out->last_block_len.clear();
-  std::vector<int32_t> blocks;
   for (int s = 0; s < kv.num_streams; ++s) {
-    const int seq = s / p.num_kv_heads;
-    const bool decode = p.qo_indptr[seq + 1] - p.qo_indptr[seq] == 1;
+    const std::vector<int32_t>& blocks = out->picks[static_cast<size_t>(s)];
     const int32_t* all = kv.indices + kv.indptr[s];
     const int64_t nb = kv.indptr[s + 1] - kv.indptr[s];
     const int32_t last_len = kv.last_block_len[s];
-    const bool picked = selects && decode && nb > 1 && PickBlocks(pt, layer, s, *read, p, nb, &blocks, &out->stats);
+    const bool picked = !blocks.empty();
     if (picked) {
       for (int32_t b : blocks) out->indices.push_back(all[b]);
       out->subset = true;
@@ -56,8 +72,9 @@ void SelectLayerReads(const PageTable& pt, int layer, const KVPolicy* read, cons
     }
     out->indptr.push_back(static_cast<int32_t>(out->indices.size()));
     out->last_block_len.push_back(last_len);
-    if (!decode) continue;
+    if (!decodes(s)) continue;
     // Slots are numbered encoded-first; a window's first visible slot cuts the plain part.
+    const int seq = s / p.num_kv_heads;
     const int64_t len = kv.StreamLength(s), enc_tokens = enc == nullptr ? 0 : enc->StreamTokens(s);
     const int64_t fv_slot = fv == nullptr ? 0 : fv[static_cast<int64_t>(p.qo_indptr[seq]) * p.num_kv_heads + s % p.num_kv_heads];
     const int64_t first = std::min(len, std::max<int64_t>(0, fv_slot - enc_tokens));

@@ -32,6 +32,8 @@ struct ReadSelection {
   bool subset = false;  // some stream reads fewer blocks than it holds (then use View)
   std::vector<int32_t> indptr, indices, last_block_len;
   ReadStats stats;
+  // Scratch, reused between layers: each stream's picked blocks (empty: all).
+  std::vector<std::vector<int32_t>> picks;
   // `kv` with this selection's page table (the same pool, the listed blocks only).
   PagedKV View(PagedKV kv) const {
     kv.indptr = indptr.data();
@@ -48,6 +50,9 @@ struct ReadSelection {
 // bounds are incomplete read all their blocks. The last block of a stream is
 // always read, so each listed stream keeps its length's last slot and the
 // kernels' causal rule (query j sees slots up to len - q_len + j) holds.
+// Streams are ranked one after another on the calling thread (an OpenMP
+// team over a layer's 8 streams lost more to its barrier than it won on a
+// loaded 2-core host; docs/performance.md).
 void SelectLayerReads(const PageTable& pt, int layer, const KVPolicy* read, const AttentionParams& p,
                       ReadSelection* out);
 
