@@ -65,7 +65,7 @@ std::string Csv(const std::string& s) {
 
 struct Derived {
   double memory_ratio = NAN, peak_ratio = NAN, reserved_ratio = NAN, compression = NAN, bpb_ratio = NAN, decode_ratio = NAN, prefill_ratio = NAN,
-         accuracy_delta = NAN;
+         accuracy_delta = NAN, read_ratio = NAN;
 };
 
 Derived Derive(const json& r, const json* base) {
@@ -75,6 +75,7 @@ Derived Derive(const json& r, const json* base) {
   d.compression = Ratio(Mem(*base, "kv_bytes_end"), Mem(r, "kv_bytes_end"));
   d.peak_ratio = Ratio(Mem(r, "peak_kv_bytes"), Mem(*base, "peak_kv_bytes"));
   d.reserved_ratio = Ratio(Mem(r, "kv_bytes_reserved"), Mem(*base, "kv_bytes_reserved"));
+  d.read_ratio = Ratio(Mem(r, "kv_read_bytes_per_step"), Mem(*base, "kv_read_bytes_per_step"));
   const json &m = Field(r, "metrics"), &bm = Field(*base, "metrics");
   d.bpb_ratio = Ratio(Num(m, "bpb"), Num(bm, "bpb"));
   d.decode_ratio = Ratio(Num(m, "decode_ms_median"), Num(bm, "decode_ms_median"));
@@ -228,7 +229,8 @@ Status WriteReports(const std::string& dir, std::string* summary) {
            "kl_hi,kl_delta,kl_delta_lo,kl_delta_hi,top1_agreement,top1_lo,top1_hi,top1_delta,top1_delta_lo,top1_delta_hi,"
            "accuracy,accuracy_lo,accuracy_hi,char_accuracy,char_accuracy_lo,char_accuracy_hi,accuracy_delta,"
            "accuracy_delta_lo,accuracy_delta_hi,prefill_ms,decode_ms_median,decode_ms_p90,decode_tokens_per_s,"
-           "decode_ratio,prefill_ratio,checkpoint,git_revision,peak_ratio,kv_bytes_reserved,reserved_ratio,peak_device_bytes\n";
+           "decode_ratio,prefill_ratio,checkpoint,git_revision,peak_ratio,kv_bytes_reserved,reserved_ratio,peak_device_bytes,"
+           "kv_read_bytes_per_step,kv_read_ratio,read_ratio\n";
     for (const json& r : recs) {
       const json& m = Field(r, "metrics");
       const bool ok = r.value("status", "") == "ok";
@@ -263,7 +265,8 @@ Status WriteReports(const std::string& dir, std::string* summary) {
           << "," << Fmt(Num(m, "decode_tokens_per_s")) << "," << Fmt(d.decode_ratio) << "," << Fmt(d.prefill_ratio) << ","
           << Csv(r.value("checkpoint", "")) << "," << r.value("git_revision", "") << "," << Fmt(d.peak_ratio) << ","
           << Fmt(Mem(r, "kv_bytes_reserved"), "%.0f") << "," << Fmt(d.reserved_ratio) << ","
-          << Fmt(Mem(r, "peak_device_bytes"), "%.0f") << "\n";
+          << Fmt(Mem(r, "peak_device_bytes"), "%.0f") << "," << Fmt(Mem(r, "kv_read_bytes_per_step"), "%.0f") << ","
+          << Fmt(Mem(r, "kv_read_ratio")) << "," << Fmt(d.read_ratio) << "\n";
     }
     if (!csv) return Status::IOError(dir + "/results.csv: cannot write");
   }
@@ -279,7 +282,9 @@ Status WriteReports(const std::string& dir, std::string* summary) {
   md << "Means over each setting's samples (all its lengths, seeds and repetitions; a bpb sample is a text window). "
         "peak = the most KV bytes the pools held at once during each sequence, end = KV bytes held at its end, "
         "reserved = bytes the pools reserved for it, each / the `full` baseline's on the same model, task, length "
-        "and seed (compression = the baseline's end bytes / the setting's); bpb on held-out text, teacher forced token by token; KL (nats) and top-1 agreement of next-token "
+        "and seed (compression = the baseline's end bytes / the setting's; \"whole cache\": a read policy such as quest, "
+        "which keeps every block and reads a subset); read = K/V bytes a decode step's attention read / the "
+        "baseline's; bpb on held-out text, teacher forced token by token; KL (nats) and top-1 agreement of next-token "
         "distributions against the baseline; retrieval = exact-match accuracy; RULER = RULER's score (%), its average "
         "over its tasks; LongBench = each dataset's own metric (%), its average over datasets; decode = median time per decode step / the baseline's.\n\n"
         "Each figure is `mean [95% interval] n=samples`: Wilson's interval for exact-match proportions, else a "
@@ -345,13 +350,15 @@ Status WriteReports(const std::string& dir, std::string* summary) {
     for (const Column& c : cols) md << " " << c.title << " |";
     if (!ruler.empty()) md << " RULER avg (%) |";
     if (has_lat) md << " decode ms | decode |";
-    md << " points |\n|---|---|---|---|---|";
+    md << " read |";
+    md << " points |\n|---|---|---|---|---|---|";
     for (size_t i = 0; i < cols.size() + (ruler.empty() ? 0 : 1); ++i) md << "---|";
     if (has_lat) md << "---|---|";
     md << "---|\n";
     for (const std::string& s : stacks) {
-      Mean mem, peak, reserved, comp, dec_ms, dec_ratio;
+      Mean mem, peak, reserved, comp, dec_ms, dec_ratio, read;
       int64_t n = 0, bad = 0;
+      bool whole = false;  // some point read a subset of a cache it kept whole (a read policy)
       for (const json& r : recs) {
         if (r.value("model", "") != model || r.value("stack", "") != s) continue;
         ++n;
@@ -361,14 +368,16 @@ Status WriteReports(const std::string& dir, std::string* summary) {
         peak.Add(d.peak_ratio);
         reserved.Add(d.reserved_ratio);
         comp.Add(d.compression);
+        read.Add(d.read_ratio);
+        whole = whole || Mem(r, "kv_read_ratio") < 1;
         if (r.value("task", "") == "latency") {
           dec_ms.Add(Num(Field(r, "metrics"), "decode_ms_median"));
           dec_ratio.Add(d.decode_ratio);
         }
       }
       errors += bad;
-      md << "| `" << s << "` | " << peak.Str("%.3f") << " | " << mem.Str("%.3f") << " | " << reserved.Str("%.3f")
-         << " | " << comp.Str("%.2f") << "x |";
+      md << "| `" << s << "` | " << peak.Str("%.3f") << " | " << mem.Str("%.3f") << (whole ? " (whole cache)" : "")
+         << " | " << reserved.Str("%.3f") << " | " << comp.Str("%.2f") << "x |";
       for (const Column& c : cols) {
         md << " " << FormatInterval(ComputeCell(select(model, s, c.task, -1), c.metric, base_of,
                                                 "summary|" + model + "|" + s + "|" + c.task).value, c.fmt) << " |";
@@ -378,6 +387,7 @@ Status WriteReports(const std::string& dir, std::string* summary) {
         md << " " << FormatInterval(a.value, "%.1f", 100) << ruler_note(a) << " |";
       }
       if (has_lat) md << " " << dec_ms.Str("%.2f") << " | " << dec_ratio.Str("%.2f") << "x |";
+      md << " " << read.Str("%.3f") << " |";
       md << " " << n << (bad ? " (" + std::to_string(bad) + " failed)" : "") << " |\n";
     }
     md << "\n";

@@ -460,3 +460,48 @@ TEST(SweepRunTest, MaxStepTokensBoundsThePeakAndJoinsTheKey) {
 
 }  // namespace
 }  // namespace kvlab
+
+namespace kvlab {
+namespace {
+
+// quest in a sweep: its memory is the baseline's (the end memory cell says
+// the cache is whole), and the K/V bytes its decode steps read are below the
+// baseline's, in the record, the CSV and the summary's read column.
+TEST(SweepRunTest, QuestKeepsTheCacheWholeAndReportsBytesRead) {
+  const std::string dir = TempDir("quest");
+  WriteText(dir, 400);
+  const SweepConfig c = Parse(dir, "models = [\"small\"]\ntasks = [\"bpb\"]\nlengths = [128]\nthreads = 1\n"
+                                   "[task.bpb]\ntext = \"text.txt\"\nprefill = 32\n"
+                                   "[[point]]\n[[point.policy]]\nname = \"quest\"\ntoken_budget = 32\n"
+                                   "dense_layers = 0\n");
+  std::string report;
+  ASSERT_TRUE(RunSweep(c, Quiet(dir + "/out"), &report).ok()) << report;
+  const std::vector<json> r = Records(dir + "/out");
+  ASSERT_EQ(r.size(), 2u);
+  const json& base = r[0]["metrics"]["memory"];
+  const json& quest = r[1]["metrics"]["memory"];
+  EXPECT_EQ(quest["kv_bytes_end"], base["kv_bytes_end"]);
+  EXPECT_EQ(quest["kv_bytes_reserved"], base["kv_bytes_reserved"]);
+  EXPECT_EQ(base["kv_read_ratio"].get<double>(), 1.0);
+  EXPECT_LT(quest["kv_read_ratio"].get<double>(), 1.0);
+  EXPECT_LT(quest["kv_read_bytes_per_step"].get<double>(), base["kv_read_bytes_per_step"].get<double>());
+  std::ifstream csv(dir + "/out/results.csv");
+  std::string header, row;
+  std::getline(csv, header);
+  std::getline(csv, row);  // the baseline
+  std::getline(csv, row);
+  const std::vector<std::string> h = CsvFields(header), v = CsvFields(row);
+  std::map<std::string, std::string> col;
+  for (size_t i = 0; i < h.size() && i < v.size(); ++i) col[h[i]] = v[i];
+  EXPECT_EQ(col["memory_ratio"], "1");
+  ASSERT_FALSE(col["read_ratio"].empty());
+  EXPECT_LT(std::stod(col["read_ratio"]), 1.0);
+  std::ifstream md(dir + "/out/summary.md");
+  const std::string summary((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
+  EXPECT_NE(summary.find("| 1.000 (whole cache) | 1.000 |"), std::string::npos) << summary;
+  EXPECT_NE(summary.find(" read | points |"), std::string::npos) << summary;
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace kvlab

@@ -15,13 +15,14 @@ const char* ConcernName(Concern c) {
     case kConcernSelection: return "selection";
     case kConcernRepresentation: return "representation";
     case kConcernPlacement: return "placement";
+    case kConcernRead: return "read";
   }
   return "?";
 }
 
 std::string ConcernList(uint32_t concerns) {
   std::string out;
-  for (Concern c : {kConcernHeadSharing, kConcernSelection, kConcernRepresentation, kConcernPlacement}) {
+  for (Concern c : {kConcernHeadSharing, kConcernSelection, kConcernRepresentation, kConcernPlacement, kConcernRead}) {
     if (concerns & c) out += (out.empty() ? "" : "+") + std::string(ConcernName(c));
   }
   return out.empty() ? "none" : out;
@@ -170,6 +171,29 @@ int PolicyStack::StoredKvHeads(int model_kv_heads) const {
 
 Status PolicyStack::CheckShape(int model_kv_heads, int head_dim, int block_size) const {
   for (const auto& p : policies_) KVLAB_RETURN_IF_ERROR(p->CheckShape(model_kv_heads, head_dim, block_size));
+  const KVPolicy* read = ReadPolicy();
+  if (read == nullptr) return Status::OK();
+  const std::string who = "policy '" + std::string(read->Name()) + "' (read) ";
+  KvEncoding enc;
+  int64_t residual = 0;
+  if (const KVPolicy* r = For(kConcernRepresentation); r != nullptr && r->SealedEncoding(head_dim, block_size, &enc, &residual)) {
+    // The encoded kernels walk a stream's sealed groups from slot 0 with its
+    // dead-slot flags indexed by slot, so a subset of blocks would need its
+    // own group offsets and dead map; not built.
+    return Status::InvalidArgument(who + "with '" + r->Name() + "' (sealed encoding " + enc.Describe() +
+                                   "): reading a subset of encoded blocks is not implemented (the encoded kernels "
+                                   "index sealed groups and dead slots by slot from the stream's start)");
+  }
+  if (KeysBeforeRope()) {
+    return Status::InvalidArgument(who + "with '" + For(kConcernSelection)->Name() +
+                                   "' storing keys before RoPE (positions=\"cache\"): keys are rotated by their slot "
+                                   "in the stream, which a subset of blocks renumbers; use positions=\"original\"");
+  }
+  if (const KVPolicy* sc = ScoringPolicy()) {
+    return Status::InvalidArgument(who + "with '" + sc->Name() + "', which ranks slots by the attention they get: "
+                                   "a step that reads a subset of blocks gives the others none, which would bias "
+                                   "that statistic; not supported");
+  }
   return Status::OK();
 }
 

@@ -5,12 +5,14 @@
 // (LevelDB FilterPolicy style). A policy observes and decides; core applies
 // its decisions, so a policy never touches KV memory itself.
 //
-// Four concerns, each with a neutral default (so a policy overrides only the
+// Five concerns, each with a neutral default (so a policy overrides only the
 // hooks of the concerns it declares):
 //   head sharing    which stored stream serves which query head
 //   selection       which token slots a stream keeps
 //   representation  how blocks are encoded
 //   placement       which memory tier holds each block
+//   read            which blocks a decode step's attention reads (the cache
+//                   keeps them all: what is read, not what is stored)
 #pragma once
 
 #include <cstdint>
@@ -31,6 +33,7 @@ enum Concern : uint32_t {
   kConcernSelection = 1u << 1,
   kConcernRepresentation = 1u << 2,
   kConcernPlacement = 1u << 3,
+  kConcernRead = 1u << 4,
 };
 const char* ConcernName(Concern c);
 // "selection+representation" style list of the bits set in `concerns`.
@@ -137,6 +140,24 @@ struct StreamState {
   // Engine::Forward (a chunk longer than the engine's step runs as several).
   int64_t step_tokens = 0;
   bool chunk_end = true;
+};
+
+// What a read policy sees of one stream at one decode step: the channel-wise
+// bounds of its full blocks' keys (kept by the cache while a read policy asks
+// for them, KVPolicy::NeedsBlockKeyBounds) and the step's queries that the
+// stream serves. The last block (it holds the step's own token) has no bounds
+// here: it is always read.
+struct StreamReadState {
+  int layer = 0;
+  int kv_head = 0;                 // stored KV head
+  int num_layers = 0;
+  int block_size = 16;
+  int head_dim = 0;
+  int64_t num_blocks = 0;          // blocks of the stream (the last may be partly filled)
+  const float* key_min = nullptr;  // [num_blocks - 1][head_dim]: each full block's smallest key, per channel
+  const float* key_max = nullptr;  // [num_blocks - 1][head_dim]: its largest
+  const float* queries = nullptr;  // [num_queries][head_dim]: the query heads this stream serves, as attention sees them
+  int num_queries = 0;             // query heads per stored KV head (the GQA group)
 };
 
 // The step just run, per sequence (StreamState::step_tokens, chunk_end).
@@ -250,6 +271,19 @@ class KVPolicy {
   // slot index (positions within the cache, as StreamingLLM does).
   virtual bool KeysBeforeRope() const { return false; }
 
+  // --- read ---
+  // True if SelectReadBlocks needs StreamReadState::key_min / key_max: the cache
+  // then keeps, per stream, the channel-wise min and max of each block's keys
+  // as the block fills (fp32, host memory, not counted as KV bytes). No cost
+  // when no policy asks.
+  virtual bool NeedsBlockKeyBounds() const { return false; }
+  // Called by the attention backend for each stream of a decode step (one new
+  // token; prefill reads everything). Returns false to read every block;
+  // else fills `blocks` with the block indices to read, strictly increasing
+  // and ending with num_blocks - 1 (the block holding the step's token), and
+  // the kernel's page table for that stream lists only them.
+  virtual bool SelectReadBlocks(const StreamReadState& /*s*/, std::vector<int32_t>* /*blocks*/) const { return false; }
+
   // --- representation ---
   // Storage dtype of the cache's blocks given the one the run asked for.
   virtual DType StorageDType(DType requested) const { return requested; }
@@ -341,7 +375,11 @@ class PolicyStack {
   // Prefix caching is on by default where sharing is exact: stacks without
   // selection, representation or placement (`full`, head sharing).
   bool PrefixCachingByDefault() const;
-  // Every policy's CheckShape, first error wins.
+  // The read policy (kConcernRead), or nullptr.
+  const KVPolicy* ReadPolicy() const { return For(kConcernRead); }
+  // Every policy's CheckShape, first error wins; then what the stack's
+  // composition cannot do at this shape (a read policy over sealed encodings
+  // or keys rotated at read time, or with a policy that ranks by attention).
   Status CheckShape(int model_kv_heads, int head_dim, int block_size) const;
   // Every policy's CheckLayout, first error wins.
   Status CheckLayout(int num_layers, int stored_kv_heads) const;

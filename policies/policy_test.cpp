@@ -275,7 +275,64 @@ TEST(PolicyConformanceTest, EveryRegisteredPolicy) {
       // The stack asks only its selection policy for KeysBeforeRope.
       EXPECT_FALSE(p->KeysBeforeRope()) << "KeysBeforeRope outside the selection concern is ignored by the stack";
     }
+    if (!(p->Concerns() & kConcernRead)) {
+      std::vector<int32_t> blocks;
+      StreamReadState r;
+      r.num_blocks = 100;
+      EXPECT_FALSE(p->SelectReadBlocks(r, &blocks));
+      EXPECT_FALSE(p->NeedsBlockKeyBounds()) << "block key bounds are a read policy's";
+    }
   }
+}
+
+// Conformance of every registered read policy with its default params on a
+// stream of 5,000 blocks with random key bounds and queries, at a layer past
+// any default's dense layers: it reads fewer blocks than the stream holds
+// (no silent no-op), a strictly increasing list within range that ends with
+// the last block (the one holding the step's token), deterministically.
+TEST(PolicyConformanceTest, EveryReadPolicyOnALongStream) {
+  const int64_t nb = 5000;
+  const int d = 64, group = 4;
+  std::vector<float> lo(static_cast<size_t>(nb * d)), hi(lo.size()), q(static_cast<size_t>(group * d));
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  auto next = [&x] {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    return static_cast<float>(x >> 40) / static_cast<float>(1 << 24) - 0.5f;
+  };
+  for (size_t i = 0; i < lo.size(); ++i) {
+    lo[i] = next();
+    hi[i] = lo[i] + std::abs(next());
+  }
+  for (float& v : q) v = next();
+  int checked = 0;
+  for (const PolicyInfo& info : PolicyRegistry::Global().infos()) {
+    if (!(info.concerns & kConcernRead)) continue;
+    SCOPED_TRACE(info.name);
+    std::unique_ptr<KVPolicy> p, p2;
+    ASSERT_TRUE(PolicyRegistry::Global().Create(PolicySpec{info.name, {}, "t"}, &p).ok());
+    ASSERT_TRUE(PolicyRegistry::Global().Create(PolicySpec{info.name, {}, "t"}, &p2).ok());
+    StreamReadState r;
+    r.layer = 30;
+    r.num_layers = 32;
+    r.block_size = 16;
+    r.head_dim = d;
+    r.num_blocks = nb;
+    r.key_min = lo.data();
+    r.key_max = hi.data();
+    r.queries = q.data();
+    r.num_queries = group;
+    std::vector<int32_t> blocks, again = {42};
+    ASSERT_TRUE(p->SelectReadBlocks(r, &blocks)) << "a read policy that reads everything of a long stream";
+    ASSERT_FALSE(blocks.empty());
+    EXPECT_LT(static_cast<int64_t>(blocks.size()), nb);
+    EXPECT_EQ(blocks.back(), nb - 1) << "the block holding the step's token must be read";
+    EXPECT_GE(blocks.front(), 0);
+    for (size_t i = 1; i < blocks.size(); ++i) EXPECT_LT(blocks[i - 1], blocks[i]);
+    ASSERT_TRUE(p2->SelectReadBlocks(r, &again));
+    EXPECT_EQ(again, blocks) << "not deterministic, or appended to";
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
 }
 
 // A stream of n slots as core hands it over: positions 0..n-1, seeded random

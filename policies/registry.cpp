@@ -25,6 +25,7 @@ void RegisterBuiltinPolicies(PolicyRegistry* registry) {
   RegisterKeyNormPolicy(registry);
   RegisterDuoPolicy(registry);
   RegisterThinkPolicy(registry);
+  RegisterQuestPolicy(registry);
 }
 
 PolicyRegistry& PolicyRegistry::Global() {

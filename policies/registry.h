@@ -74,5 +74,6 @@ void RegisterTovaPolicy(PolicyRegistry* registry);      // tova.cpp
 void RegisterKeyNormPolicy(PolicyRegistry* registry);   // key_norm.cpp
 void RegisterDuoPolicy(PolicyRegistry* registry);       // duo.cpp
 void RegisterThinkPolicy(PolicyRegistry* registry);     // think.cpp
+void RegisterQuestPolicy(PolicyRegistry* registry);     // quest.cpp
 
 }  // namespace kvlab

@@ -59,6 +59,11 @@ struct Stream {
   // none, else [num_encoded] flags, 1 = a slot the policies no longer see and
   // attention skips; a group is freed once all its slots are evicted.
   std::vector<uint8_t> dead;
+  // With KVCache::EnableKeyBounds (a read policy asks, KVPolicy::NeedsBlockKeyBounds):
+  // the channel-wise min and max of each plain block's keys, [blocks][head_dim]
+  // fp32, up to date for slots [0, bounded_tokens) (UpdateKeyBounds folds the rest).
+  std::vector<float> key_min, key_max;
+  int64_t bounded_tokens = 0;
 
   int64_t num_plain() const { return num_tokens - num_encoded; }
   bool HasDead() const { return !dead.empty(); }
@@ -99,9 +104,14 @@ class PageTable {
   // A window layer's AttentionParams::first_visible for the step's queries
   // (KVCache::BuildWindows); nullptr for a global layer or before it is built.
   const int32_t* FirstVisible(int layer) const;
+  // Key bounds of stream `s` of layer `layer` (s = seq * num_kv_heads + head),
+  // filled by KVCache::AttachKeyBounds: *key_min / *key_max are [blocks][head_dim];
+  // returns the leading blocks whose bounds are complete (0 when none are kept).
+  int64_t KeyBounds(int layer, int s, const float** key_min, const float** key_max) const;
 
  private:
   friend class KVCache;
+  std::vector<const Stream*> bound_streams_;  // [layer][seq][head]; empty: no bounds
   std::vector<std::vector<int32_t>> first_visible_;  // per layer; empty: none
   std::vector<int32_t> indptr_, indices_, last_block_len_;
   std::vector<int32_t> enc_indptr_, enc_indices_;
@@ -385,6 +395,17 @@ class KVCache {
   bool FinishKeep(SeqId id, int layer, int head, int64_t alive, bool has_sel, bool chose,
                   std::vector<int64_t>* keep) const;
 
+  // --- block key bounds, for a read policy (kv_cache_bounds.cpp) ---
+  // Keeps each plain block's channel-wise key min / max (Stream::key_min,
+  // key_max) from now on. REQUIRES: host storage, no encoding.
+  void EnableKeyBounds() { key_bounds_ = true; }
+  bool key_bounds() const { return key_bounds_; }
+  // Folds the keys written since the last call (and those a compaction
+  // moved) into the bounds of every stream of `seqs`.
+  void UpdateKeyBounds(const std::vector<SeqId>& seqs);
+  // Points pt (built for `seqs`) at their streams' bounds (PageTable::KeyBounds).
+  void AttachKeyBounds(const std::vector<SeqId>& seqs, PageTable* pt) const;
+
   // Tokens held by a sequence, summed over its streams (slots, not blocks).
   int64_t SlotsInUse(SeqId id) const;
 
@@ -442,6 +463,7 @@ class KVCache {
   int64_t extra_block_holds_ = 0;
   int64_t cache_only_blocks_ = 0;
   int64_t num_copied_blocks_ = 0;
+  bool key_bounds_ = false;
 };
 
 }  // namespace kvlab

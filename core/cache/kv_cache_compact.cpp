@@ -117,6 +117,9 @@ Status KVCache::Compact(SeqId id, int layer, int head, const std::vector<int64_t
     s.positions[static_cast<size_t>(new_ne + dst)] = s.positions[static_cast<size_t>(slot)];
     s.score[static_cast<size_t>(new_ne + dst)] = s.score[static_cast<size_t>(slot)];
   }
+  // Key bounds hold from the first block a move or a drop changed.
+  const int64_t unchanged = std::min<int64_t>(s.bounded_tokens, static_cast<int64_t>(std::min(first_moved, n_plain)));
+  s.bounded_tokens = unchanged / bs * bs;
   s.num_encoded = new_ne;
   s.num_tokens = new_ne + static_cast<int64_t>(n_plain);
   s.positions.resize(static_cast<size_t>(s.num_tokens));

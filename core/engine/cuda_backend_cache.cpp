@@ -209,6 +209,11 @@ Status NewCudaBackend(const CudaBackendOptions& o, std::unique_ptr<AttentionBack
   const PolicyStack& stack = *o.policies;
   const std::string stack_name = "'" + stack.Describe() + "'";
   const std::string not_yet = " is not supported on device \"cuda\" yet";
+  if (const KVPolicy* read = stack.ReadPolicy()) {
+    return Status::InvalidArgument("policy '" + std::string(read->Name()) + "' (read: attention over a chosen subset of "
+                                   "blocks)" + not_yet + ": cuda::PagedDecode reads every block of a stream and no "
+                                   "device kernel ranks blocks by their key bounds; use device \"cpu\"");
+  }
   if (stack.KeysBeforeRope()) {
     return Status::InvalidArgument("policy " + PolicyName(stack, kConcernSelection) +
                                    " stores keys before RoPE and rotates them at read time (positions=\"cache\"), which" +

@@ -256,6 +256,7 @@ TEST(CudaEngineTest, RefusesWhatItDoesNotImplement) {
       {{PolicySpec{"key-norm", {{"budget", "64"}}, "t"}}, "'key-norm'"},
       {{PolicySpec{"duo", {{"streaming", "0.0"}, {"sinks", "4"}, {"recent", "60"}}, "t"}}, "'duo'"},
       {{PolicySpec{"think", {}, "t"}}, "'think'"},  // kThink blocks: no device decode or seal
+      {{PolicySpec{"quest", {{"token_budget", "64"}}, "t"}}, "'quest'"},
   };
   for (const Case& c : cases) {
     std::unique_ptr<Engine> e;

@@ -25,6 +25,7 @@ struct Engine::Impl {
   std::map<int64_t, int64_t> seq_len;  // tokens processed per sequence
   PoolReservation reservation;
   int64_t step_tokens = 0;             // Engine::step_tokens()
+  ReadStats reads;                     // Engine::reads()
 };
 
 namespace {
@@ -138,6 +139,11 @@ Status Engine::Create(const EngineOptions& options, const std::vector<PolicySpec
   impl->model->SetRopeContext(options.max_context);
   KVLAB_RETURN_IF_ERROR(NewBackend(kind, impl->policies, shape, mc, options.prefix_caching, &impl->backend));
   KVLAB_RETURN_IF_ERROR(impl->model->CheckPagedSupport(shape.encoded, impl->backend->on_device()));
+  if (const KVPolicy* read = impl->policies.ReadPolicy(); read != nullptr && mc.spec.attn_logit_softcapping > 0) {
+    return Status::InvalidArgument("policy '" + std::string(read->Name()) + "' (read) with model '" + options.model +
+                                   "': soft-capped attention (attn_logit_softcapping) is the model's own code over "
+                                   "every block, not the attention backend that reads the selected ones");
+  }
   if (options.max_seqs <= 0 || options.max_context <= 0) {
     return Status::InvalidArgument("engine: max_seqs and max_context must be positive");
   }
@@ -179,6 +185,9 @@ Status Engine::Create(const EngineOptions& options, const std::vector<PolicySpec
                                         impl->backend->arena_allocator()));
   KVLAB_RETURN_IF_ERROR(impl->backend->Attach(impl->cache.get(), impl->model.get()));
   if (places) KVLAB_RETURN_IF_ERROR(impl->cache->EnableOffload(placement));
+  if (const KVPolicy* read = impl->policies.ReadPolicy(); read != nullptr && read->NeedsBlockKeyBounds()) {
+    impl->cache->EnableKeyBounds();
+  }
   if (options.prefix_caching) {
     std::string why_not;
     if (!impl->policies.SharesPrefixBlocks(&why_not)) {
@@ -197,6 +206,7 @@ const KVCache& Engine::cache() const { return *impl_->cache; }
 const EngineOptions& Engine::options() const { return impl_->options; }
 const PoolReservation& Engine::reservation() const { return impl_->reservation; }
 int64_t Engine::step_tokens() const { return impl_->step_tokens; }
+const ReadStats& Engine::reads() const { return impl_->reads; }
 
 Status Engine::AddSequence(int64_t seq) {
   KVLAB_RETURN_IF_ERROR(impl_->cache->AddSequence(seq));
@@ -356,6 +366,7 @@ Status Engine::ForwardStep(const std::vector<SeqChunk>& chunks, bool all_logits,
   StagingPlan staging;
   KVLAB_RETURN_IF_ERROR(s.cache->PlanStep(seqs, &pt, &staging));
   s.cache->BuildWindows(seqs, qo_indptr, &pt);
+  s.cache->AttachKeyBounds(seqs, &pt);  // a no-op unless a read policy asked for bounds
 
   // Per-slot attention for a policy that ranks by it (H2O).
   SlotAttention slot_attn;
@@ -363,6 +374,9 @@ Status Engine::ForwardStep(const std::vector<SeqChunk>& chunks, bool all_logits,
   step.page_table = &pt;
   step.qo_indptr = &qo_indptr;
   step.staging = &staging;
+  ReadStats reads;
+  step.read_policy = s.policies.ReadPolicy();
+  step.read_stats = &reads;
   if (s.policies.NeedsAttentionScores()) {
     slot_attn.Reset(pt);
     slot_attn.last_queries = s.policies.ObservationWindow();
@@ -385,6 +399,10 @@ Status Engine::ForwardStep(const std::vector<SeqChunk>& chunks, bool all_logits,
   const Status step_status = s.backend->EndStep();
   s.cache->ReleaseStaging(&staging);
   KVLAB_RETURN_IF_ERROR(step_status);
+  if (reads.kv_dense_bytes > 0) {
+    reads.decode_steps = 1;
+    s.reads.Add(reads);
+  }
   const float* data = out.data_ptr<float>();
   logits->assign(chunks.size(), {});
   std::vector<int64_t> next_pos;
@@ -404,6 +422,7 @@ Status Engine::ForwardStep(const std::vector<SeqChunk>& chunks, bool all_logits,
   if (step.slot_attn != nullptr) s.cache->FoldAttention(seqs, slot_attn, *s.policies.ScoringPolicy(), &steps);
   if (s.policies.NeedsKeyNorms()) s.cache->RecordKeyNorms(seqs, qo_indptr);
   KVLAB_RETURN_IF_ERROR(s.cache->ApplySelection(seqs, next_pos, s.policies.For(kConcernSelection), &steps));
+  s.cache->UpdateKeyBounds(seqs);  // after compaction: a no-op without bounds
   KVLAB_RETURN_IF_ERROR(s.cache->Seal(seqs));
   return s.cache->ApplyPlacement(s.policies.For(kConcernPlacement), s.seq_len);
 }
@@ -440,6 +459,7 @@ Status Engine::Generate(const std::vector<std::vector<int32_t>>& prompts, const 
     if (st.ok()) next[static_cast<size_t>(i)] = samplers[static_cast<size_t>(i)].Sample(logits[0].data(), vocab);
   }
   stats->prefill_ms = MsSince(t0);
+  const ReadStats reads_before = s.reads;
   // Decode: all unfinished sequences together, one token each per step.
   std::vector<bool> done(prompts.size(), false);
   for (int64_t step = 0; step < options.max_new_tokens && st.ok(); ++step) {
@@ -463,6 +483,11 @@ Status Engine::Generate(const std::vector<std::vector<int32_t>>& prompts, const 
     for (size_t j = 0; j < idx.size() && st.ok(); ++j) next[idx[j]] = samplers[idx[j]].Sample(logits[j].data(), vocab);
   }
   stats->memory_at_end = Memory();
+  stats->reads = s.reads;
+  stats->reads.decode_steps -= reads_before.decode_steps;
+  stats->reads.kv_read_bytes -= reads_before.kv_read_bytes;
+  stats->reads.kv_dense_bytes -= reads_before.kv_dense_bytes;
+  stats->reads.bound_read_bytes -= reads_before.bound_read_bytes;
   for (int64_t i = 0; i < n; ++i) {
     if (s.seq_len.count(first_id + i)) RemoveSequence(first_id + i);
   }
@@ -515,6 +540,9 @@ MemoryStats Engine::Memory() const {
   m.peak_device_bytes = c.PeakDeviceBytesInUse();
   m.host_bytes = c.HostBytesInUse();
   m.disk_bytes = c.DiskBytesInUse();
+  m.decode_steps = impl_->reads.decode_steps;
+  m.kv_read_bytes = impl_->reads.kv_read_bytes;
+  m.kv_dense_read_bytes = impl_->reads.kv_dense_bytes;
   for (const auto& kv : impl_->seq_len) {
     m.slots_in_use += impl_->cache->SlotsInUse(kv.first);
     m.tokens_seen += kv.second;

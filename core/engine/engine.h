@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/cache/kv_cache.h"
+#include "core/cache/read_selection.h"
 #include "core/model/model_config.h"
 #include "core/engine/sampling.h"
 #include "core/base/status.h"
@@ -88,6 +89,11 @@ struct MemoryStats {
   int64_t peak_device_bytes = 0;
   int64_t host_bytes = 0;        // offloaded to host memory
   int64_t disk_bytes = 0;        // offloaded to disk
+  // Engine::reads() so far: K/V bytes the decode steps' attention read, and a
+  // dense read's of the same cache (equal unless a read policy picks blocks).
+  int64_t decode_steps = 0;
+  int64_t kv_read_bytes = 0;
+  int64_t kv_dense_read_bytes = 0;
 };
 
 struct GenerateOptions {
@@ -104,6 +110,7 @@ struct GenerateStats {
   double prefill_ms = 0;               // all prompts, all chunks
   std::vector<double> decode_step_ms;  // one entry per batched decode step
   MemoryStats memory_at_end;           // before sequences are released
+  ReadStats reads;                     // the decode steps' K/V bytes read (Engine::reads over them)
 };
 
 class Engine {
@@ -124,6 +131,11 @@ class Engine {
   // The most tokens one step adds to a sequence (EngineOptions::max_step_tokens
   // when the stack bounds the cache), or 0 when chunks run as given.
   int64_t step_tokens() const;
+  // K/V bytes the attention read over every step since Create, counting the
+  // decode queries (one new token) only, against a dense read of the same
+  // cache; below it only with a read policy (Quest), which keeps the cache
+  // whole and reads a subset of its blocks.
+  const ReadStats& reads() const;
 
   Status AddSequence(int64_t seq);
   Status RemoveSequence(int64_t seq);

@@ -504,6 +504,14 @@ TEST(PolicyEngineConformanceTest, EveryRegisteredPolicy) {
     EXPECT_EQ(std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)), 0) << "not deterministic";
     const MemoryStats m = a->Memory();
     EXPECT_EQ(m.bytes_in_use, b->Memory().bytes_in_use);
+    if (info.concerns == kConcernRead) {  // the cache stays whole; the step reads less
+      EXPECT_EQ(m.bytes_in_use, full_mem.bytes_in_use) << "a read policy changed what is stored";
+      EXPECT_EQ(a->reads().kv_dense_bytes, full->reads().kv_dense_bytes);
+      EXPECT_LT(a->reads().kv_read_bytes, full->reads().kv_read_bytes) << "a silent no-op: it read every block";
+      EXPECT_EQ(full->reads().kv_read_bytes, full->reads().kv_dense_bytes);
+      EXPECT_GT(a->reads().decode_steps, 0);
+      continue;
+    }
     EXPECT_LT(m.device_bytes, full_mem.device_bytes) << "a silent no-op: the device holds as much as under full";
     const KVCache& c = a->cache();
     const int64_t pool_blocks = c.pool().num_used() + (c.encoded_pool() ? c.encoded_pool()->num_used() : 0);

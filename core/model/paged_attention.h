@@ -14,6 +14,7 @@
 
 #include "core/base/status.h"
 #include "core/cache/kv_cache.h"
+#include "core/cache/read_selection.h"
 #include "policies/kv_policy.h"
 
 namespace at {
@@ -34,6 +35,12 @@ struct AttentionStep {
   // Per-slot attention wanted (a policy ranks by it): sized by
   // SlotAttention::Reset for page_table, filled by EndStep. Null: not wanted.
   SlotAttention* slot_attn = nullptr;
+  // The stack's read policy (KVPolicy::SelectReadBlocks): each layer's decode
+  // streams read only the blocks it picks. Null: every block.
+  const KVPolicy* read_policy = nullptr;
+  // Receives the K/V bytes the step's decode attention read (added to), and
+  // what a dense read would have. Null: not counted.
+  ReadStats* read_stats = nullptr;
 };
 
 // What a layer's attention needs beyond its queries.

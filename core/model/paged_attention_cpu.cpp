@@ -5,7 +5,8 @@
 // (FlashInfer's plan/run split) and run by each layer. Offloaded blocks are
 // loaded into their staging blocks layer by layer: layer 0's before it runs,
 // and each layer starts loading the next one's on another thread while it
-// computes.
+// computes. With a read policy (Quest) each layer's decode streams read only
+// the blocks it picks (core/cache/read_selection.h).
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -92,6 +93,19 @@ class HostAttention : public AttentionBackend {
       p.slot_attn_last_queries = static_cast<int>(step_.slot_attn->last_queries);
     }
     p.int8_attention = kernels_.int8_attention;
+    // The read policy's blocks (all of them without one): a page table of its own.
+    SelectLayerReads(pt, a.layer, step_.read_policy, p, &reads_);
+    if (step_.read_stats != nullptr) step_.read_stats->Add(reads_.stats);
+    if (reads_.subset) {
+      const PagedKV view = reads_.View(kv);
+      if (reference_) {
+        PagedAttentionReference(view, p);
+      } else {
+        PlanCpuDecodeLayer(view, nullptr, p, &layer_plan_);  // split for the lengths read, not the cache's
+        PagedAttentionCpu(view, p, layer_plan_);
+      }
+      return o;
+    }
     if (const EncodedKV* enc = pt.Encoded(a.layer)) {
       if (reference_) {
         PagedAttentionEncodedReference(kv, *enc, p);
@@ -130,6 +144,8 @@ class HostAttention : public AttentionBackend {
   const KernelOptions kernels_;
   const int num_qo_heads_;
   CpuDecodePlan plan_;  // the step's (optimised kernels only), reused between steps
+  CpuDecodePlan layer_plan_;  // a layer's, when the read policy picks fewer blocks
+  ReadSelection reads_;       // the layer's blocks read, reused between layers
   KVCache* cache_ = nullptr;
   AttentionStep step_;
   Status status_;

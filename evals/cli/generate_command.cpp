@@ -147,6 +147,13 @@ int RunGenerate(GenerateArgs& a) {
   std::printf("prefill: %zu tokens x %d in %.1f ms; decode: %zu steps, median %.2f ms/step (batch %d)\n", ids.size(),
               a.batch, stats.prefill_ms, d.size(), d.empty() ? 0.0 : d[d.size() / 2], a.batch);
   PrintEngineMemory(*engine, stats.memory_at_end, stats.memory_at_end.tokens_seen);
+  if (stats.reads.decode_steps > 0 && stats.reads.kv_dense_bytes > 0) {  // a read policy's saving is here, not in memory
+    const double steps = static_cast<double>(stats.reads.decode_steps);
+    std::printf("KV read per decode step: %.0f B of %.0f B a dense read takes (%.3f); block key bounds read: %.0f B\n",
+                static_cast<double>(stats.reads.kv_read_bytes) / steps, static_cast<double>(stats.reads.kv_dense_bytes) / steps,
+                static_cast<double>(stats.reads.kv_read_bytes) / static_cast<double>(stats.reads.kv_dense_bytes),
+                static_cast<double>(stats.reads.bound_read_bytes) / steps);
+  }
   PrintWeights(*engine, a.eo.model);
   return 0;
 }

@@ -82,6 +82,11 @@ nlohmann::ordered_json MemoryJson(const MemoryStats& m) {
   j["plain_bytes_reserved"] = m.plain_bytes_reserved;
   j["encoded_bytes_reserved"] = m.encoded_bytes_reserved;
   j["full_bytes_reserved"] = m.full_bytes_reserved;
+  if (m.decode_steps > 0 && m.kv_dense_read_bytes > 0) {  // K/V bytes a decode step's attention read
+    j["decode_steps_read"] = m.decode_steps;
+    j["kv_read_bytes_per_step"] = static_cast<double>(m.kv_read_bytes) / static_cast<double>(m.decode_steps);
+    j["kv_read_ratio"] = static_cast<double>(m.kv_read_bytes) / static_cast<double>(m.kv_dense_read_bytes);
+  }
   return j;
 }
 

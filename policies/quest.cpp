@@ -1,0 +1,141 @@
+// quest: Quest. Tang, Zhao, Zhu, Xiao, Kasikci, Han, "Quest: Query-Aware
+// Sparsity for Efficient Long-Context LLM Inference" (ICML 2024),
+// arXiv:2406.10774; reference code github.com/mit-han-lab/Quest.
+//
+// Parameters
+//   token_budget  (int, 1024)   tokens a decode step reads per (layer, KV head), the
+//                               recent page included: k = floor(token_budget / page)
+//                               pages, the page being the cache's block (block_size,
+//                               16 by default, Quest's page_size). The passkey and
+//                               text-generation scripts of the reference default to
+//                               1024; its papers' sweeps use 256 to 4096.
+//   dense_layers  (int, 2)      the first layers read every page (the paper and its
+//                               code skip 2)
+//   gqa           (max | sum)   how the bounds of the query heads sharing a KV head
+//                               combine into the page's score (below); max
+//
+// What it reads: the cache stays whole; at each decode step, for each stream
+// of a layer past dense_layers, the page holding the step's token plus the
+// k - 1 other pages with the largest upper bound of q.k over the page,
+// sum_c max(q_c * min_c, q_c * max_c), min and max being the channel-wise
+// bounds of the page's keys (ties to the earlier page); all pages while the
+// stream has at most k. Prefill reads everything.
+//
+// GQA: Quest's code is multi-head (its Llama-3.1 evaluation repeats the KV
+// heads, so each query head picks its own pages). Here one stream serves a
+// group of query heads and the pages read are one list per stream, so the
+// per-head bounds are combined: `max` (default) ranks a page by the largest
+// bound of any head of the group, so a page one head needs is kept even when
+// the others ignore it, which is the closest one list of k pages comes to the
+// union of the heads' own top-k; `sum` ranks by the group's summed bound,
+// which favours pages several heads want but lets one head's need be
+// outvoted (and adds logits of different softmaxes).
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "policies/registry.h"
+
+namespace kvlab {
+namespace {
+
+class QuestPolicy : public KVPolicy {
+ public:
+  QuestPolicy(PolicyParams p, int64_t token_budget, int64_t dense_layers, bool sum_heads)
+      : KVPolicy(std::move(p)), token_budget_(token_budget), dense_layers_(dense_layers), sum_heads_(sum_heads) {}
+
+  const char* Name() const override { return "quest"; }
+  uint32_t Concerns() const override { return kConcernRead; }
+  bool NeedsBlockKeyBounds() const override { return true; }
+
+  Status CheckShape(int /*kv_heads*/, int /*head_dim*/, int block_size) const override {
+    if (token_budget_ < block_size) {
+      return Status::InvalidArgument("policy 'quest' parameter 'token_budget' is " + std::to_string(token_budget_) +
+                                     ", below one page (the cache's block_size " + std::to_string(block_size) +
+                                     "): a step must read at least the page holding its own token");
+    }
+    return Status::OK();
+  }
+
+  bool SelectReadBlocks(const StreamReadState& s, std::vector<int32_t>* blocks) const override {
+    if (s.layer < dense_layers_) return false;
+    const int64_t pages = token_budget_ / s.block_size;
+    if (s.num_blocks <= pages) return false;
+    const int64_t candidates = s.num_blocks - 1;  // every page but the one holding the step's token
+    std::vector<float> score(static_cast<size_t>(candidates));
+    for (int64_t b = 0; b < candidates; ++b) score[static_cast<size_t>(b)] = PageScore(s, b);
+    std::vector<int32_t> order(static_cast<size_t>(candidates));
+    for (int64_t b = 0; b < candidates; ++b) order[static_cast<size_t>(b)] = static_cast<int32_t>(b);
+    const auto top = order.begin() + (pages - 1);
+    std::partial_sort(order.begin(), top, order.end(), [&score](int32_t a, int32_t b) {
+      const float sa = score[static_cast<size_t>(a)], sb = score[static_cast<size_t>(b)];
+      return sa > sb || (sa == sb && a < b);
+    });
+    blocks->assign(order.begin(), top);
+    std::sort(blocks->begin(), blocks->end());
+    blocks->push_back(static_cast<int32_t>(s.num_blocks - 1));
+    return true;
+  }
+
+ private:
+  // The upper bound of q.k over page b for each query head, combined over the
+  // group. Eight running lanes per head so the compiler can vectorise the
+  // channel sum (a fixed order: the same result on every run).
+  float PageScore(const StreamReadState& s, int64_t b) const {
+    const float* lo = s.key_min + b * s.head_dim;
+    const float* hi = s.key_max + b * s.head_dim;
+    float out = 0.0f;
+    for (int h = 0; h < s.num_queries; ++h) {
+      const float* q = s.queries + static_cast<int64_t>(h) * s.head_dim;
+      float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      int c = 0;
+      for (; c + 8 <= s.head_dim; c += 8) {
+        for (int j = 0; j < 8; ++j) {
+          const float a = q[c + j] * lo[c + j], m = q[c + j] * hi[c + j];
+          lanes[j] += a > m ? a : m;
+        }
+      }
+      float bound = 0.0f;
+      for (; c < s.head_dim; ++c) bound += std::max(q[c] * lo[c], q[c] * hi[c]);
+      for (float l : lanes) bound += l;
+      out = h == 0 ? bound : (sum_heads_ ? out + bound : std::max(out, bound));
+    }
+    return out;
+  }
+
+  int64_t token_budget_, dense_layers_;
+  bool sum_heads_;
+};
+
+}  // namespace
+
+void RegisterQuestPolicy(PolicyRegistry* registry) {
+  PolicyInfo info;
+  info.name = "quest";
+  info.summary = "Quest: keeps the whole cache; a decode step reads per KV head only the recent page and the top "
+                 "pages by the bound of q.k from each page's channel-wise key min/max";
+  info.paper = "Tang et al. 2024, Quest: Query-Aware Sparsity for Efficient Long-Context LLM Inference";
+  info.concerns = kConcernRead;
+  info.params = {
+      {"token_budget", ParamSpec::Type::kInt, "1024",
+       "tokens a decode step reads per (layer, KV head), the recent page included: floor(token_budget / block_size) "
+       "pages, a page being the cache's block; at least one block", {}, ParamRange::Closed(1, 1 << 24)},
+      {"dense_layers", ParamSpec::Type::kInt, "2", "the first layers read every page (the paper: 2)", {},
+       ParamRange::Closed(0, 1 << 16)},
+      {"gqa", ParamSpec::Type::kString, "max",
+       "how the bounds of the query heads of one KV head combine: max (a page any head needs) or sum", {"max", "sum"}},
+  };
+  info.create = [](PolicyParams p, std::unique_ptr<KVPolicy>* out) {
+    const int64_t budget = p.GetInt("token_budget"), dense = p.GetInt("dense_layers");
+    const bool sum = p.GetString("gqa") == "sum";
+    out->reset(new QuestPolicy(std::move(p), budget, dense, sum));
+    return Status::OK();
+  };
+  // The engine conformance model (2 layers, a few hundred tokens): two pages
+  // a step, every layer selecting.
+  info.test_params = {{"token_budget", "32"}, {"dense_layers", "0"}};
+  registry->Register(std::move(info));
+}
+
+}  // namespace kvlab
