@@ -19,7 +19,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_EACH=${1:-60}
 shift || true
-ALL=(safetensors model_config tokenizer run_config serve_bench_config train_config records sweep_config)
+ALL=(safetensors model_config tokenizer run_config serve_bench_config train_config records sweep_config datasets
+     chat_template)
 [ $# -gt 0 ] && TARGETS=("$@") || TARGETS=("${ALL[@]}")
 B=build-fuzz
 JOBS=${JOBS:-2}
