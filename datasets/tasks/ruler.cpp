@@ -518,7 +518,11 @@ Status FitHaystack(const Draft& d, const TokenCounter& count, int64_t budget, in
     hi = std::min(cap, hi * 2);
   }
   KVLAB_RETURN_IF_ERROR(bisect(lo, hi, /*chars_axis=*/false, 0));
-  if (d.char_fill) KVLAB_RETURN_IF_ERROR(bisect(0, 65, /*chars_axis=*/true, f.fill_words));
+  // Then a prefix of the next word: up to 4 KiB of it, since an essay's
+  // "word" can be a long run without spaces (a CSV header, a line of CJK
+  // text) worth hundreds of tokens; a prefix past the word's end is the
+  // whole word, which did not fit.
+  if (d.char_fill) KVLAB_RETURN_IF_ERROR(bisect(0, 4097, /*chars_axis=*/true, f.fill_words));
   return Status::OK();
 }
 
