@@ -21,6 +21,16 @@
 // bounds of the page's keys (ties to the earlier page); all pages while the
 // stream has at most k. Prefill reads everything.
 //
+// Over KIVI (["kivi", "quest"]): KIVI shrinks what is stored, Quest what is
+// read. A sealed group is a page of `group` tokens whose bounds are the range
+// of its decoded keys, from its own key scales and zeros (no extra memory);
+// the residual's plain blocks keep their min/max. token_budget then counts
+// tokens read, encoded and plain alike (a group costs `group`, a plain page
+// block_size, the recent page included): the pages are taken in the order of
+// their bound (ties to the earlier page), each that still fits the budget
+// left, so the groups read are the top groups by the bound; all pages while
+// the stream holds at most token_budget tokens of pages.
+//
 // GQA: Quest's code is multi-head (its Llama-3.1 evaluation repeats the KV
 // heads, so each query head picks its own pages). Here one stream serves a
 // group of query heads and the pages read are one list per stream, so the
@@ -60,6 +70,7 @@ class QuestPolicy : public KVPolicy {
 
   bool SelectReadBlocks(const StreamReadState& s, std::vector<int32_t>* blocks) const override {
     if (s.layer < dense_layers_) return false;
+    if (s.num_group_pages > 0) return SelectOverGroups(s, blocks);
     const int64_t pages = token_budget_ / s.block_size;
     if (s.num_blocks <= pages) return false;
     const int64_t candidates = s.num_blocks - 1;  // every page but the one holding the step's token
@@ -79,6 +90,33 @@ class QuestPolicy : public KVPolicy {
   }
 
  private:
+  // Sealed groups (s.group_tokens each) then plain pages (s.block_size each):
+  // the budget in tokens, filled in the order of the bound.
+  bool SelectOverGroups(const StreamReadState& s, std::vector<int32_t>* blocks) const {
+    const int64_t groups = s.num_group_pages, candidates = s.num_blocks - 1;
+    auto cost = [&s, groups](int64_t b) -> int64_t { return b < groups ? s.group_tokens : s.block_size; };
+    if (groups * s.group_tokens + (s.num_blocks - groups) * s.block_size <= token_budget_) return false;
+    std::vector<float> score(static_cast<size_t>(candidates));
+    for (int64_t b = 0; b < candidates; ++b) score[static_cast<size_t>(b)] = PageScore(s, b);
+    std::vector<int32_t> order(static_cast<size_t>(candidates));
+    for (int64_t b = 0; b < candidates; ++b) order[static_cast<size_t>(b)] = static_cast<int32_t>(b);
+    std::sort(order.begin(), order.end(), [&score](int32_t a, int32_t b) {
+      const float sa = score[static_cast<size_t>(a)], sb = score[static_cast<size_t>(b)];
+      return sa > sb || (sa == sb && a < b);
+    });
+    int64_t left = token_budget_ - s.block_size;  // the recent page
+    blocks->clear();
+    for (int32_t b : order) {
+      if (left < std::min<int64_t>(s.block_size, s.group_tokens)) break;  // nothing fits any more
+      if (cost(b) > left) continue;
+      blocks->push_back(b);
+      left -= cost(b);
+    }
+    std::sort(blocks->begin(), blocks->end());
+    blocks->push_back(static_cast<int32_t>(candidates));
+    return true;
+  }
+
   // The upper bound of q.k over page b for each query head, combined over the
   // group. Eight running lanes per head so the compiler can vectorise the
   // channel sum (a fixed order: the same result on every run).
@@ -120,7 +158,8 @@ void RegisterQuestPolicy(PolicyRegistry* registry) {
   info.params = {
       {"token_budget", ParamSpec::Type::kInt, "1024",
        "tokens a decode step reads per (layer, KV head), the recent page included: floor(token_budget / block_size) "
-       "pages, a page being the cache's block; at least one block", {}, ParamRange::Closed(1, 1 << 24)},
+       "pages, a page being the cache's block; at least one block (over kivi: a sealed group is a page of group tokens, "
+       "and the budget counts encoded and plain tokens alike)", {}, ParamRange::Closed(1, 1 << 24)},
       {"dense_layers", ParamSpec::Type::kInt, "2", "the first layers read every page (the paper: 2)", {},
        ParamRange::Closed(0, 1 << 16)},
       {"gqa", ParamSpec::Type::kString, "max",
