@@ -41,8 +41,10 @@ Status CheckDeviceBudget(const PolicyStack& stack, int64_t budget, int64_t max_s
       "raise device_budget to at least " + Num(need) + " or lower max_seqs");
 }
 
-Status ReservePools(const CacheShape& shape, const ModelKvShape& model, DType requested_dtype, const PolicyStack& stack,
-                    const ReservationRequest& req, PoolReservation* out) {
+namespace {
+
+Status ReserveAtStep(const CacheShape& shape, const ModelKvShape& model, DType requested_dtype, const PolicyStack& stack,
+                     const ReservationRequest& req, PoolReservation* out) {
   *out = PoolReservation();
   if (req.max_seqs <= 0 || req.max_context <= 0) {
     return Status::InvalidArgument("pool reservation: max_seqs and max_context must be positive");
@@ -207,6 +209,39 @@ Status ReservePools(const CacheShape& shape, const ModelKvShape& model, DType re
     return Overflow("pool bytes");
   }
   out->why = why;
+  out->step_tokens = step;
+  return Status::OK();
+}
+
+}  // namespace
+
+Status ReservePools(const CacheShape& shape, const ModelKvShape& model, DType requested_dtype, const PolicyStack& stack,
+                    const ReservationRequest& req, PoolReservation* out) {
+  KVLAB_RETURN_IF_ERROR(ReserveAtStep(shape, model, requested_dtype, stack, req, out));
+  // An encoding without selection holds two pools at their own peaks: the
+  // plain one the residual, a group being filled and a step; the encoded one
+  // what is sealed by the end. Just past the residual the two can reserve more
+  // than the full cache; a smaller step (whole blocks, down to one) shrinks
+  // the plain pool's peak until they do not.
+  if (!req.lower_step_to_fit_full || !shape.encoded || stack.For(kConcernSelection) != nullptr ||
+      req.prefix_caching || out->bytes() <= out->full_bytes) {
+    return Status::OK();
+  }
+  const int64_t bs = shape.block_size, asked = out->step_tokens, asked_bytes = out->bytes();
+  PoolReservation lower = *out;
+  ReservationRequest r = req;
+  for (int64_t step = (asked - 1) / bs * bs; step >= bs; step -= bs) {
+    r.step_tokens = step;
+    KVLAB_RETURN_IF_ERROR(ReserveAtStep(shape, model, requested_dtype, stack, r, &lower));
+    if (lower.bytes() <= lower.full_bytes) break;
+  }
+  if (lower.bytes() >= asked_bytes) return Status::OK();  // no smaller step helps
+  *out = lower;
+  const bool fits = out->bytes() <= out->full_bytes;
+  out->why += "\nstep: lowered from " + Num(asked) + " to " + Num(out->step_tokens) + " tokens: the pools reserve " +
+              Num(out->bytes()) + " B, " + (fits ? "no more than" : "still more than (the smallest step)") +
+              " the full cache's " + Num(out->full_bytes) + " B; with " + Num(asked) + " they would reserve " +
+              Num(asked_bytes) + " B";
   return Status::OK();
 }
 

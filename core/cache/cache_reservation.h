@@ -50,6 +50,10 @@ struct ReservationRequest {
   // under selection or placement, else its largest chunk: max_context).
   int64_t step_tokens = 0;
   bool prefix_caching = false;
+  // Lower the step (whole blocks) when an encoding without selection would
+  // otherwise reserve more than the full cache (PoolReservation::step_tokens
+  // is then the step the engine must use; `why` says so).
+  bool lower_step_to_fit_full = false;
 };
 
 struct PoolReservation {
@@ -67,6 +71,8 @@ struct PoolReservation {
   // One line per rule that set a pool's size, e.g. "plain: 2 seqs x 1,024
   // streams x 5 blocks (h2o keeps <= 64 slots + a 16-token step)".
   std::string why;
+  // The step the reservation holds room for (the request's, or lower: above).
+  int64_t step_tokens = 0;
 
   int64_t bytes() const { return plain_bytes + encoded_bytes; }
 };

@@ -162,8 +162,12 @@ Status Engine::Create(const EngineOptions& options, const std::vector<PolicySpec
   rr.max_context = options.max_context;
   rr.step_tokens = bounded ? options.max_step_tokens : options.max_context;
   rr.prefix_caching = options.prefix_caching;
+  rr.lower_step_to_fit_full = bounded && options.num_blocks <= 0;
   KVLAB_RETURN_IF_ERROR(ReservePools(shape, KvShapeOf(mc), options.kv_dtype, impl->policies, rr, &impl->reservation));
   PoolReservation& res = impl->reservation;
+  if (bounded && res.step_tokens < std::min(options.max_step_tokens, options.max_context)) {
+    impl->step_tokens = res.step_tokens;  // lowered so an encoding reserves no more than full (res.why says so)
+  }
   if (options.num_blocks > 0) {
     res.plain_blocks = options.num_blocks;
     res.plain_bytes = options.num_blocks * shape.BlockBytes();

@@ -296,6 +296,32 @@ TEST(PolicyEngineTest, ReservationsAreBelowFullsForEveryCompressingStack) {
   }
 }
 
+// Just past KIVI's residual its two pools, each at its own peak (plain: the
+// residual, a group being filled and a step; encoded: what is sealed by the
+// end), would reserve more than the full cache: the engine lowers its step
+// (whole blocks) until they do not, says so in the reservation, and the run
+// stays within what it reserved.
+TEST(PolicyEngineTest, KiviStepLoweredSoTheReservationStaysWithinFull) {
+  for (int64_t ctx : {208, 256}) {
+    EngineOptions o;
+    o.model = TinyModelDir();
+    o.kv_dtype = DType::kBF16;
+    o.max_context = ctx;
+    std::unique_ptr<Engine> e;
+    ASSERT_TRUE(Engine::Create(o, {PolicySpec{"kivi", {{"bits", "4"}}, "t"}}, &e).ok());
+    SCOPED_TRACE(std::to_string(ctx) + " tokens:\n" + e->reservation().why);
+    const MemoryStats m = e->Memory();
+    EXPECT_LE(m.bytes_reserved, m.full_bytes_reserved);
+    EXPECT_LT(e->step_tokens(), o.max_step_tokens);
+    EXPECT_EQ(e->step_tokens() % 16, 0);
+    EXPECT_NE(e->reservation().why.find("step: lowered from " + std::to_string(o.max_step_tokens) + " to " +
+                                        std::to_string(e->step_tokens())),
+              std::string::npos);
+    TeacherForce(e.get(), Tokens(static_cast<int>(ctx)), static_cast<int>(ctx) - 8);
+    EXPECT_LE(e->Memory().peak_bytes_in_use, m.bytes_reserved);
+  }
+}
+
 // `kvlab memory`'s analytic figure (EstimateKVMemory, in whole blocks) is
 // what the engine's pools hold at the end of a teacher-forced run, for every
 // concern: selection, representation, head sharing, placement and stacks.

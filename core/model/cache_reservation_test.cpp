@@ -206,13 +206,59 @@ TEST(CacheReservationTest, KiviReservesNoMoreThanFullAtShortContexts) {
     req.step_tokens = kStep;
     PoolReservation res;
     ASSERT_TRUE(ReservePools(shape, KvShapeOf(mc), DType::kBF16, stack, req, &res).ok());
-    if (ctx <= shape.residual) EXPECT_EQ(res.encoded_blocks, 0) << ctx;
+    if (ctx <= shape.residual) {
+      EXPECT_EQ(res.encoded_blocks, 0) << ctx;
+    }
     if (ctx <= shape.residual || ctx >= band_end) {
       EXPECT_LE(res.bytes(), res.full_bytes) << ctx << " tokens:\n" << res.why;
     } else {
       EXPECT_LE(res.encoded_blocks, 32 * 8 * ((ctx - shape.residual + tpb - 1) / tpb)) << ctx;
       EXPECT_LE(res.bytes(), res.full_bytes + res.encoded_bytes) << ctx;
     }
+  }
+}
+
+// With lower_step_to_fit_full (the engine's request under a bounded step) the
+// step shrinks, in whole blocks, until kivi's two pools reserve no more than
+// full. Just past the residual (up to residual + a group + a block) the plain
+// pool holds the whole context before the first seal at any step, so nothing
+// is lowered there; a little further (up to two blocks more) a one-block step
+// lowers the excess without removing it; beyond, reserved <= full.
+TEST(CacheReservationTest, LoweredStepKeepsKiviWithinFull) {
+  ModelConfig mc;
+  ASSERT_TRUE(PresetConfig("llama-3.1-8b", &mc).ok());
+  for (const char* bits : {"2", "4"}) {
+    PolicyStack stack;
+    ASSERT_TRUE(PolicyStack::Create({PolicySpec{"kivi", {{"bits", bits}}, "test"}}, &stack).ok());
+    CacheShape shape;
+    ASSERT_TRUE(DeriveCacheShape(KvShapeOf(mc), stack, kBlock, DType::kBF16, &shape).ok());
+    const int64_t tpb = shape.enc.tokens_per_block, no_help_end = shape.residual + tpb + kBlock;
+    int lowered = 0;
+    for (int64_t ctx = kBlock; ctx <= 1024; ctx += kBlock) {
+      ReservationRequest req;
+      req.max_context = ctx;
+      req.step_tokens = kStep;
+      PoolReservation asked, res;
+      ASSERT_TRUE(ReservePools(shape, KvShapeOf(mc), DType::kBF16, stack, req, &asked).ok());
+      req.lower_step_to_fit_full = true;
+      ASSERT_TRUE(ReservePools(shape, KvShapeOf(mc), DType::kBF16, stack, req, &res).ok());
+      SCOPED_TRACE("kivi bits " + std::string(bits) + ", " + std::to_string(ctx) + " tokens:\n" + res.why);
+      if (asked.bytes() <= asked.full_bytes || ctx <= no_help_end) {  // nothing to lower, or nothing lowers it
+        EXPECT_EQ(res.bytes(), asked.bytes());
+        EXPECT_EQ(res.step_tokens, std::min(kStep, ctx));
+        EXPECT_EQ(res.why.find("step: lowered"), std::string::npos);
+        continue;
+      }
+      ++lowered;
+      EXPECT_LT(res.bytes(), asked.bytes());
+      EXPECT_LT(res.step_tokens, kStep);
+      EXPECT_EQ(res.step_tokens % kBlock, 0);
+      EXPECT_NE(res.why.find("step: lowered from " + std::to_string(kStep)), std::string::npos);
+      if (ctx > no_help_end + kBlock) {
+        EXPECT_LE(res.bytes(), res.full_bytes);
+      }
+    }
+    EXPECT_GT(lowered, 0);  // the band exists at this shape, so the rule was exercised
   }
 }
 
