@@ -225,7 +225,7 @@ bool KVCache::MakeFree(bool encoded, int64_t n) {
   if (!encoded && pool.num_free() < n && pool.num_run_reserve() > 0) {
     // Reserves first: they hold no KV, while a cached unit may serve a later request.
     for (auto it = seqs_.begin(); it != seqs_.end() && pool.num_free() < n; ++it) {
-      for (Stream& s : it->second) ReleaseRun(&s);
+      for (auto s = it->second.begin(); s != it->second.end() && pool.num_free() < n; ++s) ReleaseRun(&*s);
     }
   }
   if (prefix_ && prefix_->encoded() == encoded) {

@@ -215,7 +215,9 @@ class KVCache {
   // streams' reserves before cached prefix units): AvailableBlocks counts
   // it, so every allocation that succeeds without runs succeeds with them.
   // A run is taken only while the free list keeps room for the rest of the
-  // step's need; else blocks come one at a time, as with n <= 1 (off).
+  // step's need; where no n consecutive ids are free, a stream needing one
+  // block takes the longest of n/2, n/4, ... >= 2 there is; else blocks come
+  // one at a time, as with n <= 1 (off).
   void SetRunBlocks(int n) { run_blocks_ = n; }
   int run_blocks() const { return run_blocks_; }
   // Bytes of the plain pool's run reserve (reserved ahead, no KV yet), and

@@ -23,7 +23,11 @@ void KVCache::GrowStream(Stream* s, int64_t k, int64_t rest) {
     const int64_t surplus = pool_->num_free() - rest;
     int64_t len = std::max<int64_t>(k, run_blocks_);
     int32_t first = len <= surplus ? pool_->ReserveRun(len) : -1;
-    if (first < 0 && k > 1 && len > k) first = pool_->ReserveRun(len = k);  // at least its own blocks together
+    if (k == 1) {  // decode: a shorter run still beats single blocks in a fragmented pool
+      while (first < 0 && (len /= 2) >= 2) first = len <= surplus ? pool_->ReserveRun(len) : -1;
+    } else if (first < 0 && len > k) {
+      first = pool_->ReserveRun(len = k);  // at least its own blocks together
+    }
     if (first >= 0) {
       s->run_next = first;
       s->run_end = static_cast<int32_t>(first + len);

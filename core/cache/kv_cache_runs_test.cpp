@@ -260,6 +260,24 @@ TEST(KVCacheRunsTest, AShortPoolReclaimsOtherStreamsReserves) {
   CheckBooks(*c, {1, 2});
 }
 
+// In a fragmented pool (no 8 consecutive free ids), a decode-time block
+// still comes with a shorter run (4 here), not alone.
+TEST(KVCacheRunsTest, AFragmentedPoolGivesShorterRuns) {
+  auto c = Make(Shape(1, 1, 4), 30, 8);
+  BlockPool& pool = c->pool();
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 30; ++i) ids.push_back(pool.Allocate());
+  for (int32_t id : ids) {
+    if (id % 6 != 5) pool.DecRef(id);  // free runs of 5 between held blocks
+  }
+  ASSERT_TRUE(c->AddSequence(1).ok());
+  ASSERT_TRUE(Append(c.get(), 1, 0, 1).ok());
+  const Stream& s = c->stream(1, 0, 0);
+  EXPECT_EQ(s.RunSpare(), 3);
+  EXPECT_EQ(s.run_end - s.blocks[0], 4);
+  CheckBooks(*c, {1});
+}
+
 // Blocks of a run hold what single blocks would: attention over a cache
 // grown with runs is bit-identical to one grown without.
 TEST(KVCacheRunsTest, AttentionIsBitIdenticalWithRunsOnAndOff) {

@@ -1,0 +1,166 @@
+// Decode attention over a cache the engine's way grown: the blocks of one
+// llama-3.1-8b-shaped sequence (32 layers x 8 KV heads = 256 streams, head_dim
+// 128, bf16, block size 16) reserved in the engine's own KVCache, a prefill
+// in 512-token chunks and then token by token, all streams interleaved as a
+// decode step appends to every layer and head; then the CPU decode kernel
+// reads one layer at 16K context, the calls cycling through the layers so
+// that K/V come from memory (as in a model step). Runs off (run_blocks 0:
+// one block at a time from the free list) against on (KVCache::SetRunBlocks).
+// Run:
+//   ./<build dir>/block_runs_bench --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
+//
+// Arguments: prefill = tokens reserved in 512-token chunks, decode = tokens
+// then reserved one per step (prefill + decode = 16,384), runs = run_blocks,
+// aged = 1: the pool's free list is first shuffled (every block allocated
+// and freed in random order), as after a server has run for a while.
+// BM_ReadBandwidth is the same 1 GiB sum as attention_bench's.
+// Counters: kv_read = K/V bytes the call reads per second; frac_bw = kv_read
+// / read_bw (measured once at start-up); adjacent = the fraction of a
+// stream's consecutive blocks whose ids are consecutive too; reserve_MB = the
+// run reserve when growth ends (not KV; the pools' in-use bytes exclude it).
+#include <benchmark/benchmark.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "core/cache/cache_test_util.h"
+#include "core/cache/kv_cache.h"
+#include "kernels/attention_cpu.h"
+#include "kernels/bench_memory.h"
+
+namespace kvlab {
+namespace {
+
+constexpr int kHq = 32, kHkv = 8, kHeadDim = 128, kBlockSize = 16, kMinLayers = 32;
+constexpr int64_t kContext = 16384, kChunk = 512, kMaxRun = 32;
+
+int64_t LayerBytes() { return static_cast<int64_t>(kHkv) * kContext * kHeadDim * 2 * 2; }
+
+struct Grown {
+  int64_t prefill = -1, decode = -1, runs = -1, aged = -1;  // the arguments it was built for
+  std::unique_ptr<KVCache> cache;
+  PageTable pt;
+  double adjacent = 0;
+  int64_t reserve_bytes = 0;
+
+  bool Build(int64_t p, int64_t d, int64_t r, int64_t a) {
+    prefill = p, decode = d, runs = r, aged = a;
+    cache.reset();  // one cache of ~2 GiB at a time
+    CacheShape shape;
+    shape.num_layers = std::max(kMinLayers, NumCopies(LayerBytes()));
+    shape.num_kv_heads = kHkv;
+    shape.head_dim = kHeadDim;
+    shape.block_size = kBlockSize;
+    shape.dtype = DType::kBF16;
+    const int64_t streams = static_cast<int64_t>(shape.num_layers) * kHkv;
+    // Room for the context and a full run per stream: the same pool for runs on and off.
+    const int64_t blocks = streams * (kContext / kBlockSize + kMaxRun);
+    if (!KVCache::Create(shape, blocks, /*with_storage=*/true, &cache).ok()) return false;
+    cache->SetRunBlocks(static_cast<int>(r));
+    BlockPool& pool = cache->pool();
+    if (a != 0) {
+      std::vector<int32_t> ids;
+      for (int64_t i = 0; i < blocks; ++i) ids.push_back(pool.Allocate());
+      std::shuffle(ids.begin(), ids.end(), std::mt19937(5));
+      for (int32_t id : ids) pool.DecRef(id);
+    }
+    if (!cache->AddSequence(0).ok()) return false;
+    for (int64_t off = 0; off < p; off += kChunk) {
+      const std::vector<int32_t> pos = Iota(off, std::min(kChunk, p - off));
+      if (!cache->Reserve(0, static_cast<int64_t>(pos.size()), pos.data()).ok()) return false;
+    }
+    for (int64_t t = p; t < p + d; ++t) {
+      const int32_t pos = static_cast<int32_t>(t);
+      if (!cache->Reserve(0, 1, &pos).ok()) return false;
+    }
+    // The bytes: random bf16 over the whole arena (where the blocks lie is what is measured).
+    FillBF16(reinterpret_cast<uint16_t*>(pool.data()), blocks * pool.block_bytes() / 2, 1);
+    cache->BuildPageTable({0}, &pt);
+    int64_t pairs = 0, adj = 0;
+    for (int l = 0; l < shape.num_layers; ++l) {
+      for (int h = 0; h < kHkv; ++h) {
+        const std::vector<int32_t>& b = cache->stream(0, l, h).blocks;
+        for (size_t i = 1; i < b.size(); ++i, ++pairs) adj += b[i] == b[i - 1] + 1 ? 1 : 0;
+      }
+    }
+    adjacent = static_cast<double>(adj) / static_cast<double>(pairs);
+    reserve_bytes = cache->RunReserveBytes();
+    return true;
+  }
+};
+
+void BM_ReadBandwidth(benchmark::State& state) {
+  const std::vector<uint64_t>& b = BandwidthBuffer();
+  for (auto _ : state) benchmark::DoNotOptimize(SumBuffer(b));
+  const double bytes = static_cast<double>(kBandwidthBytes) * static_cast<double>(state.iterations());
+  state.counters["read"] = benchmark::Counter(bytes, benchmark::Counter::kIsRate);
+  state.counters["frac_bw"] = benchmark::Counter(bytes / ReadBandwidth(), benchmark::Counter::kIsRate);
+}
+
+void BM_GrownDecode(benchmark::State& state) {
+  static Grown g;  // kept across a case's repetitions
+  const int64_t p = state.range(0), d = state.range(1), r = state.range(2), a = state.range(3);
+  if ((g.prefill != p || g.decode != d || g.runs != r || g.aged != a || !g.cache) && !g.Build(p, d, r, a)) {
+    g.cache.reset();
+    state.SkipWithError("could not build the cache");
+    return;
+  }
+  std::vector<float> q(static_cast<size_t>(kHq) * kHeadDim), o(q.size());
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (float& x : q) x = u(rng);
+  const int32_t qo[2] = {0, 1};
+  AttentionParams prm;
+  prm.num_seqs = 1;
+  prm.num_qo_heads = kHq;
+  prm.num_kv_heads = kHkv;
+  prm.head_dim = kHeadDim;
+  prm.sm_scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+  prm.qo_indptr = qo;
+  prm.q = q.data();
+  prm.o = o.data();
+  const int layers = g.pt.num_layers();
+  PagedAttentionCpu(g.pt.Layer(0), prm);  // warm-up: OpenMP thread pool
+  int l = 0;
+  for (auto _ : state) {
+    PagedAttentionCpu(g.pt.Layer(l), prm);
+    benchmark::DoNotOptimize(o.data());
+    l = (l + 1) % layers;
+  }
+  const double bytes = static_cast<double>(LayerBytes()) * static_cast<double>(state.iterations());
+  state.counters["kv_read"] = benchmark::Counter(bytes, benchmark::Counter::kIsRate);
+  state.counters["frac_bw"] = benchmark::Counter(bytes / ReadBandwidth(), benchmark::Counter::kIsRate);
+  state.counters["adjacent"] = g.adjacent;
+  state.counters["reserve_MB"] = static_cast<double>(g.reserve_bytes) / 1e6;
+  state.counters["layers"] = layers;
+}
+
+void Args(benchmark::internal::Benchmark* b) {
+  b->Args({kContext, 0, 0, 0});  // all prefill: layout 3 of attention_bench, in the engine's cache
+  for (int64_t aged : {0, 1}) {
+    for (int64_t runs : {0, 16}) b->Args({kContext - 1024, 1024, runs, aged});
+  }
+  for (int64_t runs : {0, 8, 16, 32}) b->Args({1024, kContext - 1024, runs, 0});
+  b->ArgNames({"prefill", "decode", "runs", "aged"})->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
+BENCHMARK(BM_ReadBandwidth)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_GrownDecode)->Apply(Args);
+
+}  // namespace
+}  // namespace kvlab
+
+int main(int argc, char** argv) {
+  if (const int rc = kvlab::ParseRotateFlag(&argc, argv); rc != 0) return rc;
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::AddCustomContext("read_bw_GBps", std::to_string(kvlab::ReadBandwidth() / 1e9));
+  benchmark::AddCustomContext("omp_threads", std::to_string(omp_get_max_threads()));
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
