@@ -31,6 +31,7 @@ constexpr uint64_t kMaxResultsBytes = uint64_t{4} << 30;      // a whole results
 constexpr int64_t kMaxContextTokens = int64_t{1} << 24;  // positions in one sequence (16,777,216)
 constexpr int64_t kMaxBatch = int64_t{1} << 16;          // sequences in one batch
 constexpr int64_t kMaxBlockSize = 4096;                  // tokens per KV block
+constexpr int64_t kMaxRunBlocks = 4096;                  // blocks per run reserved ahead (EngineOptions::run_blocks)
 constexpr int64_t kMaxThreads = 1024;                    // threads for one process
 constexpr int64_t kMaxCount = int64_t{1} << 20;          // requests, samples, repetitions, ...
 

@@ -57,7 +57,8 @@ Status BlockPool::CreateOnDevice(std::string name, int64_t block_bytes, int64_t 
 BlockPool::BlockPool(std::string name, int64_t block_bytes, int64_t num_blocks)
     : name_(std::move(name)), block_bytes_(block_bytes), num_blocks_(num_blocks) {
   free_.reserve(static_cast<size_t>(num_blocks));
-  for (int64_t i = num_blocks - 1; i >= 0; --i) free_.push_back(static_cast<int32_t>(i));
+  free_pos_.assign(static_cast<size_t>(num_blocks), -1);
+  for (int64_t i = num_blocks - 1; i >= 0; --i) PushFree(static_cast<int32_t>(i));
   refcount_.assign(static_cast<size_t>(num_blocks), 0);
 }
 
@@ -66,10 +67,28 @@ BlockPool::~BlockPool() {
   if (device_arena_ != nullptr) device_release_(device_arena_);
 }
 
+void BlockPool::PushFree(int32_t id) {
+  free_pos_[static_cast<size_t>(id)] = static_cast<int32_t>(free_.size());
+  free_.push_back(id);
+  failed_run_ = INT64_MAX;  // a run may exist now
+}
+
+void BlockPool::RemoveFree(int32_t id) {
+  // The last entry takes the removed one's place: O(1), and the LIFO order
+  // of the others is kept except for that one entry.
+  const int32_t pos = free_pos_[static_cast<size_t>(id)];
+  const int32_t last = free_.back();
+  free_[static_cast<size_t>(pos)] = last;
+  free_pos_[static_cast<size_t>(last)] = pos;
+  free_.pop_back();
+  free_pos_[static_cast<size_t>(id)] = -1;
+}
+
 int32_t BlockPool::Allocate() {
   if (free_.empty()) return -1;
   const int32_t id = free_.back();
   free_.pop_back();
+  free_pos_[static_cast<size_t>(id)] = -1;
   refcount_[static_cast<size_t>(id)] = 1;
   if (num_used() > peak_used_) peak_used_ = num_used();
   return id;
@@ -83,7 +102,46 @@ void BlockPool::IncRef(int32_t id) {
 void BlockPool::DecRef(int32_t id) {
   int32_t& rc = refcount_[static_cast<size_t>(id)];
   assert(rc > 0);
-  if (--rc == 0) free_.push_back(id);
+  if (--rc == 0) PushFree(id);
+}
+
+int64_t BlockPool::FindFreeRun(int64_t lo, int64_t hi, int64_t n) const {
+  int64_t len = 0;
+  for (int64_t i = lo; i < hi; ++i) {
+    len = free_pos_[static_cast<size_t>(i)] >= 0 ? len + 1 : 0;
+    if (len == n) return i - n + 1;
+  }
+  return -1;
+}
+
+int32_t BlockPool::ReserveRun(int64_t n) {
+  if (n <= 0 || n > num_free() || n >= failed_run_) return -1;
+  // Next fit: from where the last run ended, then from the start (a run may
+  // cross the cursor).
+  int64_t first = FindFreeRun(run_cursor_, num_blocks_, n);
+  if (first < 0) first = FindFreeRun(0, std::min(num_blocks_, run_cursor_ + n - 1), n);
+  if (first < 0) {
+    failed_run_ = n;
+    return -1;
+  }
+  for (int64_t i = first; i < first + n; ++i) RemoveFree(static_cast<int32_t>(i));
+  num_run_reserve_ += n;
+  peak_run_reserve_ = std::max(peak_run_reserve_, num_run_reserve_);
+  run_cursor_ = first + n == num_blocks_ ? 0 : first + n;
+  return static_cast<int32_t>(first);
+}
+
+void BlockPool::TakeReserved(int32_t id) {
+  assert(InRunReserve(id));
+  refcount_[static_cast<size_t>(id)] = 1;
+  --num_run_reserve_;
+  if (num_used() > peak_used_) peak_used_ = num_used();
+}
+
+void BlockPool::ReleaseReserved(int32_t id) {
+  assert(InRunReserve(id));
+  --num_run_reserve_;
+  PushFree(id);
 }
 
 }  // namespace kvlab

@@ -59,6 +59,7 @@ int64_t KVCache::BlocksInUse() const { return pool_->num_used() + (enc_pool_ ? e
 void KVCache::UpdatePeak() {
   peak_bytes_ = std::max(peak_bytes_, BytesInUse());
   peak_device_bytes_ = std::max(peak_device_bytes_, DeviceBytesInUse());
+  peak_run_reserve_bytes_ = std::max(peak_run_reserve_bytes_, RunReserveBytes());
 }
 
 void KVCache::FreeRef(int32_t ref, bool encoded) {
@@ -99,6 +100,7 @@ Status KVCache::RemoveSequence(SeqId id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return Status::NotFound("sequence " + std::to_string(id) + " not in the cache");
   for (Stream& s : it->second) {
+    ReleaseRun(&s);
     for (int encoded = 0; encoded < 2; ++encoded) {
       const std::vector<int32_t>& refs = encoded ? s.enc_blocks : s.blocks;
       const bool cached_here = prefix_ && prefix_->encoded() == (encoded != 0);
@@ -220,6 +222,12 @@ void KVCache::CacheFullUnits(SeqId id, const std::vector<BlockHash>& hashes) {
 
 bool KVCache::MakeFree(bool encoded, int64_t n) {
   BlockPool& pool = encoded ? *enc_pool_ : *pool_;
+  if (!encoded && pool.num_free() < n && pool.num_run_reserve() > 0) {
+    // Reserves first: they hold no KV, while a cached unit may serve a later request.
+    for (auto it = seqs_.begin(); it != seqs_.end() && pool.num_free() < n; ++it) {
+      for (auto s = it->second.begin(); s != it->second.end() && pool.num_free() < n; ++s) ReleaseRun(&*s);
+    }
+  }
   if (prefix_ && prefix_->encoded() == encoded) {
     BlockHash h;
     std::vector<int32_t> blocks;
@@ -233,7 +241,8 @@ bool KVCache::MakeFree(bool encoded, int64_t n) {
 
 int64_t KVCache::AvailableBlocks() const {
   const bool cached_here = prefix_ && !prefix_->encoded();
-  return pool_->num_free() + (cached_here ? prefix_->num_evictable() * shape_.StreamsPerSequence() : 0);
+  return pool_->num_free() + pool_->num_run_reserve() +
+         (cached_here ? prefix_->num_evictable() * shape_.StreamsPerSequence() : 0);
 }
 
 int64_t KVCache::AvailableEncodedBlocks() const {
@@ -279,38 +288,6 @@ void KVCache::DropStreamRef(SeqId id, size_t stream, bool encoded, size_t index,
     }
   }
   FreeRef(ref, encoded);
-}
-
-int64_t KVCache::BlocksNeeded(SeqId id, int64_t n) const {
-  auto it = seqs_.find(id);
-  if (it == seqs_.end()) return 0;
-  int64_t need = 0;
-  for (const Stream& s : it->second) {
-    const int64_t want = s.num_plain() + n;
-    const int64_t have = s.Capacity(shape_.block_size);
-    if (want > have) need += (want - have + shape_.block_size - 1) / shape_.block_size;
-  }
-  return need;
-}
-
-Status KVCache::Reserve(SeqId id, int64_t n, const int32_t* positions) {
-  auto it = seqs_.find(id);
-  if (it == seqs_.end()) return Status::NotFound("sequence " + std::to_string(id) + " not in the cache");
-  const int64_t need = BlocksNeeded(id, n);
-  if (need > AvailableBlocks()) {
-    return Status::ResourceExhausted("KV pool '" + pool_->name() + "' has " + std::to_string(AvailableBlocks()) +
-                                     " free blocks, sequence " + std::to_string(id) + " needs " +
-                                     std::to_string(need));
-  }
-  MakeFree(/*encoded=*/false, need);
-  for (Stream& s : it->second) {
-    while (s.Capacity(shape_.block_size) < s.num_plain() + n) s.blocks.push_back(pool_->Allocate());
-    s.positions.insert(s.positions.end(), positions, positions + n);
-    s.score.resize(static_cast<size_t>(s.num_tokens + n), 0.0f);
-    s.num_tokens += n;
-  }
-  UpdatePeak();
-  return Status::OK();
 }
 
 int64_t Stream::LiveTokens() const {
@@ -472,6 +449,7 @@ Status KVCache::PromoteStream(SeqId id, int layer, int head) {
     BlockPool* pool = encoded ? enc_pool_.get() : pool_.get();
     for (int32_t& ref : refs) {
       if (!IsOffloaded(ref)) continue;
+      if (!pool->CanAllocate(1)) MakeFree(encoded != 0, 1);
       const int32_t b = pool->Allocate();
       if (b < 0) return Status::ResourceExhausted("KV pool '" + pool->name() + "' full while bringing blocks back");
       if (pool->data() != nullptr) KVLAB_RETURN_IF_ERROR(store_->Get(OffloadHandle(ref), pool->BlockData(b)));
@@ -506,7 +484,7 @@ Status KVCache::PlanStep(const std::vector<SeqId>& seqs, PageTable* out, Staging
     max_enc = std::max(max_enc, ne);
   }
   const size_t sets = shape_.num_layers > 1 ? 2 : 1;
-  if (!pool_->CanAllocate(static_cast<int64_t>(sets * max_plain)) ||
+  if (!MakeFree(/*encoded=*/false, static_cast<int64_t>(sets * max_plain)) ||
       (max_enc > 0 && !enc_pool_->CanAllocate(static_cast<int64_t>(sets * max_enc)))) {
     return Status::ResourceExhausted("no room on the device for the staging blocks of offloaded KV");
   }

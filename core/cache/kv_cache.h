@@ -64,6 +64,10 @@ struct Stream {
   // fp32, up to date for slots [0, bounded_tokens) (UpdateKeyBounds folds the rest).
   std::vector<float> key_min, key_max;
   int64_t bounded_tokens = 0;
+  // The stream's run reserve (KVCache::SetRunBlocks): plain block ids
+  // [run_next, run_end), consecutive, taken off the pool's free list for its
+  // next blocks; empty when run_next == run_end.
+  int32_t run_next = 0, run_end = 0;
 
   int64_t num_plain() const { return num_tokens - num_encoded; }
   bool HasDead() const { return !dead.empty(); }
@@ -72,6 +76,7 @@ struct Stream {
   int64_t LiveTokens() const;
   // Plain slots the plain blocks can hold.
   int64_t Capacity(int block_size) const { return static_cast<int64_t>(blocks.size()) * block_size; }
+  int64_t RunSpare() const { return run_end - run_next; }
 };
 
 // What a policy sees of one stream (core builds it; policies only read it).
@@ -194,7 +199,31 @@ class KVCache {
   void ResetPeak() {
     peak_bytes_ = BytesInUse();
     peak_device_bytes_ = DeviceBytesInUse();
+    peak_run_reserve_bytes_ = RunReserveBytes();
   }
+
+  // --- decode-time blocks in runs (kv_cache_runs.cpp) ---
+  // With n > 1, a stream that needs a new plain block takes it from its run
+  // reserve (Stream::run_next), and one that has none takes a run of
+  // max(n, blocks it needs) consecutive free blocks from the pool
+  // (BlockPool::ReserveRun), so that blocks added token by token during
+  // decode lie together as a chunked prefill's do, however many streams grow
+  // at once. The reserve is not KV: BytesInUse and the peaks leave it out,
+  // RunReserveBytes says it. It goes back to the pool when the stream is
+  // compacted (Compact, also a window's leading blocks), when the sequence is
+  // removed, and whenever an allocation finds the free list short (other
+  // streams' reserves before cached prefix units): AvailableBlocks counts
+  // it, so every allocation that succeeds without runs succeeds with them.
+  // A run is taken only while the free list keeps room for the rest of the
+  // step's need; where no n consecutive ids are free, a stream needing one
+  // block takes the longest of n/2, n/4, ... >= 2 there is; else blocks come
+  // one at a time, as with n <= 1 (off).
+  void SetRunBlocks(int n) { run_blocks_ = n; }
+  int run_blocks() const { return run_blocks_; }
+  // Bytes of the plain pool's run reserve (reserved ahead, no KV yet), and
+  // its peak since creation (or ResetPeak).
+  int64_t RunReserveBytes() const { return pool_->bytes_run_reserve(); }
+  int64_t PeakRunReserveBytes() const { return peak_run_reserve_bytes_; }
 
   // --- placement (offloading) ---
   Status EnableOffload(const PlacementOptions& options);
@@ -266,7 +295,8 @@ class KVCache {
   // private to this one (no deduplication, as in vLLM).
   void CacheFullUnits(SeqId id, const std::vector<BlockHash>& hashes);
   // Blocks an allocation can get from the plain (encoded) pool: the free
-  // ones and those only the prefix cache holds, which it evicts on demand.
+  // ones, the streams' run reserves, and those only the prefix cache holds,
+  // which it evicts on demand.
   int64_t AvailableBlocks() const;
   int64_t AvailableEncodedBlocks() const;
   // Bytes of the blocks only the prefix cache holds (in use in the pools;
@@ -425,15 +455,22 @@ class KVCache {
   const uint8_t* BlockData(int32_t ref, bool encoded, std::vector<uint8_t>* scratch) const;
   void ReadPlainSlot(const Stream& s, int64_t i, float* k, float* v, std::vector<uint8_t>* scratch) const;
   void FreeRef(int32_t ref, bool encoded);
-  // Evicts unreferenced cached units until the pool has n free blocks; false
-  // if it cannot.
+  // Returns the streams' run reserves, then evicts unreferenced cached
+  // units, until the pool has n free blocks; false if it cannot.
   bool MakeFree(bool encoded, int64_t n);
+  // Returns s's run reserve to the pool.
+  void ReleaseRun(Stream* s);
+  // Appends k plain blocks to s, from a new run when the free list keeps
+  // `rest` blocks for the other streams of the step. REQUIRES: s has no
+  // reserve, the free list has k + rest blocks.
+  void GrowStream(Stream* s, int64_t k, int64_t rest);
   int64_t UnitBlockBytes() const;
   CacheShape shape_;
   std::unique_ptr<BlockPool> pool_;
   std::unique_ptr<BlockPool> enc_pool_;
   int64_t peak_bytes_ = 0;
   int64_t peak_device_bytes_ = 0;
+  int64_t peak_run_reserve_bytes_ = 0;
   std::unique_ptr<OffloadStore> store_;
   std::unordered_map<SeqId, std::vector<Stream>> seqs_;
   struct HeldUnit {
@@ -468,6 +505,7 @@ class KVCache {
   int64_t cache_only_blocks_ = 0;
   int64_t num_copied_blocks_ = 0;
   bool key_bounds_ = false;
+  int run_blocks_ = 0;
 };
 
 }  // namespace kvlab

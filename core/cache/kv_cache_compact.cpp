@@ -24,6 +24,7 @@ Status KVCache::Compact(SeqId id, int layer, int head, const std::vector<int64_t
   }
   if (DropsLeadingUnits(s, keep)) {
     DropLeadingUnits(id, si, &s, keep.empty() ? s.num_tokens : keep.front());
+    ReleaseRun(&s);  // a compacted stream holds only what it keeps
     return Status::OK();
   }
   const int bs = shape_.block_size;
@@ -135,6 +136,7 @@ Status KVCache::Compact(SeqId id, int layer, int head, const std::vector<int64_t
     DropStreamRef(id, si, /*encoded=*/false, s.blocks.size() - 1, s.blocks.back());
     s.blocks.pop_back();
   }
+  ReleaseRun(&s);
   UpdatePeak();
   return Status::OK();
 }

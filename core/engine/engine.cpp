@@ -187,6 +187,7 @@ Status Engine::Create(const EngineOptions& options, const std::vector<PolicySpec
   }
   KVLAB_RETURN_IF_ERROR(KVCache::Create(shape, num_blocks, /*with_storage=*/true, &impl->cache, num_enc_blocks,
                                         impl->backend->arena_allocator()));
+  impl->cache->SetRunBlocks(options.run_blocks);
   KVLAB_RETURN_IF_ERROR(impl->backend->Attach(impl->cache.get(), impl->model.get()));
   if (places) KVLAB_RETURN_IF_ERROR(impl->cache->EnableOffload(placement));
   if (const KVPolicy* read = impl->policies.ReadPolicy(); read != nullptr && read->NeedsBlockKeyBounds()) {
@@ -538,6 +539,8 @@ MemoryStats Engine::Memory() const {
   m.encoded_bytes_reserved = c.encoded_pool() ? c.encoded_pool()->bytes_reserved() : 0;
   m.full_bytes_reserved = impl_->reservation.full_bytes;
   m.peak_bytes_in_use = c.PeakBytesInUse();
+  m.run_reserve_bytes = c.RunReserveBytes();
+  m.peak_run_reserve_bytes = c.PeakRunReserveBytes();
   m.blocks_in_use = c.BlocksInUse();
   m.block_bytes = c.pool().block_bytes();
   m.device_bytes = c.DeviceBytesInUse();

@@ -33,6 +33,13 @@ struct EngineOptions {
   // what-if memory runs and tests. The dense reference (DenseLogits) uses them too.
   std::vector<int64_t> layer_sliding_window;
   int block_size = 16;
+  // Decode-time blocks in runs (KVCache::SetRunBlocks): a stream's new
+  // blocks come from a run of this many consecutive blocks reserved ahead,
+  // so that decode-grown caches read as fast as prefilled ones; the reserve
+  // is reported apart from the KV held (MemoryStats). 0 or 1: off. 32 is a
+  // 512-token chunked prefill's run at block size 16: runs of 16 read about
+  // 0.9 of its speed, runs of 32 all of it (docs/performance.md).
+  int run_blocks = 32;
   DType kv_dtype = DType::kBF16; // cache storage dtype; compute is fp32
   // Pool capacity. num_blocks > 0 wins; else room for max_seqs sequences of
   // max_context tokens in every stream.
@@ -81,6 +88,10 @@ struct MemoryStats {
   int64_t encoded_bytes_reserved = 0;
   int64_t full_bytes_reserved = 0;  // what the full cache would reserve for the same run
   int64_t peak_bytes_in_use = 0;
+  // Blocks reserved ahead for the streams' next blocks (EngineOptions::run_blocks):
+  // not KV, so not in bytes_in_use or its peak; free for any allocation.
+  int64_t run_reserve_bytes = 0;
+  int64_t peak_run_reserve_bytes = 0;
   int64_t blocks_in_use = 0;
   int64_t block_bytes = 0;
   int64_t slots_in_use = 0;      // token slots held, summed over streams

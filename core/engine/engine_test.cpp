@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "core/base/untrusted.h"
 
 namespace kvlab {
@@ -76,6 +78,52 @@ TEST(EngineTest, MemoryIsReadFromThePool) {
   EXPECT_EQ(m.bytes_in_use, m.blocks_in_use * 2 * 16 * s.head_dim * 2);
   EXPECT_EQ(m.slots_in_use, streams * 40);
   EXPECT_EQ(m.tokens_seen, 40);
+}
+
+// Decode-time blocks in runs change where blocks lie, never what is
+// computed or what counts as held: the same greedy tokens and the same
+// bytes in use with runs on and off; the reserve is reported apart, and an
+// h2o stack (compacting every step) holds the same bytes either way and no
+// reserve after its compactions.
+TEST(EngineTest, RunsChangeNeitherTokensNorHeldBytes) {
+  for (const char* policy : {"full", "h2o"}) {
+    std::vector<std::vector<GenerateResult>> out;
+    std::vector<MemoryStats> mem;
+    for (int runs : {0, 16}) {
+      EngineOptions o = SmallOptions();
+      o.run_blocks = runs;
+      std::unique_ptr<Engine> e;
+      const std::vector<PolicySpec> stack = {std::string(policy) == "h2o"
+                                                 ? PolicySpec{"h2o", {{"budget", "24"}}, "t"}
+                                                 : PolicySpec{"full", {}, "t"}};
+      ASSERT_TRUE(Engine::Create(o, stack, &e).ok()) << policy;
+      ASSERT_TRUE(e->AddSequence(0).ok());
+      ASSERT_TRUE(e->AddSequence(1).ok());
+      std::vector<std::vector<float>> logits;
+      ASSERT_TRUE(e->Forward({SeqChunk{0, Prompts()[1]}, SeqChunk{1, Prompts()[0]}}, false, &logits).ok());
+      out.emplace_back(2);
+      for (int step = 0; step < 40; ++step) {  // greedy, both sequences each step
+        std::vector<SeqChunk> chunks;
+        for (size_t i = 0; i < 2; ++i) {
+          const std::vector<float>& l = logits[i];
+          const int32_t next = static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+          out.back()[i].tokens.push_back(next);
+          chunks.push_back(SeqChunk{static_cast<int64_t>(i), {next}});
+        }
+        ASSERT_TRUE(e->Forward(chunks, false, &logits).ok()) << policy << " step " << step;
+      }
+      mem.push_back(e->Memory());
+      // h2o compacts every stream each step, and a compaction returns the reserve.
+      EXPECT_EQ(mem.back().run_reserve_bytes > 0, runs > 1 && std::string(policy) == "full") << policy;
+      ASSERT_TRUE(e->RemoveSequence(0).ok());
+      ASSERT_TRUE(e->RemoveSequence(1).ok());
+      EXPECT_EQ(e->Memory().run_reserve_bytes, 0) << policy;
+    }
+    for (size_t i = 0; i < 2; ++i) EXPECT_EQ(out[0][i].tokens, out[1][i].tokens) << policy << " sequence " << i;
+    EXPECT_EQ(mem[0].bytes_in_use, mem[1].bytes_in_use) << policy;
+    EXPECT_EQ(mem[0].peak_bytes_in_use, mem[1].peak_bytes_in_use) << policy;
+    EXPECT_GT(mem[1].peak_run_reserve_bytes, 0) << policy;
+  }
 }
 
 TEST(EngineTest, ExhaustedPoolIsReportedAndChangesNothing) {

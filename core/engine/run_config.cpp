@@ -22,6 +22,7 @@ Status CheckEngineOptions(const EngineOptions& o) {
   KVLAB_RETURN_IF_ERROR(CheckIntIn("the context (prompt + new tokens)", o.max_context, kAny, kMaxContextTokens));
   KVLAB_RETURN_IF_ERROR(CheckIntIn("sequences at once (batch)", o.max_seqs, kAny, kMaxBatch));
   KVLAB_RETURN_IF_ERROR(CheckIntIn("max_step_tokens (--max-step-tokens)", o.max_step_tokens, 0, kMaxContextTokens));
+  KVLAB_RETURN_IF_ERROR(CheckIntIn("run_blocks (--run-blocks)", o.run_blocks, 0, kMaxRunBlocks));
   return CheckIntIn("prefill_chunk (--prefill-chunk)", o.prefill_chunk, 1, kMaxContextTokens);
 }
 

@@ -60,10 +60,10 @@ inline RequestSpec Req(int64_t id, double arrival, int64_t prompt_len, int64_t m
   return r;
 }
 
-// Every block of a pool is free or held: its reference count is the number
-// of streams of running requests that hold it plus one if the prefix cache
-// holds it; no block is both free and held; the pool's bytes are its held
-// blocks'.
+// Every block of a pool is free, held or in a stream's run reserve: its
+// reference count is the number of streams of running requests that hold it
+// plus one if the prefix cache holds it; no block is both free and held; the
+// pool's bytes are its held blocks'.
 inline void CheckPool(const BlockPool& pool, const std::map<int32_t, int32_t>& holders) {
   int64_t zero = 0;
   for (int32_t id = 0; id < pool.num_blocks(); ++id) {
@@ -73,7 +73,7 @@ inline void CheckPool(const BlockPool& pool, const std::map<int32_t, int32_t>& h
     zero += pool.RefCount(id) == 0 ? 1 : 0;
   }
   ASSERT_EQ(static_cast<int64_t>(holders.size()), pool.num_used()) << pool.name() << ": leaked or double-freed blocks";
-  ASSERT_EQ(zero, pool.num_free()) << pool.name() << ": the free list has duplicates";
+  ASSERT_EQ(zero, pool.num_free() + pool.num_run_reserve()) << pool.name() << ": the free list has duplicates";
   ASSERT_EQ(pool.bytes_in_use(), static_cast<int64_t>(holders.size()) * pool.block_bytes());
 }
 
@@ -153,7 +153,7 @@ inline void CheckAccounting(const Scheduler& sched, const StepExecutor& ex, bool
   // The pools' bytes are the sum over streams, shared blocks counted once,
   // plus the blocks only the prefix cache holds.
   ASSERT_EQ(c.BytesInUse(), stream_bytes - c.SharedExtraBytes() + c.CachedOnlyBytes());
-  ASSERT_EQ(c.AvailableBlocks(), c.pool().num_free() + (c.prefix_caching() && !c.prefix_cache()->encoded()
+  ASSERT_EQ(c.AvailableBlocks(), c.pool().num_free() + c.pool().num_run_reserve() + (c.prefix_caching() && !c.prefix_cache()->encoded()
                                                             ? c.prefix_cache()->num_evictable() * shape.StreamsPerSequence()
                                                             : 0));
 }

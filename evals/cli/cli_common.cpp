@@ -75,6 +75,11 @@ void PrintEngineMemory(const Engine& engine, const MemoryStats& m, int64_t token
   if (c.encoded_pool() != nullptr) pools += ", " + pool_line(*c.encoded_pool());
   std::printf("  in use    %s B: %s\n", WithCommas(m.bytes_in_use).c_str(), pools.c_str());
   std::printf("  peak      %s B\n", WithCommas(m.peak_bytes_in_use).c_str());
+  if (c.run_blocks() > 1) {
+    std::printf("  runs      %s B reserved ahead (peak %s B): runs of %d blocks for decode growth, not KV, free "
+                "for any allocation\n",
+                WithCommas(m.run_reserve_bytes).c_str(), WithCommas(m.peak_run_reserve_bytes).c_str(), c.run_blocks());
+  }
   const PoolReservation& r = engine.reservation();
   std::printf("  reserved  %s B (pool capacity) = %.3fx the full cache's %s B for this run\n",
               WithCommas(m.bytes_reserved).c_str(),

@@ -177,6 +177,7 @@ Command AddGenerateCommand(CLI::App& app) {
   gen->add_option("--max-new-tokens", a->go.max_new_tokens, "Tokens to generate")->capture_default_str();
   gen->add_option("--kv-dtype", a->kv_dtype, "Cache storage dtype: f32, f16, bf16")->capture_default_str();
   gen->add_option("--block-size", a->eo.block_size, "Tokens per KV block")->capture_default_str();
+  gen->add_option("--run-blocks", a->eo.run_blocks, "Decode-time blocks per run reserved ahead for each stream (0 or 1: off)")->capture_default_str();
   gen->add_option("--temperature", a->go.sampling.temperature, "0 = greedy")->capture_default_str();
   gen->add_option("--top-p", a->go.sampling.top_p, "Nucleus sampling mass")->capture_default_str();
   gen->add_option("--seed", a->go.sampling.seed, "Sampling seed")->capture_default_str();

@@ -71,6 +71,8 @@ nlohmann::ordered_json MemoryJson(const MemoryStats& m) {
   j["kv_bytes_end"] = m.bytes_in_use;
   j["kv_bytes_per_token"] = m.tokens_seen > 0 ? static_cast<double>(m.bytes_in_use) / static_cast<double>(m.tokens_seen) : 0.0;
   j["peak_kv_bytes"] = m.peak_bytes_in_use;
+  j["kv_bytes_run_reserve"] = m.run_reserve_bytes;  // reserved ahead, not KV: outside the two above
+  j["peak_kv_bytes_run_reserve"] = m.peak_run_reserve_bytes;
   j["blocks_in_use"] = m.blocks_in_use;
   j["slots_in_use"] = m.slots_in_use;
   j["tokens_seen"] = m.tokens_seen;
