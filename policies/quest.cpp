@@ -64,7 +64,8 @@ class QuestPolicy : public KVPolicy {
     if (s.num_blocks <= pages) return false;
     const int64_t candidates = s.num_blocks - 1;  // every page but the one holding the step's token
     std::vector<float> score(static_cast<size_t>(candidates));
-    for (int64_t b = 0; b < candidates; ++b) score[static_cast<size_t>(b)] = PageScore(s, b);
+    std::vector<float> row;
+    for (int64_t b = 0; b < candidates; ++b) score[static_cast<size_t>(b)] = PageScore(s, b, &row);
     std::vector<int32_t> order(static_cast<size_t>(candidates));
     for (int64_t b = 0; b < candidates; ++b) order[static_cast<size_t>(b)] = static_cast<int32_t>(b);
     const auto top = order.begin() + (pages - 1);
@@ -82,9 +83,13 @@ class QuestPolicy : public KVPolicy {
   // The upper bound of q.k over page b for each query head, combined over the
   // group. Eight running lanes per head so the compiler can vectorise the
   // channel sum (a fixed order: the same result on every run).
-  float PageScore(const StreamReadState& s, int64_t b) const {
-    const float* lo = s.key_min + b * s.head_dim;
-    const float* hi = s.key_max + b * s.head_dim;
+  float PageScore(const StreamReadState& s, int64_t b, std::vector<float>* row) const {
+    const int64_t bytes = static_cast<int64_t>(s.head_dim) * DTypeBytes(s.bound_dtype);
+    row->resize(2 * static_cast<size_t>(s.head_dim));
+    float* lo = row->data();
+    float* hi = lo + s.head_dim;
+    ConvertToF32(s.bound_dtype, static_cast<const uint8_t*>(s.key_min) + b * bytes, lo, s.head_dim);
+    ConvertToF32(s.bound_dtype, static_cast<const uint8_t*>(s.key_max) + b * bytes, hi, s.head_dim);
     float out = 0.0f;
     for (int h = 0; h < s.num_queries; ++h) {
       const float* q = s.queries + static_cast<int64_t>(h) * s.head_dim;

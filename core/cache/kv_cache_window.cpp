@@ -155,9 +155,10 @@ void KVCache::DropLeadingUnits(SeqId id, size_t stream_index, Stream* s, int64_t
   s->score.erase(s->score.begin(), s->score.begin() + k);
   s->num_tokens -= k;
   if (!s->key_min.empty() && plain_drop > 0) {  // whole plain blocks went: their bounds rows go with them
-    const auto rows = static_cast<std::ptrdiff_t>(std::min(plain_drop * static_cast<size_t>(shape_.head_dim), s->key_min.size()));
-    s->key_min.erase(s->key_min.begin(), s->key_min.begin() + rows);
-    s->key_max.erase(s->key_max.begin(), s->key_max.begin() + rows);
+    const size_t row_bytes = static_cast<size_t>(shape_.head_dim) * static_cast<size_t>(DTypeBytes(shape_.dtype));
+    const auto drop = static_cast<std::ptrdiff_t>(std::min(plain_drop * row_bytes, s->key_min.size()));
+    s->key_min.erase(s->key_min.begin(), s->key_min.begin() + drop);
+    s->key_max.erase(s->key_max.begin(), s->key_max.begin() + drop);
     s->bounded_tokens = std::max<int64_t>(0, s->bounded_tokens - static_cast<int64_t>(plain_drop) * shape_.block_size);
   }
   UpdatePeak();

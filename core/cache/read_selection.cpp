@@ -20,9 +20,10 @@ bool PickBlocks(const PageTable& pt, int layer, int s, const KVPolicy& read, con
   rs.num_blocks = nb;
   rs.queries = p.q + (static_cast<int64_t>(p.qo_indptr[seq]) * p.num_qo_heads + rs.kv_head * group) * p.head_dim;
   rs.num_queries = group;
+  rs.bound_dtype = kv.dtype;  // the cache keeps the bounds in its own dtype
   blocks->clear();
   if (!read.SelectReadBlocks(rs, blocks)) return false;
-  stats->bound_read_bytes += (nb - 1) * 2 * static_cast<int64_t>(kv.head_dim) * static_cast<int64_t>(sizeof(float));
+  stats->bound_read_bytes += (nb - 1) * 2 * static_cast<int64_t>(kv.head_dim) * DTypeBytes(kv.dtype);
   return true;
 }
 
