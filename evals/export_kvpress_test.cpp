@@ -27,10 +27,7 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-std::string Source() {
-  const char* src = std::getenv("KVLAB_SOURCE_DIR");
-  return src ? src : ".";
-}
+using sweep_test::Source;
 
 std::string Slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -26,10 +26,7 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-std::string Source() {
-  const char* src = std::getenv("KVLAB_SOURCE_DIR");
-  return fs::absolute(src ? src : ".").string();
-}
+using sweep_test::Source;
 
 // tiny-gqa's weights with a chat template beside them.
 std::string ChatModel(const std::string& dir) {

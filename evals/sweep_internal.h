@@ -122,6 +122,6 @@ std::string FormatInterval(const Interval& i, const char* f, double scale = 1.0)
 std::string FormatDifference(const Interval& i, const char* f, double scale = 1.0);
 
 std::string GitRevision();
-std::string MachineDescription();
+std::string MachineDescription(int64_t threads);
 
 }  // namespace kvlab

@@ -25,10 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-std::string Source() {
-  const char* src = std::getenv("KVLAB_SOURCE_DIR");
-  return fs::absolute(src ? src : ".").string();
-}
+using sweep_test::Source;
 
 std::string Fixture(const std::string& name) { return Source() + "/evals/fixtures/longbench/" + name; }
 

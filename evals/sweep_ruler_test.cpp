@@ -26,10 +26,7 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-std::string Source() {
-  const char* src = std::getenv("KVLAB_SOURCE_DIR");
-  return src ? src : ".";
-}
+using sweep_test::Source;
 
 std::unique_ptr<Tokenizer> Qwen3() {
   std::unique_ptr<Tokenizer> t;

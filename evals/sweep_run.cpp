@@ -180,7 +180,7 @@ std::string GitRevision() {
   return out;
 }
 
-std::string MachineDescription() {
+std::string MachineDescription(int64_t threads) {
   std::ifstream cpu("/proc/cpuinfo");
   std::string line, model = "unknown cpu";
   while (std::getline(cpu, line)) {
@@ -189,7 +189,10 @@ std::string MachineDescription() {
       break;
     }
   }
-  return model + ", " + std::to_string(std::thread::hardware_concurrency()) + " threads";
+  // The threads the sweep ran on beside the host's hardware threads (a sweep
+  // run with threads = 1 on a 2-core host says "1 of 2 threads").
+  const int64_t hw = std::thread::hardware_concurrency();
+  return model + ", " + std::to_string(threads > 0 ? threads : hw) + " of " + std::to_string(hw) + " threads";
 }
 
 namespace {
@@ -323,7 +326,7 @@ Status RunSweep(const SweepConfig& config, const RunSweepOptions& opts, std::str
     }
   }
 
-  const std::string rev = GitRevision(), machine = MachineDescription();
+  const std::string rev = GitRevision(), machine = MachineDescription(config.threads);
   std::vector<const SweepPoint*> todo;
   for (const SweepPoint& p : mine) if (!skip(p)) todo.push_back(&p);
   // Each point's estimate once (it reads the model's config.json).

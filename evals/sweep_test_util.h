@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -16,6 +17,12 @@
 
 namespace kvlab {
 namespace sweep_test {
+
+// The repository root: KVLAB_SOURCE_DIR (ctest sets it), else the working directory.
+inline std::string Source() {
+  const char* src = std::getenv("KVLAB_SOURCE_DIR");
+  return std::filesystem::absolute(src ? src : ".").string();
+}
 
 // An empty directory under the system temp dir, unique to this process.
 inline std::string TempDir(const std::string& suite, const std::string& name) {

@@ -57,8 +57,9 @@ constexpr int kPrefetchBytes = 16384;  // how far ahead of use units are prefetc
 
 // The fp16 bit pattern of an e4m3 code: sign to bit 15, exponent and mantissa
 // to bits 13..7. Its value is the e4m3 value times 2^-8 exactly (the exponent
-// biases differ by 8; e4m3 subnormals become fp16 subnormals).
-inline uint16_t Fp8AsHalf(uint8_t b) {
+// biases differ by 8; e4m3 subnormals become fp16 subnormals). The scalar copy
+// calls it; the vector copies do the same shifts in registers.
+[[maybe_unused]] inline uint16_t Fp8AsHalf(uint8_t b) {
   return static_cast<uint16_t>(((b & 0x80u) << 8) | ((b & 0x7fu) << 7));
 }
 

@@ -198,6 +198,30 @@ uint32_t ThinkKeptMaskWord(const KvEncoding& e, const uint8_t* block, int word) 
   return w;
 }
 
+void KiviKeyRange(const KvEncoding& e, const uint8_t* block, float* lo, float* hi) {
+  const int D = e.head_dim;
+  const float qmax = static_cast<float>((1 << e.bits) - 1);
+  const uint16_t* scales = reinterpret_cast<const uint16_t*>(block + 2 * e.CodeBytes());
+  const uint16_t* zeros = scales + e.NumKeyParams();
+  if (e.key_axis == QuantAxis::kChannel) {
+    for (int c = 0; c < D; ++c) {
+      const float z = F16ToF32(zeros[c]);
+      lo[c] = z;
+      hi[c] = qmax * F16ToF32(scales[c]) + z;  // the decoder's expression at the top code
+    }
+    return;
+  }
+  const int per_tok = D / e.group;
+  for (int t = 0; t < e.tokens_per_block; ++t) {
+    for (int c = 0; c < D; ++c) {
+      const int g = t * per_tok + c / e.group;
+      const float z = F16ToF32(zeros[g]), top = qmax * F16ToF32(scales[g]) + z;
+      lo[c] = t == 0 ? z : std::min(lo[c], z);
+      hi[c] = t == 0 ? top : std::max(hi[c], top);
+    }
+  }
+}
+
 int64_t KvEncoding::NumKeyParams() const {
   if (kind == EncodingKind::kThink) return 0;
   if (kind != EncodingKind::kKivi) return scale_per_token ? tokens_per_block : 1;

@@ -90,6 +90,16 @@ void EncodeKvBlock(const KvEncoding& e, const float* k, const float* v, uint8_t*
 // Decodes one block back to fp32 [tokens_per_block][head_dim] K and V.
 void DecodeKvBlock(const KvEncoding& e, const uint8_t* src, float* k, float* v);
 
+// kKivi: the channel-wise range of a block's decoded keys, read from its key
+// scales and zeros alone (no codes): codes are 0..2^bits - 1 and decode as
+// code * scale + zero with scale >= 0, so channel c's keys lie in
+// [zero, (2^bits - 1) * scale + zero] (per-channel keys), or in the union of
+// those ranges over the block's tokens (per-token keys). lo and hi are
+// [head_dim]. What a read policy ranks a sealed group by (Quest).
+void KiviKeyRange(const KvEncoding& e, const uint8_t* block, float* lo, float* hi);
+// Bytes KiviKeyRange reads of a block: its key scales and zeros.
+inline int64_t KiviKeyRangeBytes(const KvEncoding& e) { return e.NumKeyParams() * 4; }
+
 // kThink: word `word` of a block's channel mask (bit c % 32 of word c / 32:
 // key channel c kept), for tests and tools.
 uint32_t ThinkKeptMaskWord(const KvEncoding& e, const uint8_t* block, int word);

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -174,6 +175,59 @@ TEST(KvEncodingTest, ValidateNamesTheParameter) {
   EXPECT_NE(q.Validate().find("'bits'"), std::string::npos);
   q.bits = 8;
   EXPECT_EQ(q.Validate(), "");
+}
+
+// KiviKeyRange, from a block's key scales and zeros alone: every decoded key
+// lies in it, and with keys per channel each end is a decoded key (the
+// channel's smallest element decodes to code 0, its largest to the top code).
+TEST(KvEncodingTest, KiviKeyRangeHoldsTheDecodedKeysFromScalesAndZerosAlone) {
+  for (int bits : {2, 4}) {
+    for (QuantAxis axis : {QuantAxis::kChannel, QuantAxis::kToken}) {
+      KvEncoding e;
+      e.bits = bits;
+      e.head_dim = 64;
+      e.group = e.tokens_per_block = 32;
+      e.key_axis = axis;
+      std::vector<float> k, v, dk(32 * 64), dv(dk.size()), lo(64), hi(64);
+      MakeKV(32, 64, 17 + bits, &k, &v);
+      std::vector<uint8_t> block(static_cast<size_t>(e.BlockBytes()));
+      EncodeKvBlock(e, k.data(), v.data(), block.data());
+      DecodeKvBlock(e, block.data(), dk.data(), dv.data());
+      // The codes are not read: scrambling them leaves the range as it is.
+      std::vector<uint8_t> scrambled = block;
+      for (int64_t i = 0; i < e.CodeBytes(); ++i) scrambled[static_cast<size_t>(i)] ^= 0x5a;
+      std::vector<float> lo2(64), hi2(64);
+      KiviKeyRange(e, block.data(), lo.data(), hi.data());
+      KiviKeyRange(e, scrambled.data(), lo2.data(), hi2.data());
+      EXPECT_EQ(lo, lo2);
+      EXPECT_EQ(hi, hi2);
+      EXPECT_EQ(KiviKeyRangeBytes(e), e.NumKeyParams() * 4);
+      for (int c = 0; c < 64; ++c) {
+        float mn = dk[static_cast<size_t>(c)], mx = mn;
+        for (int t = 0; t < 32; ++t) {
+          mn = std::min(mn, dk[static_cast<size_t>(t * 64 + c)]);
+          mx = std::max(mx, dk[static_cast<size_t>(t * 64 + c)]);
+        }
+        EXPECT_LE(lo[static_cast<size_t>(c)], mn) << "bits " << bits << " channel " << c;
+        EXPECT_GE(hi[static_cast<size_t>(c)], mx) << "bits " << bits << " channel " << c;
+        if (axis == QuantAxis::kChannel) {
+          EXPECT_EQ(lo[static_cast<size_t>(c)], mn) << "bits " << bits << " channel " << c;
+          EXPECT_EQ(hi[static_cast<size_t>(c)], mx) << "bits " << bits << " channel " << c;
+        }
+      }
+    }
+  }
+  // By hand: scale 0.5, zero -1 on every channel (per-channel keys, 2 bits): [-1, 0.5].
+  KvEncoding e;
+  e.head_dim = 8;
+  e.group = e.tokens_per_block = 4;
+  std::vector<uint8_t> block(static_cast<size_t>(e.BlockBytes()), 0);
+  uint16_t* params = reinterpret_cast<uint16_t*>(block.data() + 2 * e.CodeBytes());
+  for (int c = 0; c < 8; ++c) params[c] = F32ToF16(0.5f), params[8 + c] = F32ToF16(-1.0f);
+  std::vector<float> lo(8), hi(8);
+  KiviKeyRange(e, block.data(), lo.data(), hi.data());
+  EXPECT_EQ(lo, std::vector<float>(8, -1.0f));
+  EXPECT_EQ(hi, std::vector<float>(8, 0.5f));
 }
 
 }  // namespace

@@ -147,16 +147,24 @@ struct StreamState {
 // for them, KVPolicy::NeedsBlockKeyBounds) and the step's queries that the
 // stream serves. The last block (it holds the step's own token) has no bounds
 // here: it is always read.
+//
+// With a sealed encoding (KIVI) the stream's pages are its sealed groups
+// first (num_group_pages of them, group_tokens tokens each, bounds from each
+// group's key scales and zeros: the range of its decoded keys), then its
+// plain blocks (block_size tokens each); "blocks" below counts both, and the
+// indices a policy returns number them in that order.
 struct StreamReadState {
   int layer = 0;
   int kv_head = 0;                 // stored KV head
   int num_layers = 0;
   int block_size = 16;
   int head_dim = 0;
-  int64_t num_blocks = 0;          // blocks of the stream (the last may be partly filled)
-  const void* key_min = nullptr;   // [num_blocks - 1][head_dim] in bound_dtype: each full block's smallest key, per channel
+  int64_t num_blocks = 0;          // pages of the stream (the last, a plain block, may be partly filled)
+  int64_t num_group_pages = 0;     // leading pages that are sealed groups (0 without an encoding)
+  int group_tokens = 0;            // tokens of each sealed group
+  const void* key_min = nullptr;   // [num_blocks - 1][head_dim] in bound_dtype: each full page's smallest key, per channel
   const void* key_max = nullptr;   // [num_blocks - 1][head_dim] in bound_dtype: its largest
-  DType bound_dtype = DType::kF32; // the cache's dtype (16-bit bounds of 16-bit keys are exact)
+  DType bound_dtype = DType::kF32; // the cache's dtype (16-bit bounds of 16-bit keys are exact); f32 over sealed groups
   const float* queries = nullptr;  // [num_queries][head_dim]: the query heads this stream serves, as attention sees them
   int num_queries = 0;             // query heads per stored KV head (the GQA group)
 };
@@ -283,7 +291,8 @@ class KVPolicy {
   // token; prefill reads everything). Returns false to read every block;
   // else fills `blocks` with the block indices to read, strictly increasing
   // and ending with num_blocks - 1 (the block holding the step's token), and
-  // the kernel's page table for that stream lists only them.
+  // the kernel's page table for that stream lists only them (sealed groups
+  // and plain blocks alike, StreamReadState::num_group_pages).
   virtual bool SelectReadBlocks(const StreamReadState& /*s*/, std::vector<int32_t>* /*blocks*/) const { return false; }
 
   // --- representation ---

@@ -21,6 +21,16 @@
 // bounds of the page's keys (ties to the earlier page); all pages while the
 // stream has at most k. Prefill reads everything.
 //
+// Over KIVI (["kivi", "quest"]): KIVI shrinks what is stored, Quest what is
+// read. A sealed group is a page of `group` tokens whose bounds are the range
+// of its decoded keys, from its own key scales and zeros (no extra memory);
+// the residual's plain blocks keep their min/max. token_budget then counts
+// tokens read, encoded and plain alike (a group costs `group`, a plain page
+// block_size, the recent page included): the pages are taken in the order of
+// their bound (ties to the earlier page), each that still fits the budget
+// left, so the groups read are the top groups by the bound; all pages while
+// the stream holds at most token_budget tokens of pages.
+//
 // GQA: Quest's code is multi-head (its Llama-3.1 evaluation repeats the KV
 // heads, so each query head picks its own pages). Here one stream serves a
 // group of query heads and the pages read are one list per stream, so the
@@ -62,27 +72,14 @@ class QuestPolicy : public KVPolicy {
 
   bool SelectReadBlocks(const StreamReadState& s, std::vector<int32_t>* blocks) const override {
     if (s.layer < dense_layers_) return false;
+    if (s.num_group_pages > 0) return SelectOverGroups(s, blocks);
     const int64_t pages = token_budget_ / s.block_size;
     if (s.num_blocks <= pages) return false;
     const int64_t candidates = s.num_blocks - 1;  // every page but the one holding the step's token
-    PageBoundsArgs args;
-    args.queries = s.queries;
-    args.num_queries = s.num_queries;
-    args.head_dim = s.head_dim;
-    args.key_min = s.key_min;
-    args.key_max = s.key_max;
-    args.dtype = s.bound_dtype;
-    args.num_pages = candidates;
-    args.sum_heads = sum_heads_;
-    std::vector<float> score(static_cast<size_t>(candidates));
-    PageBoundScores(args, score.data());  // vectorised, the same bits on every CPU path
-    // One key per page whose ascending order is the rule's: larger score
-    // first, ties to the earlier page; then an O(n) selection of the first
-    // k - 1 keys (the set is exact: the keys are distinct).
-    std::vector<uint64_t> key(static_cast<size_t>(candidates));
-    for (int64_t b = 0; b < candidates; ++b) {
-      key[static_cast<size_t>(b)] = uint64_t{DescendingBits(score[static_cast<size_t>(b)])} << 32 | static_cast<uint64_t>(b);
-    }
+    // One key per page whose ascending order is the rule's (RankKeys); then an
+    // O(n) selection of the first k - 1 keys (the set is exact: the keys are
+    // distinct).
+    std::vector<uint64_t> key = RankKeys(s, candidates);
     const auto top = key.begin() + (pages - 1);
     std::nth_element(key.begin(), top, key.end());
     blocks->resize(static_cast<size_t>(pages - 1));
@@ -106,6 +103,50 @@ class QuestPolicy : public KVPolicy {
     return ~u;
   }
 
+  // Each candidate page's score (PageBoundScores: vectorised, the same bits on
+  // every CPU path) as a key whose ascending order is the rule's: larger score
+  // first, ties to the earlier page.
+  std::vector<uint64_t> RankKeys(const StreamReadState& s, int64_t candidates) const {
+    PageBoundsArgs args;
+    args.queries = s.queries;
+    args.num_queries = s.num_queries;
+    args.head_dim = s.head_dim;
+    args.key_min = s.key_min;
+    args.key_max = s.key_max;
+    args.dtype = s.bound_dtype;
+    args.num_pages = candidates;
+    args.sum_heads = sum_heads_;
+    std::vector<float> score(static_cast<size_t>(candidates));
+    PageBoundScores(args, score.data());
+    std::vector<uint64_t> key(static_cast<size_t>(candidates));
+    for (int64_t b = 0; b < candidates; ++b) {
+      key[static_cast<size_t>(b)] = uint64_t{DescendingBits(score[static_cast<size_t>(b)])} << 32 | static_cast<uint64_t>(b);
+    }
+    return key;
+  }
+
+  // Sealed groups (s.group_tokens each) then plain pages (s.block_size each):
+  // the budget in tokens, filled in the order of the bound.
+  bool SelectOverGroups(const StreamReadState& s, std::vector<int32_t>* blocks) const {
+    const int64_t groups = s.num_group_pages, candidates = s.num_blocks - 1;
+    auto cost = [&s, groups](int64_t b) -> int64_t { return b < groups ? s.group_tokens : s.block_size; };
+    if (groups * s.group_tokens + (s.num_blocks - groups) * s.block_size <= token_budget_) return false;
+    std::vector<uint64_t> key = RankKeys(s, candidates);
+    std::sort(key.begin(), key.end());
+    int64_t left = token_budget_ - s.block_size;  // the recent page
+    blocks->clear();
+    for (uint64_t k : key) {
+      const auto b = static_cast<int32_t>(k & 0xffffffffu);
+      if (left < std::min<int64_t>(s.block_size, s.group_tokens)) break;  // nothing fits any more
+      if (cost(b) > left) continue;
+      blocks->push_back(b);
+      left -= cost(b);
+    }
+    std::sort(blocks->begin(), blocks->end());
+    blocks->push_back(static_cast<int32_t>(candidates));
+    return true;
+  }
+
   int64_t token_budget_, dense_layers_;
   bool sum_heads_;
 };
@@ -122,7 +163,8 @@ void RegisterQuestPolicy(PolicyRegistry* registry) {
   info.params = {
       {"token_budget", ParamSpec::Type::kInt, "1024",
        "tokens a decode step reads per (layer, KV head), the recent page included: floor(token_budget / block_size) "
-       "pages, a page being the cache's block; at least one block", {}, ParamRange::Closed(1, 1 << 24)},
+       "pages, a page being the cache's block; at least one block (over kivi: a sealed group is a page of group tokens, "
+       "and the budget counts encoded and plain tokens alike)", {}, ParamRange::Closed(1, 1 << 24)},
       {"dense_layers", ParamSpec::Type::kInt, "2", "the first layers read every page (the paper: 2)", {},
        ParamRange::Closed(0, 1 << 16)},
       {"gqa", ParamSpec::Type::kString, "max",

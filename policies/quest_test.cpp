@@ -305,10 +305,21 @@ TEST(QuestPolicyTest, ComposesAsAConcernOfItsOwn) {
   EXPECT_TRUE(StackShape({{"quest", {}, "t"}, {"offload", {}, "t"}}).ok());
   EXPECT_TRUE(StackShape({{"quest", {}, "t"}, {"key-norm", {}, "t"}}).ok());
   EXPECT_TRUE(StackShape({{"quest", {}, "t"}, {"sink", {{"positions", "original"}}, "t"}}).ok());
-  Status s = StackShape({{"quest", {}, "t"}, {"kivi", {}, "t"}});
-  EXPECT_NE(s.message().find("policy 'quest' (read) with 'kivi' (sealed encoding"), std::string::npos) << s.message();
-  s = StackShape({{"quest", {}, "t"}, {"quant", {}, "t"}});
-  EXPECT_NE(s.message().find("with 'quant'"), std::string::npos) << s.message();
+  // Over KIVI a sealed group is a page ranked by its own scales and zeros; the
+  // other sealed encodings have no free key range and stay refused.
+  EXPECT_TRUE(StackShape({{"quest", {}, "t"}, {"kivi", {}, "t"}}).ok());
+  EXPECT_TRUE(StackShape({{"quest", {}, "t"}, {"kivi", {{"bits", "4"}, {"key_axis", "token"}}, "t"}}).ok());
+  EXPECT_TRUE(StackShape({{"quest", {}, "t"}, {"kivi", {}, "t"}, {"sink", {{"positions", "original"}}, "t"}}).ok());
+  Status s = StackShape({{"quest", {}, "t"}, {"quant", {}, "t"}});
+  EXPECT_NE(s.message().find("policy 'quest' (read) with 'quant' (sealed encoding fp8-token): ranking sealed blocks "
+                             "needs each block's key range"),
+            std::string::npos)
+      << s.message();
+  s = StackShape({{"quest", {}, "t"}, {"quant", {{"format", "int8"}}, "t"}});
+  EXPECT_NE(s.message().find("with 'quant' (sealed encoding int8"), std::string::npos) << s.message();
+  s = StackShape({{"quest", {}, "t"}, {"think", {}, "t"}});
+  EXPECT_NE(s.message().find("policy 'quest' (read) with 'think' (sealed encoding think-"), std::string::npos)
+      << s.message();
   s = StackShape({{"quest", {}, "t"}, {"sink", {}, "t"}});
   EXPECT_NE(s.message().find("policy 'quest' (read) with 'sink' storing keys before RoPE"), std::string::npos)
       << s.message();

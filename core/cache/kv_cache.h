@@ -400,7 +400,8 @@ class KVCache {
 
   // --- block key bounds, for a read policy (kv_cache_bounds.cpp) ---
   // Keeps each plain block's channel-wise key min / max (Stream::key_min,
-  // key_max) from now on. REQUIRES: host storage, no encoding.
+  // key_max) from now on (sealed groups have none: a read policy ranks them by
+  // their own metadata). REQUIRES: host storage.
   void EnableKeyBounds() { key_bounds_ = true; }
   bool key_bounds() const { return key_bounds_; }
   // Folds the keys written since the last call (and those a compaction
@@ -416,6 +417,9 @@ class KVCache {
   KVCache(const CacheShape& shape, std::unique_ptr<BlockPool> pool, std::unique_ptr<BlockPool> enc_pool);
   void UpdatePeak();
   void SealStream(Stream* s);
+  // The stream's first plain_blocks plain blocks went (sealed, or dropped):
+  // their bounds rows go with them (kv_cache_bounds.cpp).
+  void DropLeadingKeyBounds(Stream* s, size_t plain_blocks) const;
   // ApplySelection's Compact on a device cache: the books, then the owner's moves.
   Status CompactOnDevice(SeqId id, int layer, int head, const std::vector<int64_t>& keep);
   // Compact's path for DropsLeadingUnits: frees the first k slots' units.

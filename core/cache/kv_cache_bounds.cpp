@@ -3,7 +3,7 @@
 // block fills, so a decode step can rank pages without reading them. Kept
 // only after KVCache::EnableKeyBounds; a compaction marks the bounds of the
 // blocks it changed stale (Stream::bounded_tokens) and the next update
-// recomputes them.
+// recomputes them; a seal or a dropped leading block takes its rows with it.
 #include <algorithm>
 
 #include "core/cache/kv_cache.h"
@@ -63,6 +63,15 @@ void KVCache::UpdateKeyBounds(const std::vector<SeqId>& seqs) {
       s.bounded_tokens = n;
     }
   }
+}
+
+void KVCache::DropLeadingKeyBounds(Stream* s, size_t plain_blocks) const {
+  if (s->key_min.empty() || plain_blocks == 0) return;
+  const size_t row_bytes = static_cast<size_t>(shape_.head_dim) * static_cast<size_t>(DTypeBytes(shape_.dtype));
+  const auto rows = static_cast<std::ptrdiff_t>(std::min(plain_blocks * row_bytes, s->key_min.size()));  // bytes
+  s->key_min.erase(s->key_min.begin(), s->key_min.begin() + rows);
+  s->key_max.erase(s->key_max.begin(), s->key_max.begin() + rows);
+  s->bounded_tokens = std::max<int64_t>(0, s->bounded_tokens - static_cast<int64_t>(plain_blocks) * shape_.block_size);
 }
 
 void KVCache::AttachKeyBounds(const std::vector<SeqId>& seqs, PageTable* pt) const {

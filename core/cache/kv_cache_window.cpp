@@ -154,13 +154,7 @@ void KVCache::DropLeadingUnits(SeqId id, size_t stream_index, Stream* s, int64_t
   s->positions.erase(s->positions.begin(), s->positions.begin() + k);
   s->score.erase(s->score.begin(), s->score.begin() + k);
   s->num_tokens -= k;
-  if (!s->key_min.empty() && plain_drop > 0) {  // whole plain blocks went: their bounds rows go with them
-    const size_t row_bytes = static_cast<size_t>(shape_.head_dim) * static_cast<size_t>(DTypeBytes(shape_.dtype));
-    const auto drop = static_cast<std::ptrdiff_t>(std::min(plain_drop * row_bytes, s->key_min.size()));
-    s->key_min.erase(s->key_min.begin(), s->key_min.begin() + drop);
-    s->key_max.erase(s->key_max.begin(), s->key_max.begin() + drop);
-    s->bounded_tokens = std::max<int64_t>(0, s->bounded_tokens - static_cast<int64_t>(plain_drop) * shape_.block_size);
-  }
+  DropLeadingKeyBounds(s, plain_drop);  // whole plain blocks went: their bounds rows go with them
   UpdatePeak();
 }
 

@@ -29,11 +29,19 @@ struct ReadStats {
 };
 
 struct ReadSelection {
-  bool subset = false;  // some stream reads fewer blocks than it holds (then use View)
+  bool subset = false;  // some stream reads fewer blocks than it holds (then use View, EncodedView)
   std::vector<int32_t> indptr, indices, last_block_len;
+  // With a sealed encoding: the groups each stream reads, and their dead-slot
+  // flags renumbered from the first group read (EncodedKV::dead).
+  std::vector<int32_t> enc_indptr, enc_indices;
   ReadStats stats;
-  // Scratch, reused between layers: each stream's picked blocks (empty: all).
+  // Scratch, reused between layers: each stream's picked pages (empty: all),
+  // sealed groups first (StreamReadState::num_group_pages); the ranked
+  // pages' bounds; the renumbered dead flags.
   std::vector<std::vector<int32_t>> picks;
+  std::vector<float> bound_lo, bound_hi;
+  std::vector<std::vector<uint8_t>> enc_dead;
+  std::vector<const uint8_t*> enc_dead_ptrs;
   // `kv` with this selection's page table (the same pool, the listed blocks only).
   PagedKV View(PagedKV kv) const {
     kv.indptr = indptr.data();
@@ -41,15 +49,27 @@ struct ReadSelection {
     kv.last_block_len = last_block_len.data();
     return kv;
   }
+  // `enc` (the same layer's encoded segments) with only the groups read: a
+  // stream's groups read become its encoded segment, so a decode query,
+  // which sees every slot, attends to exactly the pages picked.
+  EncodedKV EncodedView(EncodedKV enc) const {
+    enc.indptr = enc_indptr.data();
+    enc.indices = enc_indices.data();
+    if (enc.dead != nullptr) enc.dead = enc_dead_ptrs.data();
+    return enc;
+  }
 };
 
 // Chooses the blocks layer `layer` reads (pt's page table; p: the layer's
 // attention call, its queries and qo_indptr) by `read` (may be null: every
 // block) and counts the bytes. Every stream of a prefill sequence, a window
-// layer (first_visible set), a layer with an encoding, and a stream whose
-// bounds are incomplete read all their blocks. The last block of a stream is
-// always read, so each listed stream keeps its length's last slot and the
-// kernels' causal rule (query j sees slots up to len - q_len + j) holds.
+// layer (first_visible set), keys rotated at read time, a layer with an
+// encoding other than KIVI, and a stream whose bounds are incomplete read all
+// their blocks. With KIVI a stream's sealed groups are pages too, ranked by
+// the range of their decoded keys (KiviKeyRange). The last block of a stream
+// is always read, so each listed stream keeps its length's last slot and the
+// kernels' causal rule (query j sees slots up to len - q_len + j) holds: a
+// decode query sees every slot listed, wherever it came from.
 // Streams are ranked one after another on the calling thread, each by the
 // vectorised PageBoundScores (an OpenMP team over a layer's 8 streams was
 // measured again with it: 3-45x slower than one thread on a loaded 2-core

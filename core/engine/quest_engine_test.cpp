@@ -1,8 +1,8 @@
 // quest in the engine on a small random-weight model: the cache stays whole
 // (pools and bytes in use as full's), decode steps read fewer K/V bytes as k
 // falls, a budget of every page gives full's logits bit for bit (on the
-// optimised and the reference attention), and what the read path cannot
-// take is refused naming quest.
+// optimised and the reference attention), the same over KIVI's sealed
+// groups, and what the read path cannot take is refused naming quest.
 #include <unistd.h>
 #include <gtest/gtest.h>
 
@@ -109,6 +109,44 @@ TEST(QuestEngineTest, EveryPageGivesFullsLogitsBitForBit) {
   }
 }
 
+// Quest over KIVI: 340 tokens, a 128-token residual and groups of 32, so
+// decode streams hold 6 sealed groups and 5 to 10 plain blocks. The cache
+// is kivi's (pools and bytes in use), a budget of every page gives kivi's
+// logits bit for bit, a smaller one changes them, and the bytes read fall
+// with k.
+TEST(QuestEngineTest, OverKiviTheCacheIsKivisAndEveryPageGivesKivisLogits) {
+  const PolicySpec kivi{"kivi", {}, "t"};
+  for (const char* attention : {"cpu", "reference"}) {
+    SCOPED_TRACE(attention);
+    const QuestRun alone = TeacherForce({kivi}, attention);
+    const QuestRun every =
+        TeacherForce({kivi, PolicySpec{"quest", {{"token_budget", "512"}, {"dense_layers", "0"}}, "t"}}, attention);
+    ASSERT_EQ(every.logits.size(), alone.logits.size());
+    EXPECT_EQ(std::memcmp(every.logits.data(), alone.logits.data(), alone.logits.size() * sizeof(float)), 0);
+    EXPECT_EQ(every.reads.kv_read_bytes, alone.reads.kv_read_bytes);
+    EXPECT_EQ(every.memory.bytes_in_use, alone.memory.bytes_in_use);
+    EXPECT_EQ(every.memory.bytes_reserved, alone.memory.bytes_reserved);
+    const QuestRun few =
+        TeacherForce({kivi, PolicySpec{"quest", {{"token_budget", "64"}, {"dense_layers", "0"}}, "t"}}, attention);
+    EXPECT_NE(std::memcmp(few.logits.data(), alone.logits.data(), alone.logits.size() * sizeof(float)), 0);
+    bool finite = true;
+    for (float x : few.logits) finite = finite && std::isfinite(x);
+    EXPECT_TRUE(finite);
+  }
+  const QuestRun alone = TeacherForce({kivi});
+  EXPECT_EQ(alone.reads.decode_steps, 40);
+  int64_t last = alone.reads.kv_read_bytes;
+  for (const char* budget : {"256", "128", "64", "16"}) {
+    SCOPED_TRACE(budget);
+    const QuestRun q = TeacherForce({kivi, PolicySpec{"quest", {{"token_budget", budget}}, "t"}});
+    EXPECT_EQ(q.memory.bytes_in_use, alone.memory.bytes_in_use);
+    EXPECT_EQ(q.reads.kv_dense_bytes, alone.reads.kv_dense_bytes);
+    EXPECT_LT(q.reads.kv_read_bytes, last);
+    EXPECT_GT(q.reads.bound_read_bytes, 0);
+    last = q.reads.kv_read_bytes;
+  }
+}
+
 TEST(QuestEngineTest, RefusesWhatTheReadPathCannotTake) {
   EngineOptions o;
   o.model = ModelDir();
@@ -117,8 +155,10 @@ TEST(QuestEngineTest, RefusesWhatTheReadPathCannotTake) {
   Status s = Engine::Create(o, {PolicySpec{"quest", {{"token_budget", "8"}}, "t"}}, &e);
   EXPECT_NE(s.message().find("policy 'quest' parameter 'token_budget' is 8, below one page"), std::string::npos)
       << s.message();
-  s = Engine::Create(o, {PolicySpec{"quest", {}, "t"}, PolicySpec{"kivi", {}, "t"}}, &e);
-  EXPECT_NE(s.message().find("policy 'quest' (read) with 'kivi'"), std::string::npos) << s.message();
+  s = Engine::Create(o, {PolicySpec{"quest", {}, "t"}, PolicySpec{"quant", {}, "t"}}, &e);
+  EXPECT_NE(s.message().find("policy 'quest' (read) with 'quant'"), std::string::npos) << s.message();
+  s = Engine::Create(o, {PolicySpec{"quest", {}, "t"}, PolicySpec{"think", {}, "t"}}, &e);
+  EXPECT_NE(s.message().find("policy 'quest' (read) with 'think'"), std::string::npos) << s.message();
   // With a selection policy that keeps keys rotated, both act.
   const QuestRun both = TeacherForce({PolicySpec{"quest", {{"token_budget", "64"}}, "t"},
                                  PolicySpec{"sink", {{"positions", "original"}, {"window", "200"}}, "t"}});

@@ -6,7 +6,7 @@
 // loaded into their staging blocks layer by layer: layer 0's before it runs,
 // and each layer starts loading the next one's on another thread while it
 // computes. With a read policy (Quest) each layer's decode streams read only
-// the blocks it picks (core/cache/read_selection.h).
+// the blocks it picks, sealed KIVI groups included (core/cache/read_selection.h).
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -98,6 +98,16 @@ class HostAttention : public AttentionBackend {
     if (step_.read_stats != nullptr) step_.read_stats->Add(reads_.stats);
     if (reads_.subset) {
       const PagedKV view = reads_.View(kv);
+      if (const EncodedKV* enc = pt.Encoded(a.layer)) {  // the groups read, then the plain blocks read
+        const EncodedKV enc_view = reads_.EncodedView(*enc);
+        if (reference_) {
+          PagedAttentionEncodedReference(view, enc_view, p);
+        } else {
+          PlanCpuDecodeLayer(view, &enc_view, p, &layer_plan_);
+          PagedAttentionEncodedCpu(view, enc_view, p, layer_plan_);
+        }
+        return o;
+      }
       if (reference_) {
         PagedAttentionReference(view, p);
       } else {
