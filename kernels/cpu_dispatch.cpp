@@ -9,11 +9,12 @@
 #include "kernels/attention_quant_cpu.h"
 #include "kernels/cpu_isa.h"
 #include "kernels/linear_bf16.h"
+#include "kernels/page_bounds.h"
 
 namespace kvlab {
 
 // The copies' entry points (defined in attention_cpu.cpp, attention_kivi_cpu.cpp,
-// attention_quant_cpu.cpp and linear_bf16.cpp, compiled into namespace `ns`
+// attention_quant_cpu.cpp, linear_bf16.cpp and page_bounds_cpu.cpp, compiled into namespace `ns`
 // for each path).
 #define KVLAB_DECLARE_CPU_KERNELS(ns)                                                                            \
   namespace ns {                                                                                                 \
@@ -27,6 +28,7 @@ namespace kvlab {
                               const CpuDecodePlan& plan);                                                        \
   void LinearBf16(const float* x, int64_t rows, int64_t k, const uint16_t* w, int64_t n, float* y);              \
   void WidenBf16(const uint16_t* src, int64_t count, float* dst);                                                \
+  void PageBoundScores(const PageBoundsArgs& a, float* scores);                                                  \
   }
 KVLAB_DECLARE_CPU_KERNELS(isa_scalar)
 KVLAB_DECLARE_CPU_KERNELS(isa_avx2)
@@ -71,6 +73,8 @@ void LinearBf16(const float* x, int64_t rows, int64_t k, const uint16_t* w, int6
 }
 
 void WidenBf16(const uint16_t* src, int64_t count, float* dst) { KVLAB_DISPATCH(WidenBf16, src, count, dst); }
+
+void PageBoundScores(const PageBoundsArgs& a, float* scores) { KVLAB_DISPATCH(PageBoundScores, a, scores); }
 
 #undef KVLAB_DISPATCH
 

@@ -160,6 +160,7 @@ std::string CpuKernelPaths() {
   s += std::string("  attention_kivi_cpu ") + name + (ActiveCpuVnni() ? " (int8 scores: vnni)" : "") + "\n";
   s += std::string("  attention_quant_cpu ") + name + "\n";
   s += std::string("  linear_bf16        ") + name + "\n";
+  s += std::string("  page_bounds        ") + name + "\n";
   return s;
 }
 

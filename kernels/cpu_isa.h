@@ -1,6 +1,6 @@
 // Which instruction-set path the CPU kernels run (runtime dispatch). The
 // kernels with vector code (attention_cpu, attention_kivi_cpu,
-// attention_quant_cpu, linear_bf16)
+// attention_quant_cpu, linear_bf16, page_bounds)
 // are compiled once per path, each copy in its own namespace (isa_scalar,
 // isa_avx2, isa_avx512; see kernels/cpu_isa_begin.h), and their public entry
 // points pick a copy at run time from what the CPU reports (cpuid, through

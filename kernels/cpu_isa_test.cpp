@@ -104,7 +104,7 @@ TEST(CpuIsaTest, VersionTextNamesEveryKernelAndThePath) {
   ASSERT_TRUE(scalar.status().ok());
   const std::string text = CpuKernelPaths();
   EXPECT_NE(text.find("cpu kernel path: scalar"), std::string::npos) << text;
-  for (const char* kernel : {"attention_cpu ", "attention_kivi_cpu ", "attention_quant_cpu ", "linear_bf16 "}) {
+  for (const char* kernel : {"attention_cpu ", "attention_kivi_cpu ", "attention_quant_cpu ", "linear_bf16 ", "page_bounds "}) {
     EXPECT_NE(text.find(std::string("  ") + kernel), std::string::npos) << kernel << "\n" << text;
   }
   EXPECT_EQ(text.find("vnni)"), std::string::npos) << "VNNI scores are the avx512 path's only\n" << text;

@@ -12,6 +12,7 @@ set(KVLAB_ISA_KERNEL_SOURCES
   ${PROJECT_SOURCE_DIR}/kernels/attention_kivi_cpu.cpp
   ${PROJECT_SOURCE_DIR}/kernels/attention_quant_cpu.cpp
   ${PROJECT_SOURCE_DIR}/kernels/linear_bf16.cpp
+  ${PROJECT_SOURCE_DIR}/kernels/page_bounds_cpu.cpp
 )
 # The fuzz build (KVLAB_FUZZ: clang with ASan + UBSan) compiles the kernels at
 # -O1: its targets fuzz parsers, not kernels, and clang's UBSan at -O3 spends
@@ -21,6 +22,10 @@ if(KVLAB_FUZZ)
 else()
   set(_kvlab_kernel_opt -O3)
 endif()
+# Page scores are the same bits on every path (kernels/page_bounds.h): no
+# multiply-add contraction, which the avx2/avx512 copies (and -march=native)
+# would otherwise apply to their products and sums.
+set_source_files_properties(${PROJECT_SOURCE_DIR}/kernels/page_bounds_cpu.cpp PROPERTIES COMPILE_OPTIONS -ffp-contract=off)
 set(_kvlab_isa_names scalar avx2 avx512)
 set(_kvlab_isa_objects)
 foreach(_level RANGE 2)

@@ -162,8 +162,9 @@ struct StreamReadState {
   int64_t num_blocks = 0;          // pages of the stream (the last, a plain block, may be partly filled)
   int64_t num_group_pages = 0;     // leading pages that are sealed groups (0 without an encoding)
   int group_tokens = 0;            // tokens of each sealed group
-  const float* key_min = nullptr;  // [num_blocks - 1][head_dim]: each full page's smallest key, per channel
-  const float* key_max = nullptr;  // [num_blocks - 1][head_dim]: its largest
+  const void* key_min = nullptr;   // [num_blocks - 1][head_dim] in bound_dtype: each full page's smallest key, per channel
+  const void* key_max = nullptr;   // [num_blocks - 1][head_dim] in bound_dtype: its largest
+  DType bound_dtype = DType::kF32; // the cache's dtype (16-bit bounds of 16-bit keys are exact); f32 over sealed groups
   const float* queries = nullptr;  // [num_queries][head_dim]: the query heads this stream serves, as attention sees them
   int num_queries = 0;             // query heads per stored KV head (the GQA group)
 };
@@ -282,7 +283,8 @@ class KVPolicy {
   // --- read ---
   // True if SelectReadBlocks needs StreamReadState::key_min / key_max: the cache
   // then keeps, per stream, the channel-wise min and max of each block's keys
-  // as the block fills (fp32, host memory, not counted as KV bytes). No cost
+  // as the block fills (in the cache's dtype, host memory, not counted as KV
+  // bytes). No cost
   // when no policy asks.
   virtual bool NeedsBlockKeyBounds() const { return false; }
   // Called by the attention backend for each stream of a decode step (one new

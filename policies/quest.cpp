@@ -41,10 +41,12 @@
 // which favours pages several heads want but lets one head's need be
 // outvoted (and adds logits of different softmaxes).
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "kernels/page_bounds.h"
 #include "policies/registry.h"
 
 namespace kvlab {
@@ -74,39 +76,67 @@ class QuestPolicy : public KVPolicy {
     const int64_t pages = token_budget_ / s.block_size;
     if (s.num_blocks <= pages) return false;
     const int64_t candidates = s.num_blocks - 1;  // every page but the one holding the step's token
-    std::vector<float> score(static_cast<size_t>(candidates));
-    for (int64_t b = 0; b < candidates; ++b) score[static_cast<size_t>(b)] = PageScore(s, b);
-    std::vector<int32_t> order(static_cast<size_t>(candidates));
-    for (int64_t b = 0; b < candidates; ++b) order[static_cast<size_t>(b)] = static_cast<int32_t>(b);
-    const auto top = order.begin() + (pages - 1);
-    std::partial_sort(order.begin(), top, order.end(), [&score](int32_t a, int32_t b) {
-      const float sa = score[static_cast<size_t>(a)], sb = score[static_cast<size_t>(b)];
-      return sa > sb || (sa == sb && a < b);
-    });
-    blocks->assign(order.begin(), top);
+    // One key per page whose ascending order is the rule's (RankKeys); then an
+    // O(n) selection of the first k - 1 keys (the set is exact: the keys are
+    // distinct).
+    std::vector<uint64_t> key = RankKeys(s, candidates);
+    const auto top = key.begin() + (pages - 1);
+    std::nth_element(key.begin(), top, key.end());
+    blocks->resize(static_cast<size_t>(pages - 1));
+    for (int64_t i = 0; i < pages - 1; ++i) {
+      (*blocks)[static_cast<size_t>(i)] = static_cast<int32_t>(key[static_cast<size_t>(i)] & 0xffffffffu);
+    }
     std::sort(blocks->begin(), blocks->end());
     blocks->push_back(static_cast<int32_t>(s.num_blocks - 1));
     return true;
   }
 
  private:
+  // Bits of f that sort in descending order of f as unsigned integers, with
+  // -0 and +0 the same (they are equal scores); a NaN score sorts before
+  // +inf or after -inf by its sign.
+  static uint32_t DescendingBits(float f) {
+    f += 0.0f;  // -0 becomes +0
+    uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+    u = (u & 0x80000000u) != 0 ? ~u : u | 0x80000000u;  // ascending order of f
+    return ~u;
+  }
+
+  // Each candidate page's score (PageBoundScores: vectorised, the same bits on
+  // every CPU path) as a key whose ascending order is the rule's: larger score
+  // first, ties to the earlier page.
+  std::vector<uint64_t> RankKeys(const StreamReadState& s, int64_t candidates) const {
+    PageBoundsArgs args;
+    args.queries = s.queries;
+    args.num_queries = s.num_queries;
+    args.head_dim = s.head_dim;
+    args.key_min = s.key_min;
+    args.key_max = s.key_max;
+    args.dtype = s.bound_dtype;
+    args.num_pages = candidates;
+    args.sum_heads = sum_heads_;
+    std::vector<float> score(static_cast<size_t>(candidates));
+    PageBoundScores(args, score.data());
+    std::vector<uint64_t> key(static_cast<size_t>(candidates));
+    for (int64_t b = 0; b < candidates; ++b) {
+      key[static_cast<size_t>(b)] = uint64_t{DescendingBits(score[static_cast<size_t>(b)])} << 32 | static_cast<uint64_t>(b);
+    }
+    return key;
+  }
+
   // Sealed groups (s.group_tokens each) then plain pages (s.block_size each):
   // the budget in tokens, filled in the order of the bound.
   bool SelectOverGroups(const StreamReadState& s, std::vector<int32_t>* blocks) const {
     const int64_t groups = s.num_group_pages, candidates = s.num_blocks - 1;
     auto cost = [&s, groups](int64_t b) -> int64_t { return b < groups ? s.group_tokens : s.block_size; };
     if (groups * s.group_tokens + (s.num_blocks - groups) * s.block_size <= token_budget_) return false;
-    std::vector<float> score(static_cast<size_t>(candidates));
-    for (int64_t b = 0; b < candidates; ++b) score[static_cast<size_t>(b)] = PageScore(s, b);
-    std::vector<int32_t> order(static_cast<size_t>(candidates));
-    for (int64_t b = 0; b < candidates; ++b) order[static_cast<size_t>(b)] = static_cast<int32_t>(b);
-    std::sort(order.begin(), order.end(), [&score](int32_t a, int32_t b) {
-      const float sa = score[static_cast<size_t>(a)], sb = score[static_cast<size_t>(b)];
-      return sa > sb || (sa == sb && a < b);
-    });
+    std::vector<uint64_t> key = RankKeys(s, candidates);
+    std::sort(key.begin(), key.end());
     int64_t left = token_budget_ - s.block_size;  // the recent page
     blocks->clear();
-    for (int32_t b : order) {
+    for (uint64_t k : key) {
+      const auto b = static_cast<int32_t>(k & 0xffffffffu);
       if (left < std::min<int64_t>(s.block_size, s.group_tokens)) break;  // nothing fits any more
       if (cost(b) > left) continue;
       blocks->push_back(b);
@@ -115,31 +145,6 @@ class QuestPolicy : public KVPolicy {
     std::sort(blocks->begin(), blocks->end());
     blocks->push_back(static_cast<int32_t>(candidates));
     return true;
-  }
-
-  // The upper bound of q.k over page b for each query head, combined over the
-  // group. Eight running lanes per head so the compiler can vectorise the
-  // channel sum (a fixed order: the same result on every run).
-  float PageScore(const StreamReadState& s, int64_t b) const {
-    const float* lo = s.key_min + b * s.head_dim;
-    const float* hi = s.key_max + b * s.head_dim;
-    float out = 0.0f;
-    for (int h = 0; h < s.num_queries; ++h) {
-      const float* q = s.queries + static_cast<int64_t>(h) * s.head_dim;
-      float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      int c = 0;
-      for (; c + 8 <= s.head_dim; c += 8) {
-        for (int j = 0; j < 8; ++j) {
-          const float a = q[c + j] * lo[c + j], m = q[c + j] * hi[c + j];
-          lanes[j] += a > m ? a : m;
-        }
-      }
-      float bound = 0.0f;
-      for (; c < s.head_dim; ++c) bound += std::max(q[c] * lo[c], q[c] * hi[c]);
-      for (float l : lanes) bound += l;
-      out = h == 0 ? bound : (sum_heads_ ? out + bound : std::max(out, bound));
-    }
-    return out;
   }
 
   int64_t token_budget_, dense_layers_;

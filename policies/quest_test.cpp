@@ -5,8 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <random>
 
+#include "kernels/cpu_isa.h"
+#include "kernels/page_bounds.h"
 #include "policies/registry.h"
 
 namespace kvlab {
@@ -141,6 +145,128 @@ TEST(QuestPolicyTest, GqaGroupsMaxOrSumTheirHeadsBounds) {
   std::vector<int32_t> again = {1, 2, 3};
   ASSERT_TRUE(Quest({{"token_budget", "160"}})->SelectReadBlocks(s.state, &again));
   EXPECT_EQ(again, by_max);
+}
+
+// Random bounds in `t` for `cand` pages drawn from a few source pages (so
+// many pages tie exactly), some channels of zero bounds and of zero queries.
+struct TiedStream {
+  std::vector<uint8_t> lo, hi;
+  std::vector<float> q;
+  StreamReadState state;
+  TiedStream(DType t, int d, int group, int64_t cand, int sources, std::mt19937* rng) {
+    std::normal_distribution<float> g(0.0f, 1.0f);
+    std::vector<float> src_lo(static_cast<size_t>(sources * d)), src_hi(src_lo.size());
+    for (size_t i = 0; i < src_lo.size(); ++i) {
+      const float a = g(*rng), b = g(*rng);
+      src_lo[i] = i % 7 == 3 ? 0.0f : std::min(a, b);
+      src_hi[i] = i % 7 == 3 ? 0.0f : std::max(a, b);
+    }
+    std::vector<float> flo, fhi;
+    for (int64_t b = 0; b < cand; ++b) {
+      const size_t from = static_cast<size_t>((*rng)() % static_cast<unsigned>(sources)) * static_cast<size_t>(d);
+      flo.insert(flo.end(), src_lo.begin() + static_cast<std::ptrdiff_t>(from), src_lo.begin() + static_cast<std::ptrdiff_t>(from) + d);
+      fhi.insert(fhi.end(), src_hi.begin() + static_cast<std::ptrdiff_t>(from), src_hi.begin() + static_cast<std::ptrdiff_t>(from) + d);
+    }
+    lo.resize(flo.size() * static_cast<size_t>(DTypeBytes(t)));
+    hi.resize(lo.size());
+    ConvertFromF32(t, flo.data(), lo.data(), static_cast<int64_t>(flo.size()));
+    ConvertFromF32(t, fhi.data(), hi.data(), static_cast<int64_t>(fhi.size()));
+    q.resize(static_cast<size_t>(group * d));
+    for (size_t i = 0; i < q.size(); ++i) q[i] = i % 5 == 1 ? 0.0f : g(*rng);
+    state.layer = 4;
+    state.num_layers = 8;
+    state.block_size = 16;
+    state.head_dim = d;
+    state.num_blocks = cand + 1;
+    state.key_min = lo.data();
+    state.key_max = hi.data();
+    state.bound_dtype = t;
+    state.queries = q.data();
+    state.num_queries = group;
+  }
+  PageBoundsArgs Args(bool sum) const {
+    PageBoundsArgs a;
+    a.queries = q.data();
+    a.num_queries = state.num_queries;
+    a.head_dim = state.head_dim;
+    a.key_min = lo.data();
+    a.key_max = hi.data();
+    a.dtype = state.bound_dtype;
+    a.num_pages = state.num_blocks - 1;
+    a.sum_heads = sum;
+    return a;
+  }
+};
+
+// Every CPU path the host has computes the scalar path's page scores bit for
+// bit and picks the same pages, on 16- and 32-bit bounds, head sizes with
+// and without a 16-lane tail, and groups that do not fill a 4-head pass; the
+// scores are the bound (to rounding) and the picks are the rule's over them,
+// ties to the earlier page (a tie straddles the cut in most cases here).
+TEST(QuestPolicyTest, EveryCpuPathPicksTheScalarPathsPages) {
+  std::mt19937 rng(11);
+  const int64_t cand = 96;
+  int cases = 0, ties_at_cut = 0;
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (int d : {128, 72, 16, 5}) {
+      for (int group : {1, 3, 4, 6}) {
+        for (bool sum : {false, true}) {
+          SCOPED_TRACE(std::string(DTypeName(t)) + " d " + std::to_string(d) + " group " + std::to_string(group) +
+                       (sum ? " sum" : " max"));
+          const TiedStream s(t, d, group, cand, 8, &rng);
+          auto quest = Quest({{"token_budget", "208"}, {"gqa", sum ? "sum" : "max"}});  // 13 pages: 12 + the recent one
+          std::vector<float> want(static_cast<size_t>(cand)), got(want.size());
+          std::vector<int32_t> picks, other;
+          {
+            const ScopedCpuIsa scalar(CpuIsa::kScalar);
+            ASSERT_TRUE(scalar.status().ok());
+            PageBoundScores(s.Args(sum), want.data());
+            ASSERT_TRUE(quest->SelectReadBlocks(s.state, &picks));
+          }
+          for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+            if (!HostHasCpuIsa(isa)) continue;
+            const ScopedCpuIsa path(isa);
+            ASSERT_TRUE(path.status().ok());
+            PageBoundScores(s.Args(sum), got.data());
+            EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0) << CpuIsaName(isa);
+            ASSERT_TRUE(quest->SelectReadBlocks(s.state, &other));
+            EXPECT_EQ(other, picks) << CpuIsaName(isa);
+          }
+          // The scores against a double-precision bound from the stored bounds.
+          std::vector<float> flo(static_cast<size_t>(cand * d)), fhi(flo.size());
+          ConvertToF32(t, s.lo.data(), flo.data(), cand * d);
+          ConvertToF32(t, s.hi.data(), fhi.data(), cand * d);
+          for (int64_t b = 0; b < cand; ++b) {
+            double out = 0, mag = 0;
+            for (int h = 0; h < group; ++h) {
+              double bound = 0;
+              for (int c = 0; c < d; ++c) {
+                const double qc = s.q[static_cast<size_t>(h * d + c)];
+                const size_t at = static_cast<size_t>(b * d + c);
+                bound += std::max(qc * flo[at], qc * fhi[at]);
+                mag += std::fabs(qc) * (std::fabs(flo[at]) + std::fabs(fhi[at]));
+              }
+              out = h == 0 ? bound : (sum ? out + bound : std::max(out, bound));
+            }
+            EXPECT_NEAR(want[static_cast<size_t>(b)], out, 1e-5 * mag + 1e-6) << "page " << b;
+          }
+          // The rule over those scores: a stable sort by score, descending.
+          std::vector<int32_t> order(static_cast<size_t>(cand));
+          for (int32_t b = 0; b < cand; ++b) order[static_cast<size_t>(b)] = b;
+          std::stable_sort(order.begin(), order.end(), [&want](int32_t x, int32_t y) {
+            return want[static_cast<size_t>(x)] > want[static_cast<size_t>(y)];
+          });
+          std::vector<int32_t> rule(order.begin(), order.begin() + 12);
+          std::sort(rule.begin(), rule.end());
+          rule.push_back(static_cast<int32_t>(cand));
+          EXPECT_EQ(picks, rule);
+          ties_at_cut += want[static_cast<size_t>(order[11])] == want[static_cast<size_t>(order[12])];
+          ++cases;
+        }
+      }
+    }
+  }
+  EXPECT_GT(ties_at_cut, cases / 2) << "the streams should put ties at the cut";
 }
 
 TEST(QuestPolicyTest, BadParametersNameQuestAndTheParameter) {

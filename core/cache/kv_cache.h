@@ -61,8 +61,10 @@ struct Stream {
   std::vector<uint8_t> dead;
   // With KVCache::EnableKeyBounds (a read policy asks, KVPolicy::NeedsBlockKeyBounds):
   // the channel-wise min and max of each plain block's keys, [blocks][head_dim]
-  // fp32, up to date for slots [0, bounded_tokens) (UpdateKeyBounds folds the rest).
-  std::vector<float> key_min, key_max;
+  // in the cache's dtype (the min and max of 16-bit keys are 16-bit values, so
+  // a bf16/fp16 cache keeps them exactly in half fp32's bytes), as raw bytes, up
+  // to date for slots [0, bounded_tokens) (UpdateKeyBounds folds the rest).
+  std::vector<uint8_t> key_min, key_max;
   int64_t bounded_tokens = 0;
   // The stream's run reserve (KVCache::SetRunBlocks): plain block ids
   // [run_next, run_end), consecutive, taken off the pool's free list for its
@@ -110,9 +112,10 @@ class PageTable {
   // (KVCache::BuildWindows); nullptr for a global layer or before it is built.
   const int32_t* FirstVisible(int layer) const;
   // Key bounds of stream `s` of layer `layer` (s = seq * num_kv_heads + head),
-  // filled by KVCache::AttachKeyBounds: *key_min / *key_max are [blocks][head_dim];
-  // returns the leading blocks whose bounds are complete (0 when none are kept).
-  int64_t KeyBounds(int layer, int s, const float** key_min, const float** key_max) const;
+  // filled by KVCache::AttachKeyBounds: *key_min / *key_max are [blocks][head_dim]
+  // in the cache's dtype (Layer(layer).dtype); returns the leading blocks whose
+  // bounds are complete (0 when none are kept).
+  int64_t KeyBounds(int layer, int s, const void** key_min, const void** key_max) const;
 
  private:
   friend class KVCache;

@@ -10,7 +10,7 @@
 
 namespace kvlab {
 
-int64_t PageTable::KeyBounds(int layer, int s, const float** key_min, const float** key_max) const {
+int64_t PageTable::KeyBounds(int layer, int s, const void** key_min, const void** key_max) const {
   if (bound_streams_.empty()) return 0;
   const Stream* st = bound_streams_[static_cast<size_t>(layer) * num_seqs_ * num_kv_heads_ + static_cast<size_t>(s)];
   *key_min = st->key_min.data();
@@ -18,32 +18,46 @@ int64_t PageTable::KeyBounds(int layer, int s, const float** key_min, const floa
   return st->bounded_tokens / base_.block_size;  // the last, partly filled block is never complete here
 }
 
+// Folds each new key into its block's bounds in fp32 and stores them back in
+// the cache's dtype: a block's bounds are read (once per call, if the block
+// was started before), updated by its new keys, and written when its last new
+// key is in. Every value stored is one of the block's keys, so the round trip
+// through fp32 is exact.
 void KVCache::UpdateKeyBounds(const std::vector<SeqId>& seqs) {
   if (!key_bounds_) return;
   const int bs = shape_.block_size, d = shape_.head_dim;
   const int64_t row = static_cast<int64_t>(d) * DTypeBytes(shape_.dtype);
-  std::vector<float> k(static_cast<size_t>(d));
+  std::vector<float> k(static_cast<size_t>(d)), lo(k.size()), hi(k.size());
   std::vector<uint8_t> scratch;
   for (SeqId id : seqs) {
     for (Stream& s : seqs_.at(id)) {
       const int64_t n = s.num_plain();
       s.bounded_tokens = std::min(s.bounded_tokens, n) / bs * bs;  // restart at a block's first slot
-      const size_t rows = static_cast<size_t>((n + bs - 1) / bs) * static_cast<size_t>(d);
-      s.key_min.resize(rows);
-      s.key_max.resize(rows);
+      const size_t bytes = static_cast<size_t>((n + bs - 1) / bs) * static_cast<size_t>(row);
+      s.key_min.resize(bytes);
+      s.key_max.resize(bytes);
       for (int64_t t = s.bounded_tokens; t < n; ++t) {
-        const uint8_t* b = BlockData(s.blocks[static_cast<size_t>(t / bs)], false, &scratch);
-        ConvertToF32(shape_.dtype, b + (t % bs) * row, k.data(), d);
-        float* lo = s.key_min.data() + (t / bs) * d;
-        float* hi = s.key_max.data() + (t / bs) * d;
+        const int64_t b = t / bs;
+        const uint8_t* data = BlockData(s.blocks[static_cast<size_t>(b)], false, &scratch);
+        ConvertToF32(shape_.dtype, data + (t % bs) * row, k.data(), d);
+        uint8_t* lo_row = s.key_min.data() + b * row;
+        uint8_t* hi_row = s.key_max.data() + b * row;
         if (t % bs == 0) {
-          std::copy(k.begin(), k.end(), lo);
-          std::copy(k.begin(), k.end(), hi);
-          continue;
+          lo = k;
+          hi = k;
+        } else {
+          if (t == s.bounded_tokens) {  // a block begun before this call: its bounds so far
+            ConvertToF32(shape_.dtype, lo_row, lo.data(), d);
+            ConvertToF32(shape_.dtype, hi_row, hi.data(), d);
+          }
+          for (int c = 0; c < d; ++c) {
+            lo[static_cast<size_t>(c)] = std::min(lo[static_cast<size_t>(c)], k[static_cast<size_t>(c)]);
+            hi[static_cast<size_t>(c)] = std::max(hi[static_cast<size_t>(c)], k[static_cast<size_t>(c)]);
+          }
         }
-        for (int c = 0; c < d; ++c) {
-          lo[c] = std::min(lo[c], k[static_cast<size_t>(c)]);
-          hi[c] = std::max(hi[c], k[static_cast<size_t>(c)]);
+        if (t + 1 == n || (t + 1) % bs == 0) {
+          ConvertFromF32(shape_.dtype, lo.data(), lo_row, d);
+          ConvertFromF32(shape_.dtype, hi.data(), hi_row, d);
         }
       }
       s.bounded_tokens = n;
@@ -53,7 +67,8 @@ void KVCache::UpdateKeyBounds(const std::vector<SeqId>& seqs) {
 
 void KVCache::DropLeadingKeyBounds(Stream* s, size_t plain_blocks) const {
   if (s->key_min.empty() || plain_blocks == 0) return;
-  const auto rows = static_cast<std::ptrdiff_t>(std::min(plain_blocks * static_cast<size_t>(shape_.head_dim), s->key_min.size()));
+  const size_t row_bytes = static_cast<size_t>(shape_.head_dim) * static_cast<size_t>(DTypeBytes(shape_.dtype));
+  const auto rows = static_cast<std::ptrdiff_t>(std::min(plain_blocks * row_bytes, s->key_min.size()));  // bytes
   s->key_min.erase(s->key_min.begin(), s->key_min.begin() + rows);
   s->key_max.erase(s->key_max.begin(), s->key_max.begin() + rows);
   s->bounded_tokens = std::max<int64_t>(0, s->bounded_tokens - static_cast<int64_t>(plain_blocks) * shape_.block_size);

@@ -23,6 +23,18 @@
 namespace kvlab {
 namespace {
 
+// The block key bounds of a bf16 cache are bf16 (exact: they are keys).
+float Bf16At(const void* p, int64_t i) {
+  float f = 0;
+  ConvertToF32(DType::kBF16, static_cast<const uint8_t*>(p) + 2 * i, &f, 1);
+  return f;
+}
+std::vector<float> Bf16Row(const void* p, int64_t n) {
+  std::vector<float> f(static_cast<size_t>(n));
+  ConvertToF32(DType::kBF16, p, f.data(), n);
+  return f;
+}
+
 constexpr int kD = 64, kHkv = 2, kHq = 8, kGroup = 32, kBs = 16;
 
 std::unique_ptr<KVPolicy> Quest(const std::string& budget) {
@@ -124,8 +136,8 @@ TEST(QuestKiviTest, ASealKeepsThePlainBlocksBoundsExact) {
           mn = std::min(mn, k[static_cast<size_t>(c)]);
           mx = std::max(mx, k[static_cast<size_t>(c)]);
         }
-        ASSERT_EQ(s.key_min[static_cast<size_t>(b * kD + c)], mn) << "head " << h << " block " << b;
-        ASSERT_EQ(s.key_max[static_cast<size_t>(b * kD + c)], mx) << "head " << h << " block " << b;
+        ASSERT_EQ(Bf16At(s.key_min.data(), b * kD + c), mn) << "head " << h << " block " << b;
+        ASSERT_EQ(Bf16At(s.key_max.data(), b * kD + c), mx) << "head " << h << " block " << b;
       }
     }
   }
@@ -154,9 +166,9 @@ TEST(QuestKiviTest, TheGroupsReadAreTheTopGroupsByTheirScalesAndZeros) {
   const PagedKV kv = f.pt.Layer(0);
   // Sequence 0's plain pages by their bound (all ones: the sum of the channel maxima).
   for (int h = 0; h < kHkv; ++h) {
-    const float *lo, *hi;
-    ASSERT_EQ(f.pt.KeyBounds(0, h, &lo, &hi), 9);
-    (void)lo;
+    const void *lo16, *hi16;
+    ASSERT_EQ(f.pt.KeyBounds(0, h, &lo16, &hi16), 9);
+    const std::vector<float> hi = Bf16Row(hi16, 9 * kD);
     for (int b = 0; b < 9; ++b) {
       float sum = 0;
       for (int c = 0; c < kD; ++c) sum += hi[b * kD + c];
@@ -185,8 +197,9 @@ TEST(QuestKiviTest, TheGroupsReadAreTheTopGroupsByTheirScalesAndZeros) {
                 want_enc)
           << "head " << h;
       // The plain pages: the recent one last, the best-bounded ones before it.
-      const float *lo, *hi;
-      f.pt.KeyBounds(0, h, &lo, &hi);
+      const void *lo16, *hi16;
+      f.pt.KeyBounds(0, h, &lo16, &hi16);
+      const std::vector<float> lo = Bf16Row(lo16, 9 * kD), hi = Bf16Row(hi16, 9 * kD);
       std::vector<std::pair<float, int32_t>> ranked;
       for (int32_t b = 0; b < 9; ++b) {
         float sum = 0;
@@ -207,7 +220,8 @@ TEST(QuestKiviTest, TheGroupsReadAreTheTopGroupsByTheirScalesAndZeros) {
     // Bytes: encoded blocks whole, plain rows by slot; the dense read is every group and slot.
     EXPECT_EQ(sel.stats.kv_read_bytes, read);
     EXPECT_EQ(sel.stats.kv_dense_bytes, kHkv * (14 * enc_bytes + 153 * row2));
-    EXPECT_EQ(sel.stats.bound_read_bytes, kHkv * (14 * KiviKeyRangeBytes(enc.enc) + 9 * 2 * kD * 4));
+    // The plain blocks' bounds are bf16 (2 bytes a channel), the groups' ranges their scales and zeros.
+    EXPECT_EQ(sel.stats.bound_read_bytes, kHkv * (14 * KiviKeyRangeBytes(enc.enc) + 9 * 2 * kD * 2));
   }
   // 16 * 10 + 32 * 14 = 608 tokens of pages: a budget of them reads everything.
   ReadSelection sel;

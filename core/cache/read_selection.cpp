@@ -19,8 +19,8 @@ bool PickBlocks(const PageTable& pt, int layer, int s, const KVPolicy& read, con
     lo->resize(static_cast<size_t>((groups + nb - 1) * d));
     hi->resize(lo->size());
     for (int64_t g = 0; g < groups; ++g) KiviKeyRange(enc->enc, enc->Block(s, g), lo->data() + g * d, hi->data() + g * d);
-    std::copy(rs.key_min, rs.key_min + (nb - 1) * d, lo->data() + groups * d);
-    std::copy(rs.key_max, rs.key_max + (nb - 1) * d, hi->data() + groups * d);
+    ConvertToF32(kv.dtype, rs.key_min, lo->data() + groups * d, (nb - 1) * d);  // exact: 16-bit values widen
+    ConvertToF32(kv.dtype, rs.key_max, hi->data() + groups * d, (nb - 1) * d);
     rs.key_min = lo->data();
     rs.key_max = hi->data();
     rs.num_group_pages = groups;
@@ -35,9 +35,10 @@ bool PickBlocks(const PageTable& pt, int layer, int s, const KVPolicy& read, con
   rs.num_blocks = groups + nb;
   rs.queries = p.q + (static_cast<int64_t>(p.qo_indptr[seq]) * p.num_qo_heads + rs.kv_head * group) * p.head_dim;
   rs.num_queries = group;
+  rs.bound_dtype = groups > 0 ? DType::kF32 : kv.dtype;  // the cache keeps plain bounds in its own dtype
   blocks->clear();
   if (!read.SelectReadBlocks(rs, blocks)) return false;
-  stats->bound_read_bytes += (nb - 1) * 2 * d * static_cast<int64_t>(sizeof(float));
+  stats->bound_read_bytes += (nb - 1) * 2 * d * DTypeBytes(kv.dtype);  // the plain blocks' bounds as stored
   if (groups > 0) stats->bound_read_bytes += groups * KiviKeyRangeBytes(enc->enc);
   return true;
 }

@@ -70,9 +70,10 @@ struct ReadSelection {
 // is always read, so each listed stream keeps its length's last slot and the
 // kernels' causal rule (query j sees slots up to len - q_len + j) holds: a
 // decode query sees every slot listed, wherever it came from.
-// Streams are ranked one after another on the calling thread (an OpenMP
-// team over a layer's 8 streams lost more to its barrier than it won on a
-// loaded 2-core host; docs/performance.md).
+// Streams are ranked one after another on the calling thread, each by the
+// vectorised PageBoundScores (an OpenMP team over a layer's 8 streams was
+// measured again with it: 3-45x slower than one thread on a loaded 2-core
+// host, its barrier waiting for a descheduled thread; docs/performance.md).
 void SelectLayerReads(const PageTable& pt, int layer, const KVPolicy* read, const AttentionParams& p,
                       ReadSelection* out);
 

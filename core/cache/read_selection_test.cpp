@@ -31,13 +31,14 @@ std::unique_ptr<KVPolicy> MakePolicy(const std::string& name, std::map<std::stri
 struct Fixture {
   std::unique_ptr<KVCache> cache;
   std::mt19937 rng{7};
-  Fixture() {
+  DType dtype;
+  explicit Fixture(DType t = DType::kF32) : dtype(t) {
     CacheShape shape;
     shape.num_layers = kLayers;
     shape.num_kv_heads = kHkv;
     shape.head_dim = kD;
     shape.block_size = kBs;
-    shape.dtype = DType::kF32;
+    shape.dtype = t;
     EXPECT_TRUE(KVCache::Create(shape, 512, true, &cache).ok());
     cache->EnableKeyBounds();
   }
@@ -61,28 +62,35 @@ struct Fixture {
     }
     cache->UpdateKeyBounds({id});
   }
-  // Bounds recomputed from the stream's keys must equal the kept ones.
+  // Bounds recomputed from the stream's keys must equal the kept ones (kept
+  // in the cache's dtype, one row of kD values per block).
   void ExpectExactBounds(int64_t id) {
     std::vector<float> k(kD), v(kD);
     for (int l = 0; l < kLayers; ++l) {
       for (int h = 0; h < kHkv; ++h) {
-        const Stream& s = cache->stream(id, l, h);
-        ASSERT_EQ(s.bounded_tokens, s.num_tokens);
-        for (int64_t t = 0; t < s.num_tokens; ++t) {
+        const Stream& st = cache->stream(id, l, h);
+        ASSERT_EQ(st.bounded_tokens, st.num_tokens);
+        const int64_t blocks = (st.num_tokens + kBs - 1) / kBs;
+        ASSERT_EQ(static_cast<int64_t>(st.key_min.size()), blocks * kD * DTypeBytes(dtype));
+        ASSERT_EQ(st.key_max.size(), st.key_min.size());
+        std::vector<float> lo(static_cast<size_t>(blocks * kD)), hi(lo.size());
+        ConvertToF32(dtype, st.key_min.data(), lo.data(), blocks * kD);
+        ConvertToF32(dtype, st.key_max.data(), hi.data(), blocks * kD);
+        for (int64_t t = 0; t < st.num_tokens; ++t) {
           cache->ReadSlot(id, l, h, t, k.data(), v.data());
           for (int c = 0; c < kD; ++c) {
             const size_t at = static_cast<size_t>((t / kBs) * kD + c);
-            EXPECT_LE(s.key_min[at], k[static_cast<size_t>(c)]);
-            EXPECT_GE(s.key_max[at], k[static_cast<size_t>(c)]);
+            EXPECT_LE(lo[at], k[static_cast<size_t>(c)]);
+            EXPECT_GE(hi[at], k[static_cast<size_t>(c)]);
           }
         }
-        for (int64_t b = 0; b * kBs < s.num_tokens; ++b) {  // each bound is reached by a key of its block
+        for (int64_t b = 0; b * kBs < st.num_tokens; ++b) {  // each bound is reached by a key of its block
           for (int c = 0; c < kD; ++c) {
             bool lo_hit = false, hi_hit = false;
-            for (int64_t t = b * kBs; t < std::min(s.num_tokens, (b + 1) * kBs); ++t) {
+            for (int64_t t = b * kBs; t < std::min(st.num_tokens, (b + 1) * kBs); ++t) {
               cache->ReadSlot(id, l, h, t, k.data(), v.data());
-              lo_hit = lo_hit || k[static_cast<size_t>(c)] == s.key_min[static_cast<size_t>(b * kD + c)];
-              hi_hit = hi_hit || k[static_cast<size_t>(c)] == s.key_max[static_cast<size_t>(b * kD + c)];
+              lo_hit = lo_hit || k[static_cast<size_t>(c)] == lo[static_cast<size_t>(b * kD + c)];
+              hi_hit = hi_hit || k[static_cast<size_t>(c)] == hi[static_cast<size_t>(b * kD + c)];
             }
             EXPECT_TRUE(lo_hit && hi_hit) << "layer " << l << " head " << h << " block " << b << " channel " << c;
           }
@@ -106,6 +114,54 @@ TEST(ReadSelectionTest, BlockKeyBoundsFollowWritesAndCompaction) {
   ASSERT_TRUE(f.cache->Compact(0, 1, 0, keep).ok());
   f.cache->UpdateKeyBounds({0});
   f.ExpectExactBounds(0);
+}
+
+// A bf16 or fp16 cache keeps its bounds in 16 bits (half fp32's bytes, and
+// counted so), each one a key of its block exactly, through decode steps and
+// compaction.
+TEST(ReadSelectionTest, SixteenBitCachesKeepExactSixteenBitBounds) {
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(DTypeName(t));
+    Fixture f(t);
+    ASSERT_TRUE(f.cache->AddSequence(0).ok());
+    f.Write(0, 10);
+    f.ExpectExactBounds(0);
+    for (int i = 0; i < 7; ++i) f.Write(0, 1);
+    f.ExpectExactBounds(0);
+    std::vector<int64_t> keep;
+    for (int64_t x = 0; x < 17; ++x) {
+      if (x % 4 != 2) keep.push_back(x);
+    }
+    ASSERT_TRUE(f.cache->Compact(0, 0, 1, keep).ok());
+    f.cache->UpdateKeyBounds({0});
+    f.ExpectExactBounds(0);
+    // A decode step past a few blocks: the bounds ranked are 2 bytes a value.
+    f.Write(0, 30);
+    f.ExpectExactBounds(0);
+    PageTable pt;
+    f.cache->BuildPageTable({0}, &pt);
+    f.cache->AttachKeyBounds({0}, &pt);
+    std::vector<float> q(static_cast<size_t>(kHq * kD), 0.5f), o(q.size());
+    const std::vector<int32_t> qo = {0, 1};
+    AttentionParams p;
+    p.num_seqs = 1;
+    p.num_qo_heads = kHq;
+    p.num_kv_heads = kHkv;
+    p.head_dim = kD;
+    p.qo_indptr = qo.data();
+    p.q = q.data();
+    p.o = o.data();
+    auto quest = MakePolicy("quest", {{"token_budget", "8"}, {"dense_layers", "0"}});
+    ReadSelection sel;
+    SelectLayerReads(pt, 0, quest.get(), p, &sel);
+    ASSERT_TRUE(sel.subset);
+    int64_t bound_bytes = 0;
+    for (int h = 0; h < kHkv; ++h) {
+      const int64_t len = f.cache->stream(0, 0, h).num_tokens;
+      bound_bytes += ((len + kBs - 1) / kBs - 1) * 2 * kD * 2;
+    }
+    EXPECT_EQ(sel.stats.bound_read_bytes, bound_bytes);
+  }
 }
 
 // Queries [total_q][kHq][kD] of a step of sequences 0 (decode) and 1 (prefill of 3).
