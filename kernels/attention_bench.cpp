@@ -270,12 +270,5 @@ BENCHMARK(BM_DenseDecodeTorch)->Apply(DenseArgs);
 
 int main(int argc, char** argv) {
   at::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-  if (const int rc = kvlab::ParseRotateFlag(&argc, argv); rc != 0) return rc;
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::AddCustomContext("read_bw_GBps", std::to_string(kvlab::ReadBandwidth() / 1e9));
-  benchmark::AddCustomContext("omp_threads", std::to_string(omp_get_max_threads()));
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return kvlab::BenchMain(argc, argv);
 }

@@ -217,4 +217,21 @@ class Mapping {
   uint8_t* data_;
 };
 
+// A benchmark program's main: --rotate_mib (when `rotate`), Google
+// Benchmark's flags, the read bandwidth and OpenMP threads as context (and
+// whatever `more_context` adds), then the registered benchmarks.
+inline int BenchMain(int argc, char** argv, bool rotate = true, void (*more_context)() = nullptr) {
+  if (rotate) {
+    if (const int rc = ParseRotateFlag(&argc, argv); rc != 0) return rc;
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::AddCustomContext("read_bw_GBps", std::to_string(ReadBandwidth() / 1e9));
+  benchmark::AddCustomContext("omp_threads", std::to_string(omp_get_max_threads()));
+  if (more_context != nullptr) more_context();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
+
 }  // namespace kvlab

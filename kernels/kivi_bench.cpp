@@ -507,13 +507,7 @@ BENCHMARK(BM_DecodeQuantInt8Generic)->Apply(Args);
 }  // namespace kvlab
 
 int main(int argc, char** argv) {
-  if (const int rc = kvlab::ParseRotateFlag(&argc, argv); rc != 0) return rc;
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::AddCustomContext("read_bw_GBps", std::to_string(kvlab::ReadBandwidth() / 1e9));
-  benchmark::AddCustomContext("omp_threads", std::to_string(omp_get_max_threads()));
-  benchmark::AddCustomContext("fma_peak_G_per_core", std::to_string(kvlab::FmaPeak()));
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return kvlab::BenchMain(argc, argv, /*rotate=*/true, [] {
+    benchmark::AddCustomContext("fma_peak_G_per_core", std::to_string(kvlab::FmaPeak()));
+  });
 }

@@ -194,12 +194,5 @@ BENCHMARK(BM_RankPages)->Apply(RankArgs);
 }  // namespace kvlab
 
 int main(int argc, char** argv) {
-  if (const int rc = kvlab::ParseRotateFlag(&argc, argv); rc != 0) return rc;
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::AddCustomContext("read_bw_GBps", std::to_string(kvlab::ReadBandwidth() / 1e9));
-  benchmark::AddCustomContext("omp_threads", std::to_string(omp_get_max_threads()));
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return kvlab::BenchMain(argc, argv);
 }

@@ -98,11 +98,5 @@ BENCHMARK(BM_LinearBf16)->Apply(Rows);
 
 int main(int argc, char** argv) {
   at::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::AddCustomContext("read_bw_GBps", std::to_string(kvlab::ReadBandwidth() / 1e9));
-  benchmark::AddCustomContext("omp_threads", std::to_string(omp_get_max_threads()));
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return kvlab::BenchMain(argc, argv, /*rotate=*/false);
 }
