@@ -20,6 +20,27 @@
 namespace kvlab {
 namespace {
 
+// One sequence's decode query for every query head of llama-3.1-8b (32), random.
+struct DecodeQuery {
+  static constexpr int kHeads = 32;
+  std::vector<float> q, o;
+  std::vector<int32_t> qo = {0, 1};
+  AttentionParams p;
+  DecodeQuery(const CacheShape& sh, std::mt19937& rng, std::normal_distribution<float>& g)
+      : q(static_cast<size_t>(kHeads * sh.head_dim)), o(q.size()) {
+    for (float& x : q) x = g(rng);
+    p.num_seqs = 1;
+    p.num_qo_heads = kHeads;
+    p.num_kv_heads = sh.num_kv_heads;
+    p.head_dim = sh.head_dim;
+    p.qo_indptr = qo.data();
+    p.q = q.data();
+    p.o = o.data();
+  }
+  DecodeQuery(const DecodeQuery&) = delete;
+  DecodeQuery& operator=(const DecodeQuery&) = delete;
+};
+
 constexpr int64_t kContext = 2048;
 constexpr int kBlock = 16;
 
@@ -77,18 +98,8 @@ TEST(QuestMemoryTest, PoolsAreFullsAndBytesReadFallWithK) {
   EXPECT_EQ(c.BytesInUse(), full.cache->BytesInUse());
   c.BuildPageTable({0}, &pt);
   c.AttachKeyBounds({0}, &pt);
-  const int hq = 32;
-  std::vector<float> q(static_cast<size_t>(hq * sh.head_dim)), o(q.size());
-  for (float& x : q) x = g(rng);
-  const std::vector<int32_t> qo1 = {0, 1};
-  AttentionParams p;
-  p.num_seqs = 1;
-  p.num_qo_heads = hq;
-  p.num_kv_heads = sh.num_kv_heads;
-  p.head_dim = sh.head_dim;
-  p.qo_indptr = qo1.data();
-  p.q = q.data();
-  p.o = o.data();
+  DecodeQuery dq(sh, rng, g);
+  AttentionParams& p = dq.p;
   const int64_t len = kContext + 1, row2 = 2 * sh.head_dim * 2;
   const int64_t dense = static_cast<int64_t>(sh.num_layers) * sh.num_kv_heads * len * row2;
   int64_t last = dense + 1;
@@ -154,18 +165,8 @@ TEST(QuestMemoryTest, OverKiviPoolsAreKivisAndBytesReadCountEncodedBlocks) {
   ASSERT_EQ(c.stream(0, 0, 0).num_encoded, 1920);
   c.BuildPageTable({0}, &pt);
   c.AttachKeyBounds({0}, &pt);
-  const int hq = 32;
-  std::vector<float> q(static_cast<size_t>(hq * sh.head_dim)), o(q.size());
-  for (float& x : q) x = g(rng);
-  const std::vector<int32_t> qo1 = {0, 1};
-  AttentionParams p;
-  p.num_seqs = 1;
-  p.num_qo_heads = hq;
-  p.num_kv_heads = sh.num_kv_heads;
-  p.head_dim = sh.head_dim;
-  p.qo_indptr = qo1.data();
-  p.q = q.data();
-  p.o = o.data();
+  DecodeQuery dq(sh, rng, g);
+  AttentionParams& p = dq.p;
   const int64_t row2 = 2 * sh.head_dim * 2, enc_block = pt.Encoded(0)->block_bytes;
   EXPECT_EQ(enc_block, 2 * 32 * 128 * 2 / 8 + 128 * 4 + 32 * 4 * 4);  // codes; fp16 (scale, zero) per key channel, per value token and 32 channels
   const int64_t dense = static_cast<int64_t>(sh.num_layers) * sh.num_kv_heads * (60 * enc_block + 129 * row2);
