@@ -10,6 +10,7 @@
 #include "core/base/untrusted.h"
 #include "core/engine/cuda_backend.h"
 #include "core/engine/run_config.h"
+#include "core/model/matmul16.h"
 #include "core/model/model.h"
 #include "core/model/paged_attention.h"
 
@@ -56,6 +57,7 @@ Status MakeModel(const EngineOptions& options, std::unique_ptr<LlamaModel>* out)
     return LlamaModel::Random(preset, options.weight_seed, out);
   }
   KVLAB_RETURN_IF_ERROR(LlamaModel::Load(options.model, out));
+  static_assert(kMatmul16PrefillRows == kMatMul16SmallRows + 1, "prefill rows: one past the decode kernel's");
   (*out)->SetMatmul16(options.matmul16);
   KVLAB_RETURN_IF_ERROR(WindowOverride(options, (*out)->config().num_hidden_layers));
   if (!options.layer_sliding_window.empty()) (*out)->SetLayerSlidingWindows(options.layer_sliding_window);

@@ -24,6 +24,11 @@
 
 namespace kvlab {
 
+// EngineOptions::matmul16 for "16-bit arithmetic in prefill, exact fp32 in
+// decode": one more row than the CPU's decode kernel for 16-bit weights takes
+// (kMatMul16SmallRows, matmul16.h), so decode steps up to batch 8 stay fp32.
+constexpr int64_t kMatmul16PrefillRows = 9;
+
 struct EngineOptions {
   std::string model = "small";   // a Hugging Face model directory, or a preset name (random weights)
   uint64_t weight_seed = 0;      // seed of the random weights of a preset
@@ -71,9 +76,11 @@ struct EngineOptions {
   // trained there, so a result past it says little about the model.
   bool allow_long_context = false;
   // Arithmetic of a 16-bit checkpoint's matrices (LlamaModel::SetMatmul16):
-  // false, fp32 on the stored weights' exact values; true, in the weights'
-  // own dtype (faster on CUDA and on CPUs with bf16 instructions, ~3 digits).
-  bool matmul16 = false;
+  // products of at least this many rows of activations multiply in the
+  // weights' own dtype (faster on CUDA and on CPUs with bf16 instructions,
+  // ~3 digits), the others in fp32 on the stored weights' exact values.
+  // 0: never (default); 1: always; kMatmul16PrefillRows: prefill only.
+  int64_t matmul16 = 0;
 };
 
 struct SeqChunk {

@@ -136,6 +136,57 @@ TEST(Weights16Test, Bf16CheckpointMatchesItsWidenedCopy) {
   EXPECT_LE(worst, 1e-5 * scale) << "bf16 weights with fp32 arithmetic vs the same weights in fp32";
 }
 
+// matmul16 = kMatmul16PrefillRows (`--matmul prefill`): products of a
+// 30-token prefill chunk multiply in bf16 (the same logits as bf16
+// everywhere, which differ from fp32's), one-row products (decode steps) in
+// fp32 (the same logits as fp32 everywhere, bit for bit).
+TEST(Weights16Test, PrefillArithmeticRoundsOnlyManyRowProducts) {
+  const ModelConfig c = SmallConfig();
+  const std::string d16 = TempDir("ckprefill");
+  ASSERT_TRUE(WriteRandomCheckpoint(c, 6, 0.08, d16, DType::kBF16).ok());
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 30; ++i) tokens.push_back((i * 41 + 7) % 300);
+  // [mode][0]: the 30 tokens as one chunk, every position's logits;
+  // [mode][1..30]: one token a step.
+  const int64_t modes[3] = {0, 1, kMatmul16PrefillRows};
+  std::vector<std::vector<float>> out[3];
+  for (int m = 0; m < 3; ++m) {
+    for (int run = 0; run < 2; ++run) {
+      EngineOptions o;
+      o.model = d16;
+      o.kv_dtype = DType::kF32;
+      o.max_context = 64;
+      o.matmul16 = modes[m];
+      std::unique_ptr<Engine> e;
+      ASSERT_TRUE(Engine::Create(o, {PolicySpec{"full", {}, "t"}}, &e).ok());
+      ASSERT_TRUE(e->AddSequence(0).ok());
+      std::vector<std::vector<float>> l;
+      if (run == 0) {
+        ASSERT_TRUE(e->Forward({SeqChunk{0, tokens}}, true, &l).ok());
+        out[m].push_back(l[0]);
+      } else {
+        for (int32_t t : tokens) {
+          ASSERT_TRUE(e->Forward({SeqChunk{0, {t}}}, false, &l).ok());
+          out[m].push_back(l[0]);
+        }
+      }
+    }
+  }
+  ASSERT_EQ(out[2].size(), 31u);
+  EXPECT_EQ(out[2][0], out[1][0]) << "a 30-row chunk: bf16 arithmetic, as --matmul weights";
+  for (size_t s = 1; s < out[2].size(); ++s) {
+    EXPECT_EQ(out[2][s], out[0][s]) << "one-row step " << s << ": fp32 arithmetic, as --matmul f32";
+  }
+  double diff = 0, scale = 0;
+  for (size_t j = 0; j < out[0][0].size(); ++j) {
+    diff = std::max(diff, std::abs(double(out[2][0][j]) - out[0][0][j]));
+    scale = std::max(scale, std::abs(double(out[0][0][j])));
+  }
+  ASSERT_GT(scale, 0.1);
+  EXPECT_GT(diff, 1e-4 * scale) << "the chunk's products were not rounded";
+  EXPECT_LE(diff, 3e-2 * scale);
+}
+
 // The opt-in 16-bit arithmetic really rounds (differs beyond fp32 noise) and
 // stays within bf16's precision.
 TEST(Weights16Test, Matmul16RoundsActivations) {

@@ -82,9 +82,13 @@ bool IsNorm(LlamaTensor r) {
 }
 
 // x [.., K] fp32 times w [N, K]ᵀ (+ b): fp32 weights through libtorch; 16-bit
-// ones as MatMul16 chooses (matmul.cpp).
-at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, bool math16) {
-  if (w.scalar_type() != at::kFloat) return MatMul16(x, w, b, math16);
+// ones as MatMul16 chooses (matmul16.cpp), in their own dtype when x has at
+// least math16_rows rows (> 0; LlamaModel::SetMatmul16).
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, int64_t math16_rows) {
+  if (w.scalar_type() != at::kFloat) {
+    const int64_t rows = x.numel() / std::max<int64_t>(1, x.size(-1));
+    return MatMul16(x, w, b, math16_rows > 0 && rows >= math16_rows);
+  }
   return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
 }
 
@@ -446,20 +450,20 @@ at::Tensor LlamaModel::MergeHeads(const at::Tensor& kv) const {
 at::Tensor LlamaModel::Mlp(const Layer& l, const at::Tensor& x) const {
   at::Tensor gate, up;
   if (l.gate_up_proj.defined()) {  // phi3: gate rows, then up rows
-    at::Tensor gu = Linear(x, l.gate_up_proj, at::Tensor(), math16_);
+    at::Tensor gu = Linear(x, l.gate_up_proj, at::Tensor(), math16_rows_);
     const int64_t I = config_.intermediate_size;
     gate = gu.narrow(-1, 0, I);
     up = gu.narrow(-1, I, I);
   } else {
-    gate = Linear(x, l.gate_proj, l.gate_bias, math16_);
-    up = Linear(x, l.up_proj, l.up_bias, math16_);
+    gate = Linear(x, l.gate_proj, l.gate_bias, math16_rows_);
+    up = Linear(x, l.up_proj, l.up_bias, math16_rows_);
   }
   at::Tensor act = config_.spec.hidden_act == "silu" ? at::silu(gate) : at::gelu(gate, "tanh");
-  return Linear(act * up, l.down_proj, l.down_bias, math16_);
+  return Linear(act * up, l.down_proj, l.down_bias, math16_rows_);
 }
 
 at::Tensor LlamaModel::Head(const at::Tensor& x) const {
-  at::Tensor logits = Linear(RmsNorm(x, final_norm_), lm_head_, at::Tensor(), math16_);
+  at::Tensor logits = Linear(RmsNorm(x, final_norm_), lm_head_, at::Tensor(), math16_rows_);
   const double cap = config_.spec.final_logit_softcapping;
   return cap > 0 ? at::tanh(logits / cap) * cap : logits;
 }
@@ -475,14 +479,14 @@ void LlamaModel::Project(size_t li, const at::Tensor& h, const RopeCache& rc, bo
   const int64_t T = h.size(0), Hq = config_.num_attention_heads, Hkv = config_.num_key_value_heads,
                 d = config_.head_dim;
   if (l.qkv_proj.defined()) {  // phi3: q, k, v rows in that order
-    at::Tensor qkv = Linear(h, l.qkv_proj, at::Tensor(), math16_);
+    at::Tensor qkv = Linear(h, l.qkv_proj, at::Tensor(), math16_rows_);
     *q = qkv.narrow(-1, 0, Hq * d);
     *k = qkv.narrow(-1, Hq * d, Hkv * d);
     *v = qkv.narrow(-1, (Hq + Hkv) * d, Hkv * d);
   } else {
-    *q = Linear(h, l.q_proj, l.q_bias, math16_);
-    *k = Linear(h, l.k_proj, l.k_bias, math16_);
-    *v = Linear(h, l.v_proj, l.v_bias, math16_);
+    *q = Linear(h, l.q_proj, l.q_bias, math16_rows_);
+    *k = Linear(h, l.k_proj, l.k_bias, math16_rows_);
+    *v = Linear(h, l.v_proj, l.v_bias, math16_rows_);
   }
   *q = q->reshape({T, Hq, d});
   *k = k->reshape({T, Hkv, d});
@@ -502,7 +506,7 @@ void LlamaModel::Project(size_t li, const at::Tensor& h, const RopeCache& rc, bo
 // the MLP input with pre_feedforward_layernorm; the others norm the MLP input
 // with post_attention_layernorm.
 at::Tensor LlamaModel::FinishLayer(const Layer& l, const at::Tensor& x, const at::Tensor& o) const {
-  at::Tensor a = Linear(o, l.o_proj, l.o_bias, math16_);
+  at::Tensor a = Linear(o, l.o_proj, l.o_bias, math16_rows_);
   if (config_.spec.sandwich_norms) {
     at::Tensor y = x + RmsNorm(a, l.post_norm);
     return y + RmsNorm(Mlp(l, RmsNorm(y, l.pre_ffn_norm)), l.post_ffn_norm);

@@ -69,11 +69,14 @@ class LlamaModel {
   // for Load, f32 for Random and f32 checkpoints. 16-bit matrices are read in
   // place from the checkpoint's read-only mapping, never written.
   DType WeightDType() const;
-  // Arithmetic for 16-bit weights (matmul16.h): false (default) fp32 on the
-  // weights' exact values; true rounds activations to the weights' dtype and
-  // multiplies in it (faster on CUDA and on CPUs with bf16 instructions).
-  void SetMatmul16(bool on) { math16_ = on; }
-  bool matmul16() const { return math16_; }
+  // Arithmetic for 16-bit weights (matmul16.h), chosen per product by the
+  // rows of activations it has: products of at least min_rows rows round the
+  // activations to the weights' dtype and multiply in it (faster on CUDA and
+  // on CPUs with bf16 instructions), the others multiply in fp32 on the
+  // weights' exact values. 0 (default): never, fp32 everywhere; 1: always;
+  // kMatmul16PrefillRows (engine.h): prefill chunks and large batches only.
+  void SetMatmul16(int64_t min_rows) { math16_rows_ = min_rows; }
+  int64_t matmul16() const { return math16_rows_; }
 
   const ModelConfig& config() const { return config_; }
   // Replaces the per-layer sliding windows (EngineOptions::layer_sliding_window).
@@ -160,7 +163,7 @@ class LlamaModel {
   int stored_kv_heads_ = 0;
   HeadMerge merge_ = HeadMerge::kMean;
   bool keys_before_rope_ = false;
-  bool math16_ = false;
+  int64_t math16_rows_ = 0;
   at::ScalarType weight_dtype_ = at::kFloat;
   at::Tensor embed_, final_norm_, lm_head_;  // lm_head_ aliases embed_ when tied
   std::vector<Layer> layers_;

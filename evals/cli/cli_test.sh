@@ -73,6 +73,16 @@ expect_err "a value outside its declared range" "policy 'h2o' parameter 'ratio' 
 expect_out "generate from checkpoint" "tokens:" "in use" -- \
   "$KVLAB" generate --model "$T/ok" --prompt "hi" --max-new-tokens 3 --threads 1
 broken() { rm -rf "$T/$1"; cp -r "$T/ok" "$T/$1"; }
+"$KVLAB" init --model small --out "$T/ok16" --seed 3 --dtype bf16 --layers 2 >/dev/null || { fail "init bf16"; exit 1; }
+grep -q '"num_hidden_layers": 2' "$T/ok16/config.json" && pass "init --layers 2 writes 2 layers" ||
+  fail "init --layers 2: $(grep num_hidden_layers "$T/ok16/config.json")"
+expect_err "init --layers past the shape's" "--layers: expected 1 to 4 (small's num_hidden_layers), got 5" -- \
+  "$KVLAB" init --model small --out "$T/l5" --layers 5
+expect_out "--matmul prefill: bf16 in prefill, f32 in decode" \
+  "weights: bf16, bf16 arithmetic in products of >= 9 rows (prefill), f32 in the others (decode);" -- \
+  "$KVLAB" generate --model "$T/ok16" --prompt "the key value cache" --max-new-tokens 2 --threads 1 --matmul prefill
+expect_err "--matmul names no arithmetic" "--matmul: expected f32, weights or prefill, got 'bf16'" -- \
+  "$KVLAB" generate --model "$T/ok16" --prompt "hi" --matmul bf16
 
 # --- prompts from files, token-id files (FILE.ids), tokenizers ---
 printf 'Once upon' > "$T/prompt.txt"

@@ -46,8 +46,14 @@ void PrintWeights(const Engine& engine, const std::string& model) {
   getrusage(RUSAGE_SELF, &ru);
   const int64_t peak = static_cast<int64_t>(ru.ru_maxrss) * 1024;
   const DType w = engine.weight_dtype();
-  std::printf("weights: %s, %s arithmetic; peak resident %s B", DTypeName(w),
-              w != DType::kF32 && engine.options().matmul16 ? DTypeName(w) : "f32", WithCommas(peak).c_str());
+  const int64_t rows16 = w == DType::kF32 ? 0 : engine.options().matmul16;
+  const std::string arithmetic =
+      rows16 == 0   ? std::string("f32 arithmetic")
+      : rows16 == 1 ? std::string(DTypeName(w)) + " arithmetic"
+                    : std::string(DTypeName(w)) + " arithmetic in products of >= " + std::to_string(rows16) +
+                          " rows (prefill), f32 in the others (decode)";
+  std::printf("weights: %s, %s; peak resident %s B", DTypeName(w), arithmetic.c_str(),
+              WithCommas(peak).c_str());
   const int64_t file = CheckpointFileBytes(model);
   if (file > 0) {
     std::printf(" = %.3fx the checkpoint's %s B of .safetensors", static_cast<double>(peak) / static_cast<double>(file),
@@ -104,10 +110,10 @@ int RunGenerate(GenerateArgs& a) {
   Status s = MakeRunConfig(a, &rc);
   if (!s.ok()) return Fail(s);
   if (a.batch < 1) return Fail(Status::InvalidArgument("--batch must be >= 1"));
-  if (a.matmul != "f32" && a.matmul != "weights") {
-    return Fail(Status::InvalidArgument("--matmul: expected f32 or weights, got '" + a.matmul + "'"));
+  if (a.matmul != "f32" && a.matmul != "weights" && a.matmul != "prefill") {
+    return Fail(Status::InvalidArgument("--matmul: expected f32, weights or prefill, got '" + a.matmul + "'"));
   }
-  a.eo.matmul16 = a.matmul == "weights";
+  a.eo.matmul16 = a.matmul == "weights" ? 1 : a.matmul == "prefill" ? kMatmul16PrefillRows : 0;
   ModelConfig mc;
   s = ResolveModelConfig(a.eo.model, &mc);
   if (!s.ok()) return Fail(s);
@@ -182,8 +188,9 @@ Command AddGenerateCommand(CLI::App& app) {
   gen->add_option("--top-p", a->go.sampling.top_p, "Nucleus sampling mass")->capture_default_str();
   gen->add_option("--seed", a->go.sampling.seed, "Sampling seed")->capture_default_str();
   gen->add_option("--matmul", a->matmul,
-                  "Arithmetic of 16-bit weights: f32 (their exact values) or weights (in their own dtype; faster "
-                  "on CUDA and CPUs with bf16 instructions)")
+                  "Arithmetic of 16-bit weights: f32 (their exact values), weights (in their own dtype; faster "
+                  "on CUDA and CPUs with bf16 instructions) or prefill (weights in prefill chunks and batches "
+                  "over 8, f32 in decode steps)")
       ->capture_default_str();
   gen->add_option("--batch", a->batch, "Decode this many copies of the prompt together")->capture_default_str();
   gen->add_option("--layers", a->eo.num_layers, "Keep only this many layers of a preset");

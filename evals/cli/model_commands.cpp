@@ -132,6 +132,7 @@ struct InitArgs {
   uint64_t seed = 0;
   double std = 0.02;
   std::string dtype = "f32";
+  int64_t layers = 0;  // 0: the shape's own count
 };
 
 int RunInit(const InitArgs& a) {
@@ -141,6 +142,16 @@ int RunInit(const InitArgs& a) {
   }
   ModelConfig mc;
   Status s = ResolveModelConfig(a.model, &mc);
+  if (s.ok() && a.layers != 0) {
+    if (a.layers < 1 || a.layers > mc.num_hidden_layers) {
+      return Fail(Status::InvalidArgument("--layers: expected 1 to " + std::to_string(mc.num_hidden_layers) + " (" +
+                                          a.model + "'s num_hidden_layers), got " + std::to_string(a.layers)));
+    }
+    mc.num_hidden_layers = a.layers;
+    if (mc.layer_sliding_window.size() > static_cast<size_t>(a.layers)) {
+      mc.layer_sliding_window.resize(static_cast<size_t>(a.layers));
+    }
+  }
   if (s.ok()) s = WriteRandomCheckpoint(mc, a.seed, a.std, a.out, dtype);
   if (!s.ok()) return Fail(s);
   std::printf("wrote %s (config.json, model.safetensors)\n", a.out.c_str());
@@ -213,6 +224,7 @@ Command AddInitCommand(CLI::App& app) {
   init->add_option("--out", a->out, "Output directory")->required();
   init->add_option("--seed", a->seed, "Weight seed")->capture_default_str();
   init->add_option("--std", a->std, "Standard deviation of the weights")->capture_default_str();
+  init->add_option("--layers", a->layers, "Keep only the first this many layers of the shape (default: all)");
   init->add_option("--dtype", a->dtype,
                    "Stored dtype of the weights: f32, bf16 or f16 (the same draws, rounded; written a tensor at a "
                    "time, so an 8B bf16 checkpoint needs no 32 GB)")
