@@ -23,6 +23,7 @@
 //   block_size = 16
 //   threads = 0                         # 0: all cores
 //   max_step_tokens = 64                # with selection / an encoding / offload: tokens a step adds (0: chunks as given)
+//   run_blocks = 32                     # decode-time blocks per run reserved ahead for each stream (0 or 1: off)
 //   baseline = true                     # add the `full` stack (only false for tests of the harness)
 //   [task.bpb]      text = "../../datasets/corpus/heldout.txt"; windows = 1; prefill = 0; buckets = 4
 //   [task.passkey]  depths = [0.0, 0.5, 1.0]; samples = 2
@@ -124,6 +125,9 @@ struct SweepConfig {
   // chunk runs as steps of at most this many tokens (0: chunks as given).
   // Part of a point's key when it is not the default.
   int64_t max_step_tokens = 64;
+  // EngineOptions::run_blocks: decode-time blocks per run reserved ahead for
+  // each stream (0 or 1: off). Part of a point's key when not the default.
+  int run_blocks = 32;
   std::map<std::string, SweepTaskOptions> task_options;
   std::vector<std::vector<PolicySpec>> stacks;  // expanded grids and points, baseline first
 };

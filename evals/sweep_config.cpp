@@ -244,6 +244,11 @@ Status ParseSweepConfig(const std::string& text, const std::string& path, const 
       if (!GetInt(n, &v)) return Where(path, n, "'max_step_tokens' must be an integer (0: chunks as given)");
       KVLAB_RETURN_IF_ERROR(Bound(path, n, CheckIntIn("'max_step_tokens'", v, 0, kMaxContextTokens)));
       c.max_step_tokens = v;
+    } else if (key == "run_blocks") {
+      int64_t v = 0;
+      if (!GetInt(n, &v)) return Where(path, n, "'run_blocks' must be an integer (0 or 1: off)");
+      KVLAB_RETURN_IF_ERROR(Bound(path, n, CheckIntIn("'run_blocks'", v, 0, kMaxRunBlocks)));
+      c.run_blocks = static_cast<int>(v);
     } else if (key == "allow_long_context") {
       if (!n.is_boolean()) return Where(path, n, "'allow_long_context' must be true or false");
       c.allow_long_context = n.as_boolean()->get();
@@ -338,7 +343,7 @@ Status ParseSweepConfig(const std::string& text, const std::string& path, const 
       }
     } else {
       return Where(path, n, "unknown key '" + key + "'; valid keys: name, models, tasks, lengths, batch_sizes, seeds, "
-                            "repetitions, kv_dtype, block_size, threads, max_step_tokens, baseline, allow_long_context, task, sweep, "
+                            "repetitions, kv_dtype, block_size, threads, max_step_tokens, run_blocks, baseline, allow_long_context, task, sweep, "
                             "point");
     }
   }
@@ -447,6 +452,7 @@ std::vector<SweepPoint> ExpandPoints(const SweepConfig& c) {
                 k["kv_dtype"] = DTypeName(c.kv_dtype);
                 k["block_size"] = c.block_size;
                 if (c.max_step_tokens != SweepConfig().max_step_tokens) k["max_step_tokens"] = c.max_step_tokens;
+                if (c.run_blocks != SweepConfig().run_blocks) k["run_blocks"] = c.run_blocks;
                 if (info != nullptr) info->key_options(o, &k);
                 p.key = k.dump();
                 out.push_back(std::move(p));

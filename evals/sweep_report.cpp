@@ -230,7 +230,7 @@ Status WriteReports(const std::string& dir, std::string* summary) {
            "accuracy,accuracy_lo,accuracy_hi,char_accuracy,char_accuracy_lo,char_accuracy_hi,accuracy_delta,"
            "accuracy_delta_lo,accuracy_delta_hi,prefill_ms,decode_ms_median,decode_ms_p90,decode_tokens_per_s,"
            "decode_ratio,prefill_ratio,checkpoint,git_revision,peak_ratio,kv_bytes_reserved,reserved_ratio,peak_device_bytes,"
-           "kv_read_bytes_per_step,kv_read_ratio,read_ratio\n";
+           "kv_read_bytes_per_step,kv_read_ratio,read_ratio,run_blocks,peak_kv_bytes_run_reserve\n";
     for (const json& r : recs) {
       const json& m = Field(r, "metrics");
       const bool ok = r.value("status", "") == "ok";
@@ -266,7 +266,11 @@ Status WriteReports(const std::string& dir, std::string* summary) {
           << Csv(r.value("checkpoint", "")) << "," << r.value("git_revision", "") << "," << Fmt(d.peak_ratio) << ","
           << Fmt(Mem(r, "kv_bytes_reserved"), "%.0f") << "," << Fmt(d.reserved_ratio) << ","
           << Fmt(Mem(r, "peak_device_bytes"), "%.0f") << "," << Fmt(Mem(r, "kv_read_bytes_per_step"), "%.0f") << ","
-          << Fmt(Mem(r, "kv_read_ratio")) << "," << Fmt(d.read_ratio) << "\n";
+          << Fmt(Mem(r, "kv_read_ratio")) << "," << Fmt(d.read_ratio) << ","
+          << (r.contains("run_blocks") && r["run_blocks"].is_number_integer()
+                  ? std::to_string(r["run_blocks"].get<int64_t>())
+                  : std::string())
+          << "," << Fmt(Mem(r, "peak_kv_bytes_run_reserve"), "%.0f") << "\n";
     }
     if (!csv) return Status::IOError(dir + "/results.csv: cannot write");
   }

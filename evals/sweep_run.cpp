@@ -382,6 +382,7 @@ Status RunSweep(const SweepConfig& config, const RunSweepOptions& opts, std::str
     r["block_size"] = config.block_size;
     if (config.allow_long_context) r["allow_long_context"] = true;
     r["max_step_tokens"] = config.max_step_tokens;
+    r["run_blocks"] = config.run_blocks;
     r["metrics"] = s.ok() ? metrics : json::object();
     r["git_revision"] = rev;
     r["machine"] = machine;

@@ -419,6 +419,53 @@ TEST(SweepRunTest, HonestBaselineAndLosslessOffload) {
   fs::remove_all(dir);
 }
 
+// run_blocks in a sweep: passed to the engine (the reserve a decode-grown
+// cache takes ahead is there with runs, none without), recorded in every
+// record and results.csv, part of the key when not the default, and without
+// effect on the figures.
+TEST(SweepRunTest, RunBlocksReachTheEngineAndJoinTheKey) {
+  const std::string dir = TempDir("runs");
+  WriteText(dir, 400);
+  const std::string text = "models = [\"small\"]\ntasks = [\"bpb\"]\nlengths = [96]\nthreads = 1\nbaseline = false\n"
+                           "[task.bpb]\ntext = \"text.txt\"\nprefill = 16\n"
+                           "[[point]]\n[[point.policy]]\nname = \"full\"\n";
+  std::map<int, json> rec;
+  std::map<int, std::string> key, csv;
+  for (int runs : {0, 8, 32}) {
+    const SweepConfig c = Parse(dir, text, {"run_blocks=" + std::to_string(runs)});
+    EXPECT_EQ(c.run_blocks, runs);
+    key[runs] = ExpandPoints(c).at(0).key;
+    std::string report;
+    const std::string out = dir + "/out" + std::to_string(runs);
+    ASSERT_TRUE(RunSweep(c, Quiet(out), &report).ok());
+    const std::vector<json> r = Records(out);
+    ASSERT_EQ(r.size(), 1u);
+    rec[runs] = r[0];
+    EXPECT_EQ(r[0]["run_blocks"].get<int>(), runs);
+    std::ifstream f(out + "/results.csv");
+    std::string header, row;
+    std::getline(f, header);
+    std::getline(f, row);
+    EXPECT_NE(header.find(",run_blocks,peak_kv_bytes_run_reserve"), std::string::npos) << header;
+    csv[runs] = row.substr(row.rfind(',', row.rfind(',') - 1) + 1);  // the last two cells
+  }
+  EXPECT_NE(key[0].find("\"run_blocks\":0"), std::string::npos) << key[0];
+  EXPECT_NE(key[8].find("\"run_blocks\":8"), std::string::npos) << key[8];
+  EXPECT_EQ(key[32].find("run_blocks"), std::string::npos) << key[32];  // the default: keys as before
+  const auto reserve = [&](int r) { return rec[r]["metrics"]["memory"]["peak_kv_bytes_run_reserve"].get<double>(); };
+  EXPECT_EQ(reserve(0), 0);
+  EXPECT_GT(reserve(8), 0);
+  EXPECT_EQ(csv[0], "0,0");
+  EXPECT_EQ(csv[8], "8," + std::to_string(static_cast<int64_t>(reserve(8))));
+  EXPECT_EQ(rec[0]["metrics"]["bpb"], rec[8]["metrics"]["bpb"]);
+  EXPECT_EQ(rec[0]["metrics"]["memory"]["peak_kv_bytes"], rec[8]["metrics"]["memory"]["peak_kv_bytes"]);
+  SweepConfig bad;
+  EXPECT_NE(ParseSweepConfig(text, dir + "/s.toml", {"run_blocks=-1"}, &bad).message().find(
+                "'run_blocks' is -1, less than 0"),
+            std::string::npos);
+  fs::remove_all(dir);
+}
+
 // max_step_tokens in a sweep: recorded in every record, part of the key when
 // not the default, and it bounds the peak: an 80-token prefill under h2o holds
 // all 80 tokens at once as one step (0), at most the budget + 16 as steps of 16.

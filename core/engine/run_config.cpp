@@ -176,6 +176,11 @@ Status ParseRunConfig(const std::string& text, const std::string& path, RunConfi
       KVLAB_RETURN_IF_ERROR(want_int(&cfg.engine.prefill_chunk));
     } else if (key == "max_step_tokens") {
       KVLAB_RETURN_IF_ERROR(want_int(&cfg.engine.max_step_tokens));
+    } else if (key == "run_blocks") {
+      KVLAB_RETURN_IF_ERROR(want_int(&iv));
+      const Status range = CheckIntIn("'run_blocks' (--run-blocks; 0 or 1: off)", iv, 0, kMaxRunBlocks);
+      if (!range.ok()) return Status::InvalidArgument(where + ": " + range.message());
+      cfg.engine.run_blocks = static_cast<int>(iv);
     } else if (key == "attention") {
       KVLAB_RETURN_IF_ERROR(want_string(&cfg.engine.attention));
     } else if (key == "device") {
@@ -195,7 +200,7 @@ Status ParseRunConfig(const std::string& text, const std::string& path, RunConfi
     } else {
       return Status::InvalidArgument(where + ": unknown key '" + key +
                                      "'; valid keys: model, prompt, prompt_file, tokens, max_new_tokens, kv_dtype, block_size, "
-                                     "prefill_chunk, max_step_tokens, attention, device, temperature, top_p, seed, allow_long_context, policy");
+                                     "prefill_chunk, max_step_tokens, run_blocks, attention, device, temperature, top_p, seed, allow_long_context, policy");
     }
   }
   if (static_cast<int>(!cfg.prompt.empty()) + static_cast<int>(!cfg.prompt_file.empty()) +

@@ -19,6 +19,7 @@ temperature = 0.7
 top_p = 0.9
 seed = 3
 device = "cuda"
+run_blocks = 8
 [[policy]]
 name = "full"
 )", "run.toml", &rc);
@@ -29,10 +30,11 @@ name = "full"
   EXPECT_EQ(rc.engine.kv_dtype, DType::kF16);
   EXPECT_EQ(rc.engine.block_size, 1);
   EXPECT_EQ(rc.engine.device, "cuda");
+  EXPECT_EQ(rc.engine.run_blocks, 8);
   EXPECT_DOUBLE_EQ(rc.generate.sampling.temperature, 0.7);
   ASSERT_EQ(rc.policies.size(), 1u);
   EXPECT_EQ(rc.policies[0].name, "full");
-  EXPECT_EQ(rc.policies[0].source, "run.toml:11:1");
+  EXPECT_EQ(rc.policies[0].source, "run.toml:12:1");
 }
 
 TEST(RunConfigTest, DefaultsToFullPolicy) {
@@ -155,6 +157,8 @@ TEST(RunConfigTest, LimitsNameTheKeyAndBothNumbers) {
       {"tokens = [1, 4294967297]\n", "r.toml:1:14: 'tokens' entry is 4294967297, more than 2147483647"},
       {"block_size = 4294967312\n", "'block_size' must be in [1, 4096]"},  // not wrapped to 16
       {"prefill_chunk = 9223372036854775807\n", "prefill_chunk (--prefill-chunk) is 9223372036854775807, more than 16777216"},
+      {"run_blocks = 9223372036854775807\n", "r.toml:1:14: 'run_blocks' (--run-blocks; 0 or 1: off) is 9223372036854775807, more than 4096"},
+      {"run_blocks = -2\n", "'run_blocks' (--run-blocks; 0 or 1: off) is -2, less than 0"},
   };
   for (const auto& [text, want] : cases) {
     RunConfig rc;

@@ -63,6 +63,7 @@ EngineOptions PointEngineOptions(const SweepConfig& c, const SweepPoint& p, int6
   o.num_threads = static_cast<int>(c.threads);
   o.allow_long_context = c.allow_long_context;
   o.max_step_tokens = c.max_step_tokens;
+  o.run_blocks = c.run_blocks;
   return o;
 }
 
