@@ -79,15 +79,7 @@ class SumScore : public KVPolicy {  // the default rule
   bool NeedsAttentionScores() const override { return true; }
 };
 
-CacheShape Small(int layers, int heads, int block_size) {
-  CacheShape s;
-  s.num_layers = layers;
-  s.num_kv_heads = heads;
-  s.head_dim = 4;
-  s.block_size = block_size;
-  s.dtype = DType::kF32;
-  return s;
-}
+CacheShape Small(int layers, int heads, int block_size) { return TinyCacheShape(layers, heads, block_size); }
 
 TEST(KVCacheApplyTest, FoldAttentionFollowsThePolicysRule) {
   for (int rule = 0; rule < 2; ++rule) {

@@ -19,15 +19,7 @@
 namespace kvlab {
 namespace {
 
-CacheShape Shape(int layers, int heads, int block_size) {
-  CacheShape s;
-  s.num_layers = layers;
-  s.num_kv_heads = heads;
-  s.head_dim = 4;
-  s.block_size = block_size;
-  s.dtype = DType::kF32;
-  return s;
-}
+CacheShape Shape(int layers, int heads, int block_size) { return TinyCacheShape(layers, heads, block_size); }
 
 std::unique_ptr<KVCache> Make(const CacheShape& shape, int64_t blocks, int run_blocks, int64_t enc_blocks = 0) {
   std::unique_ptr<KVCache> c;

@@ -14,15 +14,7 @@
 namespace kvlab {
 namespace {
 
-CacheShape SmallShape(int block_size, DType dtype = DType::kF32) {
-  CacheShape s;
-  s.num_layers = 2;
-  s.num_kv_heads = 2;
-  s.head_dim = 4;
-  s.block_size = block_size;
-  s.dtype = dtype;
-  return s;
-}
+CacheShape SmallShape(int block_size, DType dtype = DType::kF32) { return TinyCacheShape(2, 2, block_size, dtype); }
 
 TEST(KVCacheTest, ReserveAllocatesBlocksPerStream) {
   std::unique_ptr<KVCache> c;

@@ -7,6 +7,7 @@
 
 #include <numeric>
 
+#include "core/cache/cache_test_util.h"
 #include "core/cache/kv_cache.h"
 
 namespace kvlab {
@@ -50,15 +51,7 @@ TEST(BlockHashTest, ChainedOverThePrefix) {
   EXPECT_EQ(grown, ha);
 }
 
-CacheShape Shape() {
-  CacheShape s;
-  s.num_layers = 2;
-  s.num_kv_heads = 2;
-  s.head_dim = 4;
-  s.block_size = 4;
-  s.dtype = DType::kF32;
-  return s;
-}
+CacheShape Shape() { return TinyCacheShape(2, 2, 4); }
 
 // Adds sequence `id` with `tokens`, computed in one Reserve, and caches its full units.
 void AddComputed(KVCache* c, int64_t id, const std::vector<int32_t>& tokens) {
