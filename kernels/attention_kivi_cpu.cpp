@@ -25,6 +25,10 @@
 // rounds queries and value weights to 8 bits instead, for vpmaddubsw's 32
 // multiply-adds per instruction, at a stated error (on the avx512 path with
 // VNNI, vpdpbusd for the scores: 4 instructions per row and vector instead of 8).
+// The avx512 copy runs the encoded blocks' score and value loops 16 lanes wide
+// (ScoreRows16, AccumulateChunk16, CodeRows::Load16Z): half the FMAs, 2-bit
+// codes unpacked in a masked broadcast and an unsigned convert; 1.23x faster
+// at 16K on an AVX-512 Xeon (docs/performance.md).
 #include "kernels/attention_kivi_cpu.h"
 
 #include <omp.h>
@@ -54,6 +58,16 @@
 #include "kernels/attention_cpu_simd.h"
 #include "kernels/attention_cpu_tiles.h"
 #include "kernels/attention_kivi_int8.h"
+
+#if KVLAB_ISA_VECTOR == 2 && defined(__GNUC__) && !defined(__clang__)
+// GCC 12's unmasked AVX-512 intrinsics pass _mm512_undefined_ps() as their
+// pass-through operand, which -W(maybe-)uninitialized reports wherever they
+// are inlined (GCC bug 105593, fixed in 13; as in page_bounds_cpu.cpp).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#define KVLAB_KIVI_DIAGNOSTICS 1
+#endif
 
 namespace kvlab {
 namespace KVLAB_ISA_NS {
@@ -90,10 +104,20 @@ struct CodeRows {
   }
   static constexpr int Exp(int lane) {
     if constexpr (BITS != 2) return 0;
+#if KVLAB_ISA_VECTOR >= 2
+    // AVX-512 converts unsigned dwords: every lane masks its code in place
+    // in the one dword, up to bit 31 (Load16Z).
+    return Bit(lane) % 32;
+#else
     return lane < 8 ? Bit(lane) % 32 : Bit(lane) % 32 - HiShift();
+#endif
   }
-  static constexpr int Mask(int lane) { return ((1 << BITS) - 1) << Exp(lane); }
+  static constexpr int Mask(int lane) { return static_cast<int>(((1u << BITS) - 1) << Exp(lane)); }
+#if KVLAB_ISA_VECTOR >= 2
+  static_assert(BITS != 2 || Exp(15) + BITS <= 32, "codes must stay inside the dword");
+#else
   static_assert(BITS != 2 || (Exp(7) + BITS <= 31 && Exp(15) + BITS <= 31), "codes must stay below the sign bit");
+#endif
   static float LaneScale(int lane) { return std::ldexp(1.0f, -Exp(lane)); }  // 1 / 2^Exp(lane)
   // Score steps: unpacking takes registers that more rows would need, so
   // fewer rows than plain rows, and two accumulators per pair when the
@@ -111,6 +135,11 @@ struct CodeRows {
       int32_t w;
       std::memcpy(&w, p, 4);
       const __m256i x = _mm256_set1_epi32(w);
+#if KVLAB_ISA_VECTOR >= 2
+      *lo = _mm256_cvtepu32_ps(_mm256_and_si256(x, mask_lo));
+      *hi = _mm256_cvtepu32_ps(_mm256_and_si256(x, mask_hi));
+      return;
+#endif
       *lo = _mm256_cvtepi32_ps(_mm256_and_si256(x, mask_lo));
       if constexpr (HiShift() % 8 == 0) {
         // Natural order: the high lanes' codes are whole bytes further on; a
@@ -147,7 +176,160 @@ struct CodeRows {
     *hi = Load(f + 8);
 #endif
   }
+
+#if KVLAB_ISA_VECTOR >= 2
+  // The 16 lanes of Load16 in one zmm (lanes 0-7 = lo, 8-15 = hi): 2-bit, a
+  // broadcast dword, one mask and an unsigned convert; 4-bit, one permute of
+  // the chunk's 64 bits, a shift per lane, a mask and a convert.
+  static KVLAB_ALWAYS_INLINE __m512 Load16Z(const uint8_t* row, int c) {
+    const uint8_t* p = row + c * BITS / 8;
+    if constexpr (BITS == 2) {
+      const __m512i mask = _mm512_setr_epi32(Mask(0), Mask(1), Mask(2), Mask(3), Mask(4), Mask(5), Mask(6), Mask(7),
+                                             Mask(8), Mask(9), Mask(10), Mask(11), Mask(12), Mask(13), Mask(14),
+                                             Mask(15));
+      int32_t w;
+      std::memcpy(&w, p, 4);
+      return _mm512_cvtepu32_ps(_mm512_and_si512(_mm512_set1_epi32(w), mask));
+    } else {
+      const __m512i x = _mm512_castsi128_si512(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+      const __m512i idx = _mm512_setr_epi32(Bit(0) / 32, Bit(1) / 32, Bit(2) / 32, Bit(3) / 32, Bit(4) / 32,
+                                            Bit(5) / 32, Bit(6) / 32, Bit(7) / 32, Bit(8) / 32, Bit(9) / 32,
+                                            Bit(10) / 32, Bit(11) / 32, Bit(12) / 32, Bit(13) / 32, Bit(14) / 32,
+                                            Bit(15) / 32);
+      const __m512i shift = _mm512_setr_epi32(Bit(0) % 32, Bit(1) % 32, Bit(2) % 32, Bit(3) % 32, Bit(4) % 32,
+                                              Bit(5) % 32, Bit(6) % 32, Bit(7) % 32, Bit(8) % 32, Bit(9) % 32,
+                                              Bit(10) % 32, Bit(11) % 32, Bit(12) % 32, Bit(13) % 32, Bit(14) % 32,
+                                              Bit(15) % 32);
+      const __m512i v = _mm512_srlv_epi32(_mm512_permutexvar_epi32(idx, x), shift);
+      return _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32((1 << BITS) - 1)));
+    }
+  }
+#endif
 };
+
+#if KVLAB_ISA_VECTOR >= 2
+// ---- 16-lane (zmm) score and value loops for code rows (the avx512 copy) ----
+//
+// ScoreRows / AccumulateChunk of attention_cpu_tiles.h with each 16-code
+// chunk in one zmm: half the FMAs, and 2-bit codes unpacked in 3 ops per 16
+// (Load16Z). Queries, accumulators and lane scales are the same arrays in
+// the same lane order, read 16 floats at a time.
+namespace zmm {
+
+inline __m256 Fold8(__m512 a) { return _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1)); }
+
+// raw[(n * T + r) * 8 ..] = lane-wise partial sums of q_n . K_r (as ScoreRows).
+template <int T, class L, int NQ, int R>
+KVLAB_ALWAYS_INLINE void ScoreRows16(const float* q, int d, const uint8_t* k, int64_t row_bytes, float* raw) {
+  __m512 acc[NQ * R];
+  for (__m512& a : acc) a = _mm512_setzero_ps();
+#pragma GCC unroll 8
+  for (int c = 0; c < d; c += 16) {
+    __m512 kz[R];
+    for (int r = 0; r < R; ++r) kz[r] = L::Load16Z(k + r * row_bytes, c);
+    for (int n = 0; n < NQ; ++n) {
+      const __m512 qz = _mm512_loadu_ps(q + n * d + c);
+      for (int r = 0; r < R; ++r) acc[n * R + r] = _mm512_fmadd_ps(kz[r], qz, acc[n * R + r]);
+    }
+  }
+  for (int n = 0; n < NQ; ++n) {
+    for (int r = 0; r < R; ++r) Store(raw + (n * T + r) * 8, Fold8(acc[n * R + r]));
+  }
+}
+
+// Rows per step: about 16 accumulators (of 32 registers).
+constexpr int ScoreRowsFor(int nq) { return std::min(8, std::max(1, 16 / nq)); }
+
+template <int T, class L, int NQ>
+void ScoreTile16(const float* q, int d, const uint8_t* k, int64_t row_bytes, int nrows, float* s, float* raw,
+               PrefetchStream* pf) {
+  constexpr int R = ScoreRowsFor(NQ);
+  int r = 0;
+  for (; r + R <= nrows; r += R) {
+    ScoreRows16<T, L, NQ, R>(q, d, k + r * row_bytes, row_bytes, raw + r * 8);
+    pf->Step();
+  }
+  for (; r < nrows; ++r) ScoreRows16<T, L, NQ, 1>(q, d, k + r * row_bytes, row_bytes, raw + r * 8);
+  for (int n = 0; n < NQ; ++n) {
+    for (int h = 0; h < nrows; h += 8) {
+      F8 rows[8];
+      for (int i = 0; i < 8; ++i) rows[i] = Load(raw + (n * T + h + i) * 8);
+      Store(s + n * T + h, HSum8(rows));
+    }
+  }
+}
+
+template <int T, class L>
+void ScoreTileAny16(int nq, const float* q, int d, const uint8_t* k, int64_t row_bytes, int nrows, float* s, float* raw,
+                  PrefetchStream* pf) {
+  switch (nq) {
+    case 1: return ScoreTile16<T, L, 1>(q, d, k, row_bytes, nrows, s, raw, pf);
+    case 2: return ScoreTile16<T, L, 2>(q, d, k, row_bytes, nrows, s, raw, pf);
+    case 3: return ScoreTile16<T, L, 3>(q, d, k, row_bytes, nrows, s, raw, pf);
+    case 4: return ScoreTile16<T, L, 4>(q, d, k, row_bytes, nrows, s, raw, pf);
+    case 5: return ScoreTile16<T, L, 5>(q, d, k, row_bytes, nrows, s, raw, pf);
+    case 6: return ScoreTile16<T, L, 6>(q, d, k, row_bytes, nrows, s, raw, pf);
+    case 7: return ScoreTile16<T, L, 7>(q, d, k, row_bytes, nrows, s, raw, pf);
+    default: return ScoreTile16<T, L, 8>(q, d, k, row_bytes, nrows, s, raw, pf);
+  }
+}
+
+// acc_n[c .. c + 16C) += sum_r w_n(r, g) V_r[c .. c + 16C), then the code
+// rows' epilogue (AccumulateChunk with Enc = true).
+template <class L, int NV, int C>
+KVLAB_ALWAYS_INLINE void AccumulateChunk16(const float* w, int wstride, int ng, int vgroup, const uint8_t* v,
+                                         int64_t row_bytes, int nrows, int c, int d, float* acc,
+                                         const ValueEpilogue& ep) {
+  __m512 a[NV][C];
+  int g[C];
+  for (int cc = 0; cc < C; ++cc) g[cc] = (c + 16 * cc) / vgroup;
+  for (auto& an : a) {
+    for (__m512& x : an) x = _mm512_setzero_ps();
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < nrows; ++r) {
+    for (int cc = 0; cc < C; ++cc) {
+      const __m512 vz = L::Load16Z(v + r * row_bytes, c + 16 * cc);
+      for (int n = 0; n < NV; ++n) {
+        a[n][cc] = _mm512_fmadd_ps(_mm512_set1_ps(w[n * wstride + r * ng + g[cc]]), vz, a[n][cc]);
+      }
+    }
+  }
+  const __m512 lane_scale = _mm512_loadu_ps(ep.lane_scale);
+  for (int n = 0; n < NV; ++n) {
+    for (int cc = 0; cc < C; ++cc) {
+      float* dst = acc + n * d + c + 16 * cc;
+      const __m512 bias = _mm512_set1_ps(-ep.mid * ep.wsum[n * ng + g[cc]]);
+      _mm512_storeu_ps(dst, _mm512_fmadd_ps(a[n][cc], lane_scale, _mm512_add_ps(_mm512_loadu_ps(dst), bias)));
+    }
+  }
+}
+
+template <class L, int NV>
+void AccumulateTile16(const float* w, int wstride, int ng, int vgroup, const uint8_t* v, int64_t row_bytes, int nrows,
+                    int d, float* acc, const ValueEpilogue& ep, PrefetchStream* pf) {
+  constexpr int C = NV == 1 ? 8 : NV == 2 ? 4 : 2;  // 8 accumulators at least
+  int c = 0;
+  for (; c + 16 * C <= d; c += 16 * C) {
+    AccumulateChunk16<L, NV, C>(w, wstride, ng, vgroup, v, row_bytes, nrows, c, d, acc, ep);
+    pf->Step();
+  }
+  for (; c < d; c += 16) AccumulateChunk16<L, NV, 1>(w, wstride, ng, vgroup, v, row_bytes, nrows, c, d, acc, ep);
+}
+
+template <class L>
+void AccumulateTileAny16(int nv, const float* w, int wstride, int ng, int vgroup, const uint8_t* v, int64_t row_bytes,
+                       int nrows, int d, float* acc, const ValueEpilogue& ep, PrefetchStream* pf) {
+  switch (nv) {
+    case 1: return AccumulateTile16<L, 1>(w, wstride, ng, vgroup, v, row_bytes, nrows, d, acc, ep, pf);
+    case 2: return AccumulateTile16<L, 2>(w, wstride, ng, vgroup, v, row_bytes, nrows, d, acc, ep, pf);
+    case 3: return AccumulateTile16<L, 3>(w, wstride, ng, vgroup, v, row_bytes, nrows, d, acc, ep, pf);
+    default: return AccumulateTile16<L, 4>(w, wstride, ng, vgroup, v, row_bytes, nrows, d, acc, ep, pf);
+  }
+}
+
+}  // namespace zmm
+#endif
 
 // 16 fp16 (a chunk of per-channel key scales or zeros) in the lane order of DT.
 template <DType DT>
@@ -383,8 +565,13 @@ void EncodedBlock(const Shape& sh, int nq, const uint8_t* blk, int64_t slot0, in
     const int nrows = std::min(kTile, rows - t0);
     const uint8_t* kp = kc + t0 * sh.code_row_bytes;
     for (int n0 = 0; n0 < nq; n0 += kMaxScoreVecs) {
-      ScoreTileAny<kTile, L>(std::min(kMaxScoreVecs, nq - n0), sc->qk.data() + static_cast<size_t>(n0) * d, d, kp,
-                             sh.code_row_bytes, nrows, sc->s.data() + n0 * kTile, sc->raw.data(), pf);
+#if KVLAB_ISA_VECTOR >= 2
+      zmm::ScoreTileAny16<kTile, L>(
+#else
+      ScoreTileAny<kTile, L>(
+#endif
+          std::min(kMaxScoreVecs, nq - n0), sc->qk.data() + static_cast<size_t>(n0) * d, d, kp, sh.code_row_bytes,
+          nrows, sc->s.data() + n0 * kTile, sc->raw.data(), pf);
     }
     for (int n = 0; n < nq; ++n) {
       float* s_n = sc->s.data() + n * kTile;
@@ -398,9 +585,13 @@ void EncodedBlock(const Shape& sh, int nq, const uint8_t* blk, int64_t slot0, in
     const uint8_t* vp = vc + t0 * sh.code_row_bytes;
     for (int n0 = 0; n0 < nq; n0 += kMaxValueVecs) {
       const ValueEpilogue ep{lane_scale, sc->wsum.data() + static_cast<size_t>(n0) * sh.ng, L::kMid};
-      AccumulateTileAny<L, true>(std::min(kMaxValueVecs, nq - n0), sc->w.data() + static_cast<size_t>(n0) * wstride,
-                                 wstride, sh.ng, sh.G, vp, sh.code_row_bytes, nrows, d,
-                                 sc->acc.data() + static_cast<size_t>(n0) * d, ep, pf);
+#if KVLAB_ISA_VECTOR >= 2
+      zmm::AccumulateTileAny16<L>(
+#else
+      AccumulateTileAny<L, true>(
+#endif
+          std::min(kMaxValueVecs, nq - n0), sc->w.data() + static_cast<size_t>(n0) * wstride, wstride, sh.ng, sh.G,
+          vp, sh.code_row_bytes, nrows, d, sc->acc.data() + static_cast<size_t>(n0) * d, ep, pf);
     }
   }
 }
@@ -588,5 +779,10 @@ void PagedAttentionKiviCpu(const PagedKV& kv, const EncodedKV& enc, const Attent
 
 }  // namespace KVLAB_ISA_NS
 }  // namespace kvlab
+
+#ifdef KVLAB_KIVI_DIAGNOSTICS
+#pragma GCC diagnostic pop
+#undef KVLAB_KIVI_DIAGNOSTICS
+#endif
 
 #include "kernels/cpu_isa_end.h"
