@@ -57,6 +57,7 @@
 #include "kernels/attention_cpu_run.h"
 #include "kernels/attention_cpu_simd.h"
 #include "kernels/attention_cpu_tiles.h"
+#include "kernels/attention_cpu_tiles16.h"
 #include "kernels/attention_kivi_int8.h"
 
 #if KVLAB_ISA_VECTOR == 2 && defined(__GNUC__) && !defined(__clang__)
@@ -76,6 +77,9 @@ namespace {
 using namespace cpu_simd;   // NOLINT: the vector vocabulary of this file
 using namespace cpu_tiles;  // NOLINT: the tile kernels shared with attention_cpu.cpp
 using namespace cpu_run;    // NOLINT: running the plan, shared with attention_cpu.cpp
+#if KVLAB_ISA_VECTOR >= 2
+using namespace cpu_tiles16;  // NOLINT: the 16-lane tile loops (avx512 copy)
+#endif
 
 constexpr int kTile = 32;              // rows per online-softmax step (one 32-token KIVI block)
 constexpr int kMaxScoreVecs = 8;       // query vectors per score pass
@@ -207,129 +211,6 @@ struct CodeRows {
 #endif
 };
 
-#if KVLAB_ISA_VECTOR >= 2
-// ---- 16-lane (zmm) score and value loops for code rows (the avx512 copy) ----
-//
-// ScoreRows / AccumulateChunk of attention_cpu_tiles.h with each 16-code
-// chunk in one zmm: half the FMAs, and 2-bit codes unpacked in 3 ops per 16
-// (Load16Z). Queries, accumulators and lane scales are the same arrays in
-// the same lane order, read 16 floats at a time.
-namespace zmm {
-
-inline __m256 Fold8(__m512 a) { return _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1)); }
-
-// raw[(n * T + r) * 8 ..] = lane-wise partial sums of q_n . K_r (as ScoreRows).
-template <int T, class L, int NQ, int R>
-KVLAB_ALWAYS_INLINE void ScoreRows16(const float* q, int d, const uint8_t* k, int64_t row_bytes, float* raw) {
-  __m512 acc[NQ * R];
-  for (__m512& a : acc) a = _mm512_setzero_ps();
-#pragma GCC unroll 8
-  for (int c = 0; c < d; c += 16) {
-    __m512 kz[R];
-    for (int r = 0; r < R; ++r) kz[r] = L::Load16Z(k + r * row_bytes, c);
-    for (int n = 0; n < NQ; ++n) {
-      const __m512 qz = _mm512_loadu_ps(q + n * d + c);
-      for (int r = 0; r < R; ++r) acc[n * R + r] = _mm512_fmadd_ps(kz[r], qz, acc[n * R + r]);
-    }
-  }
-  for (int n = 0; n < NQ; ++n) {
-    for (int r = 0; r < R; ++r) Store(raw + (n * T + r) * 8, Fold8(acc[n * R + r]));
-  }
-}
-
-// Rows per step: about 16 accumulators (of 32 registers).
-constexpr int ScoreRowsFor(int nq) { return std::min(8, std::max(1, 16 / nq)); }
-
-template <int T, class L, int NQ>
-void ScoreTile16(const float* q, int d, const uint8_t* k, int64_t row_bytes, int nrows, float* s, float* raw,
-               PrefetchStream* pf) {
-  constexpr int R = ScoreRowsFor(NQ);
-  int r = 0;
-  for (; r + R <= nrows; r += R) {
-    ScoreRows16<T, L, NQ, R>(q, d, k + r * row_bytes, row_bytes, raw + r * 8);
-    pf->Step();
-  }
-  for (; r < nrows; ++r) ScoreRows16<T, L, NQ, 1>(q, d, k + r * row_bytes, row_bytes, raw + r * 8);
-  for (int n = 0; n < NQ; ++n) {
-    for (int h = 0; h < nrows; h += 8) {
-      F8 rows[8];
-      for (int i = 0; i < 8; ++i) rows[i] = Load(raw + (n * T + h + i) * 8);
-      Store(s + n * T + h, HSum8(rows));
-    }
-  }
-}
-
-template <int T, class L>
-void ScoreTileAny16(int nq, const float* q, int d, const uint8_t* k, int64_t row_bytes, int nrows, float* s, float* raw,
-                  PrefetchStream* pf) {
-  switch (nq) {
-    case 1: return ScoreTile16<T, L, 1>(q, d, k, row_bytes, nrows, s, raw, pf);
-    case 2: return ScoreTile16<T, L, 2>(q, d, k, row_bytes, nrows, s, raw, pf);
-    case 3: return ScoreTile16<T, L, 3>(q, d, k, row_bytes, nrows, s, raw, pf);
-    case 4: return ScoreTile16<T, L, 4>(q, d, k, row_bytes, nrows, s, raw, pf);
-    case 5: return ScoreTile16<T, L, 5>(q, d, k, row_bytes, nrows, s, raw, pf);
-    case 6: return ScoreTile16<T, L, 6>(q, d, k, row_bytes, nrows, s, raw, pf);
-    case 7: return ScoreTile16<T, L, 7>(q, d, k, row_bytes, nrows, s, raw, pf);
-    default: return ScoreTile16<T, L, 8>(q, d, k, row_bytes, nrows, s, raw, pf);
-  }
-}
-
-// acc_n[c .. c + 16C) += sum_r w_n(r, g) V_r[c .. c + 16C), then the code
-// rows' epilogue (AccumulateChunk with Enc = true).
-template <class L, int NV, int C>
-KVLAB_ALWAYS_INLINE void AccumulateChunk16(const float* w, int wstride, int ng, int vgroup, const uint8_t* v,
-                                         int64_t row_bytes, int nrows, int c, int d, float* acc,
-                                         const ValueEpilogue& ep) {
-  __m512 a[NV][C];
-  int g[C];
-  for (int cc = 0; cc < C; ++cc) g[cc] = (c + 16 * cc) / vgroup;
-  for (auto& an : a) {
-    for (__m512& x : an) x = _mm512_setzero_ps();
-  }
-#pragma GCC unroll 4
-  for (int r = 0; r < nrows; ++r) {
-    for (int cc = 0; cc < C; ++cc) {
-      const __m512 vz = L::Load16Z(v + r * row_bytes, c + 16 * cc);
-      for (int n = 0; n < NV; ++n) {
-        a[n][cc] = _mm512_fmadd_ps(_mm512_set1_ps(w[n * wstride + r * ng + g[cc]]), vz, a[n][cc]);
-      }
-    }
-  }
-  const __m512 lane_scale = _mm512_loadu_ps(ep.lane_scale);
-  for (int n = 0; n < NV; ++n) {
-    for (int cc = 0; cc < C; ++cc) {
-      float* dst = acc + n * d + c + 16 * cc;
-      const __m512 bias = _mm512_set1_ps(-ep.mid * ep.wsum[n * ng + g[cc]]);
-      _mm512_storeu_ps(dst, _mm512_fmadd_ps(a[n][cc], lane_scale, _mm512_add_ps(_mm512_loadu_ps(dst), bias)));
-    }
-  }
-}
-
-template <class L, int NV>
-void AccumulateTile16(const float* w, int wstride, int ng, int vgroup, const uint8_t* v, int64_t row_bytes, int nrows,
-                    int d, float* acc, const ValueEpilogue& ep, PrefetchStream* pf) {
-  constexpr int C = NV == 1 ? 8 : NV == 2 ? 4 : 2;  // 8 accumulators at least
-  int c = 0;
-  for (; c + 16 * C <= d; c += 16 * C) {
-    AccumulateChunk16<L, NV, C>(w, wstride, ng, vgroup, v, row_bytes, nrows, c, d, acc, ep);
-    pf->Step();
-  }
-  for (; c < d; c += 16) AccumulateChunk16<L, NV, 1>(w, wstride, ng, vgroup, v, row_bytes, nrows, c, d, acc, ep);
-}
-
-template <class L>
-void AccumulateTileAny16(int nv, const float* w, int wstride, int ng, int vgroup, const uint8_t* v, int64_t row_bytes,
-                       int nrows, int d, float* acc, const ValueEpilogue& ep, PrefetchStream* pf) {
-  switch (nv) {
-    case 1: return AccumulateTile16<L, 1>(w, wstride, ng, vgroup, v, row_bytes, nrows, d, acc, ep, pf);
-    case 2: return AccumulateTile16<L, 2>(w, wstride, ng, vgroup, v, row_bytes, nrows, d, acc, ep, pf);
-    case 3: return AccumulateTile16<L, 3>(w, wstride, ng, vgroup, v, row_bytes, nrows, d, acc, ep, pf);
-    default: return AccumulateTile16<L, 4>(w, wstride, ng, vgroup, v, row_bytes, nrows, d, acc, ep, pf);
-  }
-}
-
-}  // namespace zmm
-#endif
 
 // 16 fp16 (a chunk of per-channel key scales or zeros) in the lane order of DT.
 template <DType DT>
@@ -566,7 +447,7 @@ void EncodedBlock(const Shape& sh, int nq, const uint8_t* blk, int64_t slot0, in
     const uint8_t* kp = kc + t0 * sh.code_row_bytes;
     for (int n0 = 0; n0 < nq; n0 += kMaxScoreVecs) {
 #if KVLAB_ISA_VECTOR >= 2
-      zmm::ScoreTileAny16<kTile, L>(
+      ScoreTileAny16<kTile, L>(
 #else
       ScoreTileAny<kTile, L>(
 #endif
@@ -586,7 +467,7 @@ void EncodedBlock(const Shape& sh, int nq, const uint8_t* blk, int64_t slot0, in
     for (int n0 = 0; n0 < nq; n0 += kMaxValueVecs) {
       const ValueEpilogue ep{lane_scale, sc->wsum.data() + static_cast<size_t>(n0) * sh.ng, L::kMid};
 #if KVLAB_ISA_VECTOR >= 2
-      zmm::AccumulateTileAny16<L>(
+      AccumulateTileAny16<L, true>(
 #else
       AccumulateTileAny<L, true>(
 #endif

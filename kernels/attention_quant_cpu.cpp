@@ -41,6 +41,7 @@
 #include "kernels/attention_cpu_run.h"
 #include "kernels/attention_cpu_simd.h"
 #include "kernels/attention_cpu_tiles.h"
+#include "kernels/attention_cpu_tiles16.h"
 
 namespace kvlab {
 namespace KVLAB_ISA_NS {
@@ -49,6 +50,9 @@ namespace {
 using namespace cpu_simd;   // NOLINT: the vector vocabulary of this file
 using namespace cpu_tiles;  // NOLINT: the tile kernels shared with attention_cpu.cpp
 using namespace cpu_run;    // NOLINT: running the plan, shared with attention_cpu.cpp
+#if KVLAB_ISA_VECTOR >= 2
+using namespace cpu_tiles16;  // NOLINT: the 16-lane tile loops (avx512 copy)
+#endif
 
 constexpr int kTile = 16;              // rows per online-softmax step (one 16-token block)
 constexpr int kMaxScoreVecs = 8;       // query vectors per score pass
@@ -112,6 +116,23 @@ struct CodeRows8 {
     *hi = Load(f + 8);
 #endif
   }
+
+#if KVLAB_ISA_VECTOR >= 2
+  // The 16 lanes of Load16 in one zmm (attention_cpu_tiles16.h): the bytes
+  // put in lane order first (even, then odd, for bf16), then int8 widened and
+  // converted, fp8 widened to its fp16 pattern and converted (3-5 ops per 16).
+  static KVLAB_ALWAYS_INLINE __m512 Load16Z(const uint8_t* row, int c) {
+    __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + c));
+    if constexpr (kEvenOdd) x = _mm_shuffle_epi8(x, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+    if constexpr (KIND == EncodingKind::kInt8) {
+      return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(x));
+    } else {
+      const __m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(x), 7),
+                                         _mm256_set1_epi16(static_cast<int16_t>(0xBF80)));
+      return _mm512_cvtph_ps(h);
+    }
+  }
+#endif
 };
 
 struct Shape {
@@ -177,9 +198,13 @@ void EncodedBlock(const Shape& sh, int nq, const uint8_t* blk, int64_t slot0, in
   for (int t0 = 0; t0 < rows; t0 += kTile) {
     const int nrows = std::min(kTile, rows - t0);
     for (int n0 = 0; n0 < nq; n0 += kMaxScoreVecs) {
-      ScoreTileAny<kTile, L>(std::min(kMaxScoreVecs, nq - n0), sc->q.data() + static_cast<size_t>(n0) * d, d,
-                             kc + static_cast<int64_t>(t0) * d, d, nrows, sc->s.data() + n0 * kTile, sc->raw.data(),
-                             pf);
+#if KVLAB_ISA_VECTOR >= 2
+      ScoreTileAny16<kTile, L>(
+#else
+      ScoreTileAny<kTile, L>(
+#endif
+          std::min(kMaxScoreVecs, nq - n0), sc->q.data() + static_cast<size_t>(n0) * d, d,
+          kc + static_cast<int64_t>(t0) * d, d, nrows, sc->s.data() + n0 * kTile, sc->raw.data(), pf);
     }
     RowScales(sh, ks, t0, nrows, L::kFactor, rs);
     ScaleRows(nq, rs, sc->s.data());
@@ -190,9 +215,13 @@ void EncodedBlock(const Shape& sh, int nq, const uint8_t* blk, int64_t slot0, in
     RowScales(sh, vs, t0, nrows, L::kFactor, rs);
     ScaleRows(nq, rs, sc->s.data());
     for (int n0 = 0; n0 < nq; n0 += kMaxValueVecs) {
-      AccumulateTileAny<L, false>(std::min(kMaxValueVecs, nq - n0), sc->s.data() + n0 * kTile, kTile, 1, d,
-                                  vc + static_cast<int64_t>(t0) * d, d, nrows, d,
-                                  sc->acc.data() + static_cast<size_t>(n0) * d, ValueEpilogue{}, pf);
+#if KVLAB_ISA_VECTOR >= 2
+      AccumulateTileAny16<L, false>(
+#else
+      AccumulateTileAny<L, false>(
+#endif
+          std::min(kMaxValueVecs, nq - n0), sc->s.data() + n0 * kTile, kTile, 1, d, vc + static_cast<int64_t>(t0) * d,
+          d, nrows, d, sc->acc.data() + static_cast<size_t>(n0) * d, ValueEpilogue{}, pf);
     }
   }
 }
