@@ -26,9 +26,9 @@
 // multiply-adds per instruction, at a stated error (on the avx512 path with
 // VNNI, vpdpbusd for the scores: 4 instructions per row and vector instead of 8).
 // The avx512 copy runs the encoded blocks' score and value loops 16 lanes wide
-// (ScoreRows16, AccumulateChunk16, CodeRows::Load16Z): half the FMAs, 2-bit
-// codes unpacked in a masked broadcast and an unsigned convert; 1.23x faster
-// at 16K on an AVX-512 Xeon (docs/performance.md).
+// (attention_cpu_tiles16.h with CodeRows::Load16Z): half the FMAs, 2-bit codes
+// unpacked in a masked broadcast and an unsigned convert; 1.23x faster at 16K
+// on an AVX-512 Xeon (docs/performance.md).
 #include "kernels/attention_kivi_cpu.h"
 
 #include <omp.h>
