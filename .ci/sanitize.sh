@@ -13,7 +13,8 @@
 # on a 2-core host shared with other builds, the first build took 84 min (the
 # 17 torch-free test programs 50, the kvlab binary 24, the libtorch test
 # programs 10), the tests of the torch-free programs (683 cases) 15 min with
-# JOBS=2, cli_test and sweep_lock_test 2.5 min. With ccache
+# JOBS=2, cli_test and sweep_lock_test 2.5 min; a later whole run (1,010
+# tests) took 77 min to build (beside other work) and 14 min to test. With ccache
 # (CMAKE_CXX_COMPILER_LAUNCHER=ccache) a rebuild after a small change takes
 # minutes. The summary's last line gives each run's timings.
 #
