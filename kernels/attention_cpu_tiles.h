@@ -6,6 +6,10 @@
 // loader L, which gives channels [c, c + 16) of a row as two F8 in the lane
 // order of Storage<DT>::Load16 (plain rows: PlainRows below) and says how
 // many rows and accumulators a score step takes (ScoreRows, ScoreSplit).
+// In the avx512 copy, a loader that also has Load16Z (the 16 lanes in one
+// zmm: KIVI's and quant's code rows) gets 16-lane score and value loops
+// (ScoreRows16, AccumulateChunk16): half the FMAs, the same arrays in the
+// same lane order, so the rest of a kernel is shared.
 // Internal to kernels/; everything here is inline.
 #pragma once
 
@@ -34,6 +38,7 @@ struct PlainRows {
   // accumulator per (vector, row) pair.
   static constexpr int ScoreRows(int nq) { return nq >= 8 ? 1 : 8 / nq; }
   static constexpr int ScoreSplit(int) { return 1; }
+  static constexpr bool kWide = false;  // no Load16Z: 8-lane loops on every path
 };
 
 // ---- software prefetch ----
@@ -99,19 +104,80 @@ KVLAB_ALWAYS_INLINE void ScoreRows(const float* q, int d, const uint8_t* k, int6
   }
 }
 
+// Whether L runs 16 lanes wide here: L::kWide, true for loaders with Load16Z
+// in the avx512 copy.
+template <class L>
+inline constexpr bool kWideRows = KVLAB_ISA_VECTOR >= 2 && L::kWide;
+
+#if KVLAB_ISA_VECTOR >= 2
+#if defined(__GNUC__) && !defined(__clang__)
+// GCC 12's unmasked AVX-512 intrinsics pass _mm512_undefined_ps() as their
+// pass-through operand, which -W(maybe-)uninitialized reports wherever they
+// are inlined (GCC bug 105593, fixed in 13; as in page_bounds_cpu.cpp).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#define KVLAB_TILES_DIAGNOSTICS 1
+#endif
+
+inline __m256 Fold8(__m512 a) { return _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1)); }
+
+// raw[(n * T + r) * 8 ..] = lane-wise partial sums of q_n . K_r (ScoreRows).
+template <int T, class L, int NQ, int R>
+KVLAB_ALWAYS_INLINE void ScoreRows16(const float* q, int d, const uint8_t* k, int64_t row_bytes, float* raw) {
+  __m512 acc[NQ * R];
+  for (__m512& a : acc) a = _mm512_setzero_ps();
+#pragma GCC unroll 8
+  for (int c = 0; c < d; c += 16) {
+    __m512 kz[R];
+    for (int r = 0; r < R; ++r) kz[r] = L::Load16Z(k + r * row_bytes, c);
+    for (int n = 0; n < NQ; ++n) {
+      const __m512 qz = _mm512_loadu_ps(q + n * d + c);
+      for (int r = 0; r < R; ++r) acc[n * R + r] = _mm512_fmadd_ps(kz[r], qz, acc[n * R + r]);
+    }
+  }
+  for (int n = 0; n < NQ; ++n) {
+    for (int r = 0; r < R; ++r) Store(raw + (n * T + r) * 8, Fold8(acc[n * R + r]));
+  }
+}
+
+// Rows per score step: about 16 accumulators (of 32 registers).
+constexpr int ScoreRowsFor(int nq) { return std::min(8, std::max(1, 16 / nq)); }
+
+#endif
+
+// Rows per score step, and the step itself at L's width.
+template <class L>
+constexpr int ScoreStepRows(int nq) {
+#if KVLAB_ISA_VECTOR >= 2
+  if constexpr (kWideRows<L>) return ScoreRowsFor(nq);
+#endif
+  return L::ScoreRows(nq);
+}
+template <int T, class L, int NQ, int R, int S>
+KVLAB_ALWAYS_INLINE void ScoreStep(const float* q, int d, const uint8_t* k, int64_t row_bytes, float* raw) {
+#if KVLAB_ISA_VECTOR >= 2
+  if constexpr (kWideRows<L>) {
+    ScoreRows16<T, L, NQ, R>(q, d, k, row_bytes, raw);
+    return;
+  }
+#endif
+  ScoreRows<T, L, NQ, R, S>(q, d, k, row_bytes, raw);
+}
+
 // s[n * T + r] = q_n . K_r for r < nrows (entries past nrows are stale;
 // MaskTile overwrites them).
 template <int T, class L, int NQ>
 void ScoreTile(const float* q, int d, const uint8_t* k, int64_t row_bytes, int nrows, float* s, float* raw,
                PrefetchStream* pf) {
-  constexpr int R = L::ScoreRows(NQ);
+  constexpr int R = ScoreStepRows<L>(NQ);
   constexpr int S = L::ScoreSplit(NQ);
   int r = 0;
   for (; r + R <= nrows; r += R) {
-    ScoreRows<T, L, NQ, R, S>(q, d, k + r * row_bytes, row_bytes, raw + r * 8);
+    ScoreStep<T, L, NQ, R, S>(q, d, k + r * row_bytes, row_bytes, raw + r * 8);
     pf->Step();
   }
-  for (; r < nrows; ++r) ScoreRows<T, L, NQ, 1, 2>(q, d, k + r * row_bytes, row_bytes, raw + r * 8);
+  for (; r < nrows; ++r) ScoreStep<T, L, NQ, 1, 2>(q, d, k + r * row_bytes, row_bytes, raw + r * 8);
   for (int n = 0; n < NQ; ++n) {
     for (int h = 0; h < nrows; h += 8) {
       F8 rows[8];
@@ -199,16 +265,71 @@ KVLAB_ALWAYS_INLINE void AccumulateChunk(const float* w, int wstride, int ng, in
   }
 }
 
+#if KVLAB_ISA_VECTOR >= 2
+// acc_n[c .. c + 16C) += sum_r w_n(r, g) V_r[c .. c + 16C) (AccumulateChunk:
+// Enc, code rows with their value groups and epilogue; !Enc, one weight per
+// row, w_n(r) = w[n * wstride + r], added straight into acc).
+template <class L, int NV, int C, bool Enc>
+KVLAB_ALWAYS_INLINE void AccumulateChunk16(const float* w, int wstride, int ng, int vgroup, const uint8_t* v,
+                                           int64_t row_bytes, int nrows, int c, int d, float* acc,
+                                           const ValueEpilogue& ep) {
+  __m512 a[NV][C];
+  int g[C];
+  for (int cc = 0; cc < C; ++cc) g[cc] = Enc ? (c + 16 * cc) / vgroup : 0;
+  for (int n = 0; n < NV; ++n) {
+    for (int cc = 0; cc < C; ++cc) a[n][cc] = Enc ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + n * d + c + 16 * cc);
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < nrows; ++r) {
+    for (int cc = 0; cc < C; ++cc) {
+      const __m512 vz = L::Load16Z(v + r * row_bytes, c + 16 * cc);
+      for (int n = 0; n < NV; ++n) {
+        const float wr = Enc ? w[n * wstride + r * ng + g[cc]] : w[n * wstride + r];
+        a[n][cc] = _mm512_fmadd_ps(_mm512_set1_ps(wr), vz, a[n][cc]);
+      }
+    }
+  }
+  for (int n = 0; n < NV; ++n) {
+    for (int cc = 0; cc < C; ++cc) {
+      float* dst = acc + n * d + c + 16 * cc;
+      if constexpr (Enc) {
+        const __m512 bias = _mm512_set1_ps(-ep.mid * ep.wsum[n * ng + g[cc]]);
+        _mm512_storeu_ps(dst, _mm512_fmadd_ps(a[n][cc], _mm512_loadu_ps(ep.lane_scale),
+                                              _mm512_add_ps(_mm512_loadu_ps(dst), bias)));
+      } else {
+        _mm512_storeu_ps(dst, a[n][cc]);
+      }
+    }
+  }
+}
+
+#endif
+
+// One chunk step at L's width.
+template <class L, int NV, int C, bool Enc>
+KVLAB_ALWAYS_INLINE void AccumulateStep(const float* w, int wstride, int ng, int vgroup, const uint8_t* v,
+                                        int64_t row_bytes, int nrows, int c, int d, float* acc,
+                                        const ValueEpilogue& ep) {
+#if KVLAB_ISA_VECTOR >= 2
+  if constexpr (kWideRows<L>) {
+    AccumulateChunk16<L, NV, C, Enc>(w, wstride, ng, vgroup, v, row_bytes, nrows, c, d, acc, ep);
+    return;
+  }
+#endif
+  AccumulateChunk<L, NV, C, Enc>(w, wstride, ng, vgroup, v, row_bytes, nrows, c, d, acc, ep);
+}
+
 template <class L, bool Enc, int NV>
 void AccumulateTile(const float* w, int wstride, int ng, int vgroup, const uint8_t* v, int64_t row_bytes, int nrows,
                     int d, float* acc, const ValueEpilogue& ep, PrefetchStream* pf) {
-  constexpr int C = NV == 1 ? 4 : NV == 2 ? 2 : 1;  // about 8 accumulators
+  // About 8 accumulators (8 zmm ones at least on the 16-lane loops).
+  constexpr int C = (NV == 1 ? 4 : NV == 2 ? 2 : 1) * (kWideRows<L> ? 2 : 1);
   int c = 0;
   for (; c + 16 * C <= d; c += 16 * C) {
-    AccumulateChunk<L, NV, C, Enc>(w, wstride, ng, vgroup, v, row_bytes, nrows, c, d, acc, ep);
+    AccumulateStep<L, NV, C, Enc>(w, wstride, ng, vgroup, v, row_bytes, nrows, c, d, acc, ep);
     pf->Step();
   }
-  for (; c < d; c += 16) AccumulateChunk<L, NV, 1, Enc>(w, wstride, ng, vgroup, v, row_bytes, nrows, c, d, acc, ep);
+  for (; c < d; c += 16) AccumulateStep<L, NV, 1, Enc>(w, wstride, ng, vgroup, v, row_bytes, nrows, c, d, acc, ep);
 }
 
 template <class L, bool Enc>
@@ -281,3 +402,8 @@ void SoftmaxTile(int nq, int nrows, int64_t slot0, const int64_t* limit, int d, 
 }  // namespace cpu_tiles
 }  // namespace KVLAB_ISA_NS
 }  // namespace kvlab
+
+#ifdef KVLAB_TILES_DIAGNOSTICS
+#pragma GCC diagnostic pop
+#undef KVLAB_TILES_DIAGNOSTICS
+#endif

@@ -26,7 +26,7 @@
 // multiply-adds per instruction, at a stated error (on the avx512 path with
 // VNNI, vpdpbusd for the scores: 4 instructions per row and vector instead of 8).
 // The avx512 copy runs the encoded blocks' score and value loops 16 lanes wide
-// (attention_cpu_tiles16.h with CodeRows::Load16Z): half the FMAs, 2-bit codes
+// (attention_cpu_tiles.h's 16-lane loops, CodeRows::Load16Z): half the FMAs, 2-bit codes
 // unpacked in a masked broadcast and an unsigned convert; 1.23x faster at 16K
 // on an AVX-512 Xeon (docs/performance.md).
 #include "kernels/attention_kivi_cpu.h"
@@ -57,19 +57,8 @@
 #include "kernels/attention_cpu_run.h"
 #include "kernels/attention_cpu_simd.h"
 #include "kernels/attention_cpu_tiles.h"
-#include "kernels/attention_cpu_tiles16.h"
 #include "kernels/attention_kivi_int8.h"
 #include "kernels/attention_kivi_rows.h"
-
-#if KVLAB_ISA_VECTOR == 2 && defined(__GNUC__) && !defined(__clang__)
-// GCC 12's unmasked AVX-512 intrinsics pass _mm512_undefined_ps() as their
-// pass-through operand, which -W(maybe-)uninitialized reports wherever they
-// are inlined (GCC bug 105593, fixed in 13; as in page_bounds_cpu.cpp).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#define KVLAB_KIVI_DIAGNOSTICS 1
-#endif
 
 namespace kvlab {
 namespace KVLAB_ISA_NS {
@@ -78,9 +67,6 @@ namespace {
 using namespace cpu_simd;   // NOLINT: the vector vocabulary of this file
 using namespace cpu_tiles;  // NOLINT: the tile kernels shared with attention_cpu.cpp
 using namespace cpu_run;    // NOLINT: running the plan, shared with attention_cpu.cpp
-#if KVLAB_ISA_VECTOR >= 2
-using namespace cpu_tiles16;  // NOLINT: the 16-lane tile loops (avx512 copy)
-#endif
 using namespace cpu_kivi_rows;  // NOLINT: CodeRows, LoadHalf16
 
 constexpr int kTile = 32;              // rows per online-softmax step (one 32-token KIVI block)
@@ -297,11 +283,7 @@ void EncodedBlock(const Shape& sh, int nq, const uint8_t* blk, int64_t slot0, in
     const int nrows = std::min(kTile, rows - t0);
     const uint8_t* kp = kc + t0 * sh.code_row_bytes;
     for (int n0 = 0; n0 < nq; n0 += kMaxScoreVecs) {
-#if KVLAB_ISA_VECTOR >= 2
-      ScoreTileAny16<kTile, L>(
-#else
       ScoreTileAny<kTile, L>(
-#endif
           std::min(kMaxScoreVecs, nq - n0), sc->qk.data() + static_cast<size_t>(n0) * d, d, kp, sh.code_row_bytes,
           nrows, sc->s.data() + n0 * kTile, sc->raw.data(), pf);
     }
@@ -317,11 +299,7 @@ void EncodedBlock(const Shape& sh, int nq, const uint8_t* blk, int64_t slot0, in
     const uint8_t* vp = vc + t0 * sh.code_row_bytes;
     for (int n0 = 0; n0 < nq; n0 += kMaxValueVecs) {
       const ValueEpilogue ep{lane_scale, sc->wsum.data() + static_cast<size_t>(n0) * sh.ng, L::kMid};
-#if KVLAB_ISA_VECTOR >= 2
-      AccumulateTileAny16<L, true>(
-#else
       AccumulateTileAny<L, true>(
-#endif
           std::min(kMaxValueVecs, nq - n0), sc->w.data() + static_cast<size_t>(n0) * wstride, wstride, sh.ng, sh.G,
           vp, sh.code_row_bytes, nrows, d, sc->acc.data() + static_cast<size_t>(n0) * d, ep, pf);
     }
@@ -511,10 +489,5 @@ void PagedAttentionKiviCpu(const PagedKV& kv, const EncodedKV& enc, const Attent
 
 }  // namespace KVLAB_ISA_NS
 }  // namespace kvlab
-
-#ifdef KVLAB_KIVI_DIAGNOSTICS
-#pragma GCC diagnostic pop
-#undef KVLAB_KIVI_DIAGNOSTICS
-#endif
 
 #include "kernels/cpu_isa_end.h"

@@ -128,6 +128,7 @@ struct CodeRows {
 #endif
   }
 
+  static constexpr bool kWide = KVLAB_ISA_VECTOR >= 2;  // Load16Z below: the 16-lane tile loops
 #if KVLAB_ISA_VECTOR >= 2
   // The 16 lanes of Load16 in one zmm (lanes 0-7 = lo, 8-15 = hi): 2-bit, a
   // broadcast dword, one mask and an unsigned convert; 4-bit, one permute of

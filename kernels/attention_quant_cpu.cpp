@@ -41,7 +41,6 @@
 #include "kernels/attention_cpu_run.h"
 #include "kernels/attention_cpu_simd.h"
 #include "kernels/attention_cpu_tiles.h"
-#include "kernels/attention_cpu_tiles16.h"
 
 namespace kvlab {
 namespace KVLAB_ISA_NS {
@@ -50,9 +49,6 @@ namespace {
 using namespace cpu_simd;   // NOLINT: the vector vocabulary of this file
 using namespace cpu_tiles;  // NOLINT: the tile kernels shared with attention_cpu.cpp
 using namespace cpu_run;    // NOLINT: running the plan, shared with attention_cpu.cpp
-#if KVLAB_ISA_VECTOR >= 2
-using namespace cpu_tiles16;  // NOLINT: the 16-lane tile loops (avx512 copy)
-#endif
 
 constexpr int kTile = 16;              // rows per online-softmax step (one 16-token block)
 constexpr int kMaxScoreVecs = 8;       // query vectors per score pass
@@ -117,8 +113,9 @@ struct CodeRows8 {
 #endif
   }
 
+  static constexpr bool kWide = KVLAB_ISA_VECTOR >= 2;  // Load16Z below: the 16-lane tile loops
 #if KVLAB_ISA_VECTOR >= 2
-  // The 16 lanes of Load16 in one zmm (attention_cpu_tiles16.h): the bytes
+  // The 16 lanes of Load16 in one zmm (attention_cpu_tiles.h's 16-lane loops): the bytes
   // put in lane order first (even, then odd, for bf16), then int8 widened and
   // converted, fp8 widened to its fp16 pattern and converted (3-5 ops per 16).
   static KVLAB_ALWAYS_INLINE __m512 Load16Z(const uint8_t* row, int c) {
@@ -198,11 +195,7 @@ void EncodedBlock(const Shape& sh, int nq, const uint8_t* blk, int64_t slot0, in
   for (int t0 = 0; t0 < rows; t0 += kTile) {
     const int nrows = std::min(kTile, rows - t0);
     for (int n0 = 0; n0 < nq; n0 += kMaxScoreVecs) {
-#if KVLAB_ISA_VECTOR >= 2
-      ScoreTileAny16<kTile, L>(
-#else
       ScoreTileAny<kTile, L>(
-#endif
           std::min(kMaxScoreVecs, nq - n0), sc->q.data() + static_cast<size_t>(n0) * d, d,
           kc + static_cast<int64_t>(t0) * d, d, nrows, sc->s.data() + n0 * kTile, sc->raw.data(), pf);
     }
@@ -215,11 +208,7 @@ void EncodedBlock(const Shape& sh, int nq, const uint8_t* blk, int64_t slot0, in
     RowScales(sh, vs, t0, nrows, L::kFactor, rs);
     ScaleRows(nq, rs, sc->s.data());
     for (int n0 = 0; n0 < nq; n0 += kMaxValueVecs) {
-#if KVLAB_ISA_VECTOR >= 2
-      AccumulateTileAny16<L, false>(
-#else
       AccumulateTileAny<L, false>(
-#endif
           std::min(kMaxValueVecs, nq - n0), sc->s.data() + n0 * kTile, kTile, 1, d, vc + static_cast<int64_t>(t0) * d,
           d, nrows, d, sc->acc.data() + static_cast<size_t>(n0) * d, ValueEpilogue{}, pf);
     }
