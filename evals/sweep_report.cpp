@@ -267,10 +267,7 @@ Status WriteReports(const std::string& dir, std::string* summary) {
           << Fmt(Mem(r, "kv_bytes_reserved"), "%.0f") << "," << Fmt(d.reserved_ratio) << ","
           << Fmt(Mem(r, "peak_device_bytes"), "%.0f") << "," << Fmt(Mem(r, "kv_read_bytes_per_step"), "%.0f") << ","
           << Fmt(Mem(r, "kv_read_ratio")) << "," << Fmt(d.read_ratio) << ","
-          << (r.contains("run_blocks") && r["run_blocks"].is_number_integer()
-                  ? std::to_string(r["run_blocks"].get<int64_t>())
-                  : std::string())
-          << "," << Fmt(Mem(r, "peak_kv_bytes_run_reserve"), "%.0f") << "\n";
+          << Fmt(Num(r, "run_blocks"), "%.0f") << "," << Fmt(Mem(r, "peak_kv_bytes_run_reserve"), "%.0f") << "\n";
     }
     if (!csv) return Status::IOError(dir + "/results.csv: cannot write");
   }

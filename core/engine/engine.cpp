@@ -48,10 +48,7 @@ Status WindowOverride(const EngineOptions& options, int64_t num_layers) {
 Status MakeModel(const EngineOptions& options, std::unique_ptr<LlamaModel>* out) {
   ModelConfig preset;
   if (PresetConfig(options.model, &preset).ok()) {
-    if (options.num_layers > 0) preset.num_hidden_layers = std::min<int64_t>(preset.num_hidden_layers, options.num_layers);
-    if (preset.layer_sliding_window.size() > static_cast<size_t>(preset.num_hidden_layers)) {
-      preset.layer_sliding_window.resize(static_cast<size_t>(preset.num_hidden_layers));
-    }
+    if (options.num_layers > 0) preset.KeepFirstLayers(options.num_layers);
     KVLAB_RETURN_IF_ERROR(WindowOverride(options, preset.num_hidden_layers));
     if (!options.layer_sliding_window.empty()) preset.layer_sliding_window = options.layer_sliding_window;
     return LlamaModel::Random(preset, options.weight_seed, out);

@@ -7,6 +7,7 @@
 // calculator and `kvlab train` call it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -79,6 +80,14 @@ struct ModelConfig {
   // Channels of each head that RoPE rotates (head_dim unless partial_rotary_factor < 1).
   int64_t RotaryDim() const;
 
+  // Keeps the first n layers (n < num_hidden_layers; larger n keeps all) and
+  // their per-layer settings: `--layers` of a preset or of `kvlab init`.
+  void KeepFirstLayers(int64_t n) {
+    num_hidden_layers = std::min(num_hidden_layers, n);
+    if (layer_sliding_window.size() > static_cast<size_t>(num_hidden_layers)) {
+      layer_sliding_window.resize(static_cast<size_t>(num_hidden_layers));
+    }
+  }
   // Bytes of K and V per token over all layers: 2 * L * H_kv * d_h * bytes_per_elem.
   int64_t KVBytesPerToken(int bytes_per_elem) const;
   // Checks sizes and ratios; `source` (a file or "preset X") starts every message.

@@ -147,10 +147,7 @@ int RunInit(const InitArgs& a) {
       return Fail(Status::InvalidArgument("--layers: expected 1 to " + std::to_string(mc.num_hidden_layers) + " (" +
                                           a.model + "'s num_hidden_layers), got " + std::to_string(a.layers)));
     }
-    mc.num_hidden_layers = a.layers;
-    if (mc.layer_sliding_window.size() > static_cast<size_t>(a.layers)) {
-      mc.layer_sliding_window.resize(static_cast<size_t>(a.layers));
-    }
+    mc.KeepFirstLayers(a.layers);
   }
   if (s.ok()) s = WriteRandomCheckpoint(mc, a.seed, a.std, a.out, dtype);
   if (!s.ok()) return Fail(s);
