@@ -159,6 +159,16 @@ __device__ __forceinline__ void CpAsyncWait() {
 #endif
 }
 
+// CpAsyncWait with a run-time count in [0, 3] (a pipeline depth of 2 to 4).
+__device__ __forceinline__ void CpAsyncWaitPending(int n) {
+  switch (n) {
+    case 0: CpAsyncWait<0>(); break;
+    case 1: CpAsyncWait<1>(); break;
+    case 2: CpAsyncWait<2>(); break;
+    default: CpAsyncWait<3>(); break;
+  }
+}
+
 // The CTA's dynamic shared memory (the launch's smem bytes, 16-byte aligned).
 __device__ __forceinline__ uint8_t* DynamicSmem() {
 #ifdef KVLAB_CUDA_EMULATION

@@ -196,9 +196,19 @@ cudaError_t PlanPagedDecode(const PagedDecodeShape& shape, const int64_t* stream
   const int tpr = shape.head_dim / vec;
   const int group = shape.num_qo_heads / shape.num_kv_heads;
   pl.heads_per_thread = group % 4 == 0 ? 4 : (group % 2 == 0 ? 2 : 1);
+  if (options.heads_per_thread != 0) {
+    const int h = options.heads_per_thread;
+    if ((h != 1 && h != 2 && h != 4) || group % h != 0) return cudaErrorInvalidValue;
+    pl.heads_per_thread = h;
+  }
   pl.head_slices = group / pl.heads_per_thread;
   const int slice_threads = std::max(32, kTargetSliceThreads / pl.head_slices / 32 * 32);
   pl.threads = pl.head_slices * slice_threads;
+  if (pl.threads > kMaxThreads) return cudaErrorNotSupported;
+  if (options.stages != 0) {
+    if (options.stages < 2 || options.stages > detail::kMaxStages) return cudaErrorInvalidValue;
+    pl.stages = options.stages;
+  }
   const int rows = slice_threads / tpr;
   pl.tile_tokens = rows * kRowsPerThread;
   pl.enc_tile_blocks = EncTileBlocks(shape, PlainStageBytes(shape, pl.tile_tokens));
@@ -206,7 +216,7 @@ cudaError_t PlanPagedDecode(const PagedDecodeShape& shape, const int64_t* stream
   const int64_t part = static_cast<int64_t>(pl.head_slices) *
                        std::max(pl.tile_tokens, pl.enc_tile_blocks * shape.enc_tokens_per_block) * 4;
   const int64_t merge = static_cast<int64_t>(pl.threads / tpr) * pl.heads_per_thread * (shape.head_dim + 2) * 4;
-  pl.smem_bytes = RoundUp(std::max(2 * stage + part, merge), 16);
+  pl.smem_bytes = RoundUp(std::max(pl.stages * stage + part, merge), 16);
 
   // Split size.
   int64_t max_len = 0;
@@ -243,6 +253,7 @@ cudaError_t PlanPagedDecode(const PagedDecodeShape& shape, const int64_t* stream
         if (per_sm <= 0) return cudaErrorNotSupported;  // does not fit on an SM
       }
     }
+    pl.ctas_per_sm = per_sm;
     const int64_t slots = static_cast<int64_t>(num_sms) * per_sm;  // CTAs resident at once: one wave
     if (max_len > kMinChunkTokens) {
       // Model: CTAs of one wave run side by side and a CTA's time is its
@@ -438,10 +449,12 @@ cudaError_t PagedDecode(const PagedDecodePlan& plan, const PagedKV& kv, const En
   a.chunk = plan.chunk_tokens;
   a.max_splits = plan.max_splits;
   a.stage_bytes = StageBytes(sh, plan.tile_tokens, plan.enc_tile_blocks);
+  a.stages = plan.stages;
   a.part_stride = std::max(plan.tile_tokens, plan.enc_tile_blocks * sh.enc_tokens_per_block);
   a.scale_log2 = p.sm_scale * kLog2e;
   a.slot_pass = 0;
-  if (a.rows * kRowsPerThread != a.tile || a.rows <= 0 || 2 * a.stage_bytes + a.head_slices * a.part_stride * 4 > plan.smem_bytes) {
+  if (a.rows * kRowsPerThread != a.tile || a.rows <= 0 || a.stages < 2 || a.stages > detail::kMaxStages ||
+      a.stages * a.stage_bytes + a.head_slices * a.part_stride * 4 > plan.smem_bytes) {
     return cudaErrorInvalidValue;  // the plan was edited by hand
   }
 

@@ -39,7 +39,15 @@ struct PagedDecodeOptions {
   int num_sms = 0;           // 0: read from the current device
   int ctas_per_sm = 0;       // 0: the kernel's occupancy on the current device
   int force_chunk_tokens = 0;  // > 0: use this split size (rounded up to the granule); tests
+  // Launch shape overrides (tuning, tests); 0: the default. heads_per_thread
+  // must be 1, 2 or 4 and divide the GQA group; stages is the cp.async
+  // pipeline depth, 2 to 4.
+  int heads_per_thread = 0;
+  int stages = 0;
 };
+
+// The default pipeline depth.
+constexpr int kPagedDecodeDefaultStages = 2;
 
 // The launch configuration of one step. Plain data; cheap to copy.
 struct PagedDecodePlan {
@@ -49,7 +57,9 @@ struct PagedDecodePlan {
   int threads = 128;         // CTA size
   int tile_tokens = 32;      // plain tokens per pipeline stage
   int enc_tile_blocks = 1;   // encoded blocks per pipeline stage (KIVI: 1; int8 / fp8: enough to fill a stage)
+  int stages = kPagedDecodeDefaultStages;  // cp.async pipeline depth (tiles in shared memory)
   int64_t smem_bytes = 0;    // dynamic shared memory of the decode kernel
+  int ctas_per_sm = 0;       // the occupancy the split size was planned for (0 with force_chunk_tokens)
   int chunk_tokens = 0;      // tokens per split (the last split also takes any excess)
   int max_splits = 1;        // splits per stream (grid = num_streams * max_splits)
   int64_t workspace_bytes = 0;

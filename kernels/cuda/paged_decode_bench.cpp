@@ -150,7 +150,10 @@ int64_t CallsFor(double kv_bytes) {
 }
 
 // One layer's decode for `batch` sequences of `ctx` tokens each.
-void BM_PagedDecode(benchmark::State& state, int batch, int ctx, Format fmt) {
+// `opts`: the plan's launch-shape overrides (BM_PagedDecodeTune); the
+// default family passes none, and records its times for time_vs_bf16.
+void BM_PagedDecode(benchmark::State& state, int batch, int ctx, Format fmt,
+                    const cuda::PagedDecodeOptions& opts = cuda::PagedDecodeOptions(), bool tune = false) {
   const int streams = batch * kHkv;
   const bool kivi = fmt == Format::kKivi2;
   const bool q8 = fmt == Format::kInt8 || fmt == Format::kFp8;
@@ -277,7 +280,7 @@ void BM_PagedDecode(benchmark::State& state, int batch, int ctx, Format fmt) {
   }
   std::vector<int64_t> stream_len(static_cast<size_t>(streams), ctx);
   cuda::PagedDecodePlan plan;
-  BENCH_CHECK(cuda::PlanPagedDecode(shape, stream_len.data(), cuda::PagedDecodeOptions(), &plan));
+  BENCH_CHECK(cuda::PlanPagedDecode(shape, stream_len.data(), opts, &plan));
   BENCH_CHECK(ws.Alloc(static_cast<size_t>(plan.workspace_bytes)));
 
   PagedKV kv;
@@ -342,8 +345,16 @@ void BM_PagedDecode(benchmark::State& state, int batch, int ctx, Format fmt) {
   }
   state.counters["splits"] = plan.max_splits;
   state.counters["ctas"] = static_cast<double>(streams) * plan.max_splits;
+  state.counters["ctas_per_sm"] = plan.ctas_per_sm;
+  state.counters["stages"] = plan.stages;
+  state.counters["heads_per_thread"] = plan.heads_per_thread;
+  state.counters["tile_tokens"] = plan.tile_tokens;
+  state.counters["smem_bytes"] = static_cast<double>(plan.smem_bytes);
   const double mean_s = calls > 0 ? total_s / static_cast<double>(calls) : 0.0;
-  if (fmt == Format::kBf16) {
+  if (tune) {
+    const auto it = g_bf16_seconds.find({batch, ctx});
+    if (it != g_bf16_seconds.end() && it->second > 0.0) state.counters["time_vs_default_bf16"] = mean_s / it->second;
+  } else if (fmt == Format::kBf16) {
     g_bf16_seconds[{batch, ctx}] = mean_s;
   } else {
     const auto it = g_bf16_seconds.find({batch, ctx});
@@ -391,6 +402,31 @@ int main(int argc, char** argv) {
             ->UseManualTime()
             ->Unit(benchmark::kMicrosecond)
             ->Iterations(kvlab::CallsFor(bf16_bytes));
+      }
+    }
+  }
+  // Launch-shape sweep (pipeline depth x heads per thread) at a few points,
+  // after the default family (time_vs_default_bf16: against its bf16 time).
+  for (int batch : {1, 16, 64}) {
+    const int ctx = 16384;
+    for (Format fmt : {Format::kBf16, Format::kInt8, Format::kKivi2}) {
+      for (int stages : {2, 3, 4}) {
+        for (int hpt : {4, 2, 1}) {
+          const std::string name = std::string("BM_PagedDecodeTune/") + kvlab::FormatName(fmt) + "/batch:" +
+                                   std::to_string(batch) + "/ctx:" + std::to_string(ctx) +
+                                   "/stages:" + std::to_string(stages) + "/hpt:" + std::to_string(hpt);
+          const double bf16_bytes = 2.0 * batch * kvlab::kHkv * static_cast<double>(ctx) * kvlab::kDim * 2;
+          kvlab::cuda::PagedDecodeOptions o;
+          o.stages = stages;
+          o.heads_per_thread = hpt;
+          benchmark::RegisterBenchmark(name.c_str(),
+                                       [batch, ctx, fmt, o](benchmark::State& st) {
+                                         kvlab::BM_PagedDecode(st, batch, ctx, fmt, o, true);
+                                       })
+              ->UseManualTime()
+              ->Unit(benchmark::kMicrosecond)
+              ->Iterations(kvlab::CallsFor(bf16_bytes));
+        }
       }
     }
   }

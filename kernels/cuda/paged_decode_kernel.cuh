@@ -5,7 +5,8 @@
 // Grid: one CTA per (stream, split); a stream is (sequence, KV head), so a CTA
 // serves ALL query heads of the KV head's group and reads each K/V row once.
 // A CTA walks its token range in tiles staged through shared memory by
-// cp.async (two stages: the next tile loads while this one is computed): the
+// cp.async (DecodeArgs::stages deep, 2 to kMaxStages: the next stages - 1
+// tiles load while this one is computed): the
 // stream's encoded blocks first (KIVI: a tile = one block; int8 / fp8: a tile
 // = several consecutive blocks of the stream; dequantised in registers), then
 // its plain blocks. Threads: head_slices x rows x TPR,
@@ -32,6 +33,7 @@ constexpr int kMinChunkTokens = 128;   // smallest split worth its combine
 constexpr int kChunkGranule = 64;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kMaxEncTileTokens = 256;  // int8 / fp8: most tokens of one encoded tile
+constexpr int kMaxStages = 4;           // pipeline depth bound (cp.async.wait_group takes an immediate)
 
 // What the encoded segment of a kernel instantiation can be (a template
 // parameter, so that plain / KIVI caches run exactly the kernel they ran
@@ -73,6 +75,7 @@ struct DecodeArgs : PageTableArgs<const uint8_t> {  // the plain segment's page 
   int head_slices, rows, tile;
   int chunk, max_splits;
   int64_t stage_bytes;
+  int stages;        // pipeline stages in shared memory (2..kMaxStages)
   int part_stride;  // floats per head slice in the slot_attn partial buffer
   float scale_log2;  // sm_scale * log2(e)
   int slot_pass;     // 0: attention, 1: slot_attn pass (needs lse)
@@ -481,16 +484,25 @@ __global__ void __launch_bounds__(kMaxThreads, 1) PagedDecodeKernel(const __grid
 #pragma unroll
     for (int e = 0; e < VEC; ++e) st.acc[j][e] = 0.0f;
   }
-  float* part = reinterpret_cast<float*>(smem + 2 * a.stage_bytes);
+  const int stages = a.stages;
+  float* part = reinterpret_cast<float*>(smem + stages * a.stage_bytes);
 
-  if (n_tiles > 0) loader.Load(0, smem);
-  CpAsyncCommit();
-  for (int i = 0; i < n_tiles; ++i) {
-    if (i + 1 < n_tiles) loader.Load(i + 1, smem + ((i + 1) & 1) * a.stage_bytes);
+  // Ring of `stages` buffers: tiles 0 .. stages - 2 in flight before the loop;
+  // iteration i issues tile i + stages - 1 into the buffer tile i - 1 used
+  // (free since the barrier that ended iteration i - 1), then waits for tile
+  // i. One commit group per tile (empty past the end), so "tile i is done" is
+  // "at most stages - 1 groups pending".
+  for (int k = 0; k + 1 < stages; ++k) {
+    if (k < n_tiles) loader.Load(k, smem + k * a.stage_bytes);
     CpAsyncCommit();
-    CpAsyncWait<1>();  // this thread's copies of tile i are done
-    __syncthreads();   // ... and everyone's
-    const uint8_t* stage = smem + (i & 1) * a.stage_bytes;
+  }
+  for (int i = 0; i < n_tiles; ++i) {
+    const int ahead = i + stages - 1;
+    if (ahead < n_tiles) loader.Load(ahead, smem + (ahead % stages) * a.stage_bytes);
+    CpAsyncCommit();
+    CpAsyncWaitPending(stages - 1);  // this thread's copies of tile i are done
+    __syncthreads();                 // ... and everyone's
+    const uint8_t* stage = smem + (i % stages) * a.stage_bytes;
     int64_t tok0;  // logical slot of the tile's row 0
     int nrows;
     float* hs_part = part + hs * a.part_stride;

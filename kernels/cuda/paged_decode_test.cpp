@@ -50,6 +50,9 @@ struct DecodeCase {
   // sees its last `window` slots, minus (s % 5) * window / 8 (different
   // starts per stream; 0 past the start of the stream).
   int window = 0;
+  // PagedDecodeOptions::stages / heads_per_thread (0: the plan's default).
+  int stages = 0;
+  int hpt = 0;
 };
 
 void PrintTo(const DecodeCase& c, std::ostream* os) { *os << c.name; }
@@ -454,6 +457,69 @@ std::vector<DecodeCase> DecodeCases() {
     c.slot_attn = true;
     add(c);
   }
+  // Pipeline depths and head splits other than the defaults: the same cases
+  // through 3- and 4-stage rings (a range of fewer tiles than stages, the
+  // ring wrapping many times) and through 1 or 2 heads per thread.
+  {
+    DecodeCase c;
+    c.name = "bf16_bs16_gqa4_d128_stages3_split";
+    c.dtype = DType::kBF16, c.block_size = 16, c.hq = 16, c.hkv = 4, c.d = 128;
+    c.lens = {1, 15, 33, 300, 2000};
+    c.force_chunk = 192;
+    c.expect_split = true;
+    c.slot_attn = true;
+    c.stages = 3;
+    add(c);
+  }
+  {
+    DecodeCase c;
+    c.name = "kivi2_bf16_bs16_gqa4_d128_stages4";
+    c.dtype = DType::kBF16, c.block_size = 16, c.hq = 16, c.hkv = 4, c.d = 128;
+    c.kivi_bits = 2, c.kivi_group = 32;
+    c.enc_blocks = {40, 3, 0, 10};
+    c.lens = {20, 5, 1, 33};
+    c.force_chunk = 256;
+    c.slot_attn = true;
+    c.stages = 4;
+    add(c);
+  }
+  {
+    DecodeCase c;
+    c.name = "int8_bf16_bs16_gqa4_d128_stages4_hpt2";
+    c.dtype = DType::kBF16, c.block_size = 16, c.hq = 16, c.hkv = 4, c.d = 128;
+    c.q8 = EncodingKind::kInt8;
+    c.enc_blocks = {40, 3, 0, 10};
+    c.lens = {20, 5, 1, 33};
+    c.force_chunk = 128;
+    c.expect_split = true;
+    c.slot_attn = true;
+    c.stages = 4;
+    c.hpt = 2;
+    add(c);
+  }
+  {
+    DecodeCase c;
+    c.name = "f16_bs16_gqa8_d128_hpt1_window1000";
+    c.dtype = DType::kF16, c.block_size = 16, c.hq = 32, c.hkv = 4, c.d = 128;
+    c.lens = {5000, 1234, 77, 257};
+    c.force_chunk = 512;
+    c.window = 1000;
+    c.slot_attn = true;
+    c.hpt = 1;
+    c.stages = 3;
+    add(c);
+  }
+  {
+    DecodeCase c;  // natural plan, 4 stages, 2 heads per thread
+    c.name = "fp8_bf16_bs16_gqa4_d128_stages4_hpt2_natural";
+    c.dtype = DType::kBF16, c.block_size = 16, c.hq = 8, c.hkv = 2, c.d = 128;
+    c.q8 = EncodingKind::kFp8;
+    c.lens = {7, 16};
+    c.enc_blocks = {300, 90};
+    c.stages = 4;
+    c.hpt = 2;
+    add(c);
+  }
   return cs;
 }
 
@@ -544,6 +610,8 @@ TEST_P(PagedDecodeCudaTest, MatchesReference) {
   }
   cuda::PagedDecodeOptions opt;
   opt.force_chunk_tokens = c.force_chunk;
+  opt.stages = c.stages;
+  opt.heads_per_thread = c.hpt;
   std::vector<int64_t> plan_len = total_len;
   for (int64_t& x : plan_len) x = std::max<int64_t>(1, x / c.stale_plan_divisor);
   cuda::PagedDecodePlan plan;
@@ -748,6 +816,47 @@ TEST(PagedDecodePlanTest, LayoutForLargeGroups) {
   ASSERT_EQ(cuda::PlanPagedDecode(sh, len.data(), H200Like(), &plan), cudaSuccess);
   EXPECT_EQ(plan.heads_per_thread, 1);
   EXPECT_EQ(plan.threads, 7 * 32);
+}
+
+TEST(PagedDecodePlanTest, StagesAndHeadsPerThreadOptions) {
+  const cuda::PagedDecodeShape sh = LlamaShape(4);
+  std::vector<int64_t> len(32, 4096);
+  cuda::PagedDecodePlan def, four, two_heads;
+  ASSERT_EQ(cuda::PlanPagedDecode(sh, len.data(), H200Like(), &def), cudaSuccess);
+  EXPECT_EQ(def.stages, cuda::kPagedDecodeDefaultStages);
+  cuda::PagedDecodeOptions o = H200Like();
+  o.stages = 4;
+  ASSERT_EQ(cuda::PlanPagedDecode(sh, len.data(), o, &four), cudaSuccess);
+  EXPECT_EQ(four.stages, 4);
+  const int64_t stage = 32 * 2 * 128 * 2;  // 32 bf16 tokens of K and V
+  EXPECT_EQ(four.smem_bytes - def.smem_bytes, (4 - def.stages) * stage);
+  o.stages = 0;
+  o.heads_per_thread = 2;
+  ASSERT_EQ(cuda::PlanPagedDecode(sh, len.data(), o, &two_heads), cudaSuccess);
+  EXPECT_EQ(two_heads.heads_per_thread, 2);
+  EXPECT_EQ(two_heads.head_slices, 2);
+  EXPECT_EQ(two_heads.threads, 128);
+  EXPECT_EQ(two_heads.tile_tokens, 16);  // 4 rows of 16 threads per slice x 4 rows each
+  cuda::PagedDecodePlan bad;
+  for (int stages : {1, 5, -1}) {
+    o = H200Like();
+    o.stages = stages;
+    EXPECT_EQ(cuda::PlanPagedDecode(sh, len.data(), o, &bad), cudaErrorInvalidValue) << stages;
+  }
+  for (int hpt : {3, 8, -2}) {
+    o = H200Like();
+    o.heads_per_thread = hpt;
+    EXPECT_EQ(cuda::PlanPagedDecode(sh, len.data(), o, &bad), cudaErrorInvalidValue) << hpt;
+  }
+  cuda::PagedDecodeShape g2 = sh;
+  g2.num_qo_heads = 16;  // group 2: 4 heads per thread do not divide it
+  o = H200Like();
+  o.heads_per_thread = 4;
+  EXPECT_EQ(cuda::PlanPagedDecode(g2, len.data(), o, &bad), cudaErrorInvalidValue);
+  cuda::PagedDecodeShape g16 = sh;
+  g16.num_qo_heads = 128;  // group 16 at one head per thread: 16 slices of 32 threads > 256
+  o.heads_per_thread = 1;
+  EXPECT_EQ(cuda::PlanPagedDecode(g16, len.data(), o, &bad), cudaErrorNotSupported);
 }
 
 TEST(PagedDecodePlanTest, RejectsUnsupportedShapes) {
