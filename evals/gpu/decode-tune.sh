@@ -3,7 +3,8 @@
 # paged_decode_bench as evals/gpu/device-check.sh does (KVLAB_CUDA_ONLY, the
 # same build directory), runs the test, then the benchmark's default bf16
 # points at 16K and BM_PagedDecodeTune (pipeline depth 2 / 3 / 4 x heads per
-# thread 4 / 2 / 1, bf16 / int8 / KIVI-2, batch 1 / 16 / 64 at 16K tokens).
+# thread 4 / 2 / 1, bf16 / int8 / KIVI-2, batch 1 / 16 / 64 at 16K tokens; and
+# bf16 on the tensor-core kernel, tc 1, at each depth).
 # Writes results/gpu/decode-tune.{json,log,txt} (and copies them to $OUT when
 # set). The table in docs/kernels.md ("Launch shape") comes from it.
 #
@@ -36,15 +37,15 @@ timeout 420 "$BUILD/paged_decode_bench" --benchmark_filter='BM_PagedDecode/bf16/
 python3 - "$RESULTS/decode-tune.json" >"$RESULTS/decode-tune.txt" <<'PY'
 import json, sys
 b = json.load(open(sys.argv[1]))
-print(f"{'format':>6} {'batch':>5} {'st':>2} {'hpt':>3} {'tile':>4} {'cta/sm':>6} {'us':>8} {'TB/s':>5} {'vs bf16 default':>15}")
+print(f"{'format':>6} {'batch':>5} {'tc':>2} {'st':>2} {'hpt':>3} {'tile':>4} {'cta/sm':>6} {'us':>8} {'TB/s':>5} {'vs bf16 default':>15}")
 for r in b["benchmarks"]:
     n = r["name"].split("/")
     if n[0] != "BM_PagedDecodeTune":
         continue
     if r.get("error_occurred"):
-        print(n[1], n[2], n[4], n[5], "ERROR", r.get("error_message"))
+        print(*n[1:], "ERROR", r.get("error_message"))
         continue
-    print(f"{n[1]:>6} {n[2].split(':')[1]:>5} {int(r['stages']):>2} {int(r['heads_per_thread']):>3} "
+    print(f"{n[1]:>6} {n[2].split(':')[1]:>5} {int(r.get('tensor_cores', 0)):>2} {int(r['stages']):>2} {int(r['heads_per_thread']):>3} "
           f"{int(r['tile_tokens']):>4} {int(r['ctas_per_sm']):>6} {r['real_time']:8.1f} "
           f"{r['kv_bytes_per_s'] / 1e12:5.2f} {r.get('time_vs_default_bf16', float('nan')):15.2f}")
 PY

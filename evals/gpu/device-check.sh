@@ -274,6 +274,7 @@ if os.path.exists(bj):
     ctx = b.get("context", {})
     print(f"bench: {ctx.get('gpu', '?')}, copy (read+write) {float(ctx.get('copy_bytes_rw_per_s', 0)) / 1e12:.2f} TB/s")
     rows = {}
+    tune = []
     for r in b.get("benchmarks", []):
         name = r.get("name", "")
         if r.get("error_occurred"):
@@ -284,6 +285,9 @@ if os.path.exists(bj):
             continue
         parts = name.split("/")
         if len(parts) < 4:
+            continue
+        if parts[0] == "BM_PagedDecodeTune":
+            tune.append(r)
             continue
         kind = parts[1]
         batch = parts[2].split(":")[-1]
@@ -301,6 +305,17 @@ if os.path.exists(bj):
                               f"{d.get(k, {}).get('time_vs_bf16', float('nan')):6.2f}" for k in enc)
             print(f"  {batch:>5} {c:>6} | {t_bf:8.1f} {bf.get('kv_bytes_per_s', 0) / 1e12:5.2f} "
                   f"{100 * bf.get('frac_of_peak', 0):5.0f} {100 * bf.get('frac_of_copy', 0):5.0f} {int(bf.get('splits', 0)):>6} | {cols}")
+    # The launch-shape sweep: the tensor-core kernel (tc:1) against the default kernel's bf16 time.
+    tc = [r for r in tune if "/tc:1/" in r.get("name", "")]
+    if tc:
+        print("  tensor cores (bf16, BM_PagedDecodeTune/.../tc:1): us, TB/s, time over the default kernel's bf16")
+        for r in tc:
+            n = r["name"].split("/")
+            if r.get("error_occurred"):
+                print(f"    {n[2]} {n[3]} {n[5]}: ERROR {r.get('error_message')}")
+                continue
+            print(f"    {n[2]:>9} {n[3]:>9} {n[5]:>8}: {r['real_time']:8.1f} {r.get('kv_bytes_per_s', 0) / 1e12:5.2f} "
+                  f"{r.get('time_vs_default_bf16', float('nan')):6.2f}")
 else:
     print("bench: not run")
 sj = os.path.join(res, "sdpa_bench.json")

@@ -159,6 +159,34 @@ __device__ __forceinline__ void CpAsyncWait() {
 #endif
 }
 
+// One tensor-core MMA of a warp, D = A B + C with A 16x16 (row-major), B
+// 16x8 (column-major) in bf16 (kBf16) or fp16 and C / D 16x8 in fp32, in
+// PTX's m16n8k16 fragment layout (groupID g = lane / 4, t = lane % 4):
+// a[r] holds A's row g + 8 (r & 1), columns 2t + 8 (r >> 1) + {0, 1}; b[r]
+// rows 2t + 8 r + {0, 1} of column g; c[i] row g + 8 (i >> 1), column
+// 2t + (i & 1). Lower column / row index in the low 16 bits. sm_80 and up.
+template <bool kBf16>
+__device__ __forceinline__ void Mma16816(const uint32_t (&a)[4], uint32_t b0, uint32_t b1, float (&c)[4]) {
+#ifdef KVLAB_CUDA_EMULATION
+  const uint32_t b[2] = {b0, b1};
+  ::kvlab_emu::MmaM16N8K16(a, b, c, kBf16);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (kBf16) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+#else
+  __trap();  // the planner never picks the tensor-core kernel below sm_80
+#endif
+}
+
 // CpAsyncWait with a run-time count in [0, 3] (a pipeline depth of 2 to 4).
 __device__ __forceinline__ void CpAsyncWaitPending(int n) {
   switch (n) {

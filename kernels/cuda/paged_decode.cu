@@ -9,6 +9,7 @@
 #include <string>
 
 #include "kernels/cuda/paged_decode_kernel.cuh"
+#include "kernels/cuda/paged_decode_tc.cuh"
 
 namespace kvlab {
 namespace cuda {
@@ -81,6 +82,22 @@ DecodeKernelFn SelectKernel(DType dtype, int d, int gpt, EncodingKind enc_kind) 
     case DType::kBF16: return q8 ? detail::SelectDecodeKernelQ8BF16(d, gpt) : detail::SelectDecodeKernelBF16(d, gpt);
   }
   return nullptr;
+}
+
+// The tensor-core kernel for a plain 16-bit cache, or nullptr.
+DecodeKernelFn SelectTcKernel(DType dtype, int d) {
+  switch (dtype) {
+    case DType::kBF16: return detail::SelectDecodeKernelTcBF16(d);
+    case DType::kF16: return detail::SelectDecodeKernelTcF16(d);
+    case DType::kF32: return nullptr;
+  }
+  return nullptr;
+}
+
+bool TcApplies(const PagedDecodeShape& sh) {
+  const int group = sh.num_qo_heads / sh.num_kv_heads;
+  return (sh.dtype == DType::kBF16 || sh.dtype == DType::kF16) && sh.enc_tokens_per_block == 0 && group >= 2 &&
+         group <= detail::kTcMaxGroup && SelectTcKernel(sh.dtype, sh.head_dim) != nullptr;
 }
 
 int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -217,6 +234,24 @@ cudaError_t PlanPagedDecode(const PagedDecodeShape& shape, const int64_t* stream
                        std::max(pl.tile_tokens, pl.enc_tile_blocks * shape.enc_tokens_per_block) * 4;
   const int64_t merge = static_cast<int64_t>(pl.threads / tpr) * pl.heads_per_thread * (shape.head_dim + 2) * 4;
   pl.smem_bytes = RoundUp(std::max(pl.stages * stage + part, merge), 16);
+  if (options.tensor_cores < -1 || options.tensor_cores > 1) return cudaErrorInvalidValue;
+  bool tc_device = true;  // the current GPU has mma.sync for bf16 / fp16 (sm_80+); assumed when none answers
+  const bool tc_wanted = options.tensor_cores == 1 || (options.tensor_cores == 0 && kPagedDecodeTensorCoresByDefault);
+  if (options.tensor_cores == 0 && kPagedDecodeTensorCoresByDefault) {
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess) {
+      tc_device = major >= 8;
+    } else {
+      (void)cudaGetLastError();  // no device here: planning only (tests)
+    }
+  }
+  if (tc_wanted && tc_device && TcApplies(shape)) {
+    pl.tensor_cores = true;
+    pl.tc_smem_bytes = RoundUp(std::max(pl.stages * detail::TcStageBytes(shape.head_dim), detail::TcMergeBytes(shape.head_dim)), 16);
+  } else if (options.tensor_cores == 1) {
+    return cudaErrorNotSupported;
+  }
 
   // Split size.
   int64_t max_len = 0;
@@ -244,11 +279,15 @@ cudaError_t PlanPagedDecode(const PagedDecodeShape& shape, const int64_t* stream
         if (err != cudaSuccess) return err;
       }
       if (per_sm <= 0) {
-        const DecodeKernelFn fn = SelectKernel(shape.dtype, shape.head_dim, pl.heads_per_thread, shape.enc_kind);
+        const DecodeKernelFn fn = pl.tensor_cores
+                                      ? SelectTcKernel(shape.dtype, shape.head_dim)
+                                      : SelectKernel(shape.dtype, shape.head_dim, pl.heads_per_thread, shape.enc_kind);
         if (fn == nullptr) return cudaErrorNotSupported;
-        err = AllowSmem(fn, pl.smem_bytes);
+        const int64_t smem = pl.tensor_cores ? pl.tc_smem_bytes : pl.smem_bytes;
+        err = AllowSmem(fn, smem);
         if (err != cudaSuccess) return err;
-        err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, pl.threads, static_cast<size_t>(pl.smem_bytes));
+        const int threads = pl.tensor_cores ? detail::kTcThreads : pl.threads;
+        err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, threads, static_cast<size_t>(smem));
         if (err != cudaSuccess) return err;
         if (per_sm <= 0) return cudaErrorNotSupported;  // does not fit on an SM
       }
@@ -461,7 +500,21 @@ cudaError_t PagedDecode(const PagedDecodePlan& plan, const PagedKV& kv, const En
   cudaError_t err = AllowSmem(fn, plan.smem_bytes);
   if (err != cudaSuccess) return err;
   const unsigned grid = static_cast<unsigned>(static_cast<int64_t>(kv.num_streams) * plan.max_splits);
-  err = LaunchKernel(fn, dim3(grid), dim3(plan.threads), static_cast<size_t>(plan.smem_bytes), stream, a);
+  if (plan.tensor_cores) {
+    const DecodeKernelFn tc = TcApplies(sh) ? SelectTcKernel(sh.dtype, sh.head_dim) : nullptr;
+    const int64_t tc_stage = detail::TcStageBytes(sh.head_dim);
+    if (tc == nullptr || enc != nullptr ||
+        plan.tc_smem_bytes < std::max(plan.stages * tc_stage, detail::TcMergeBytes(sh.head_dim))) {
+      return cudaErrorInvalidValue;  // the plan was edited by hand
+    }
+    err = AllowSmem(tc, plan.tc_smem_bytes);
+    if (err != cudaSuccess) return err;
+    DecodeArgs at = a;
+    at.stage_bytes = tc_stage;
+    err = LaunchKernel(tc, dim3(grid), dim3(detail::kTcThreads), static_cast<size_t>(plan.tc_smem_bytes), stream, at);
+  } else {
+    err = LaunchKernel(fn, dim3(grid), dim3(plan.threads), static_cast<size_t>(plan.smem_bytes), stream, a);
+  }
   if (err != cudaSuccess) return err;
   if (plan.max_splits > 1) {
     constexpr int kMergeWarps = 4;

@@ -44,7 +44,16 @@ struct PagedDecodeOptions {
   // pipeline depth, 2 to 4.
   int heads_per_thread = 0;
   int stages = 0;
+  // The tensor-core kernel (bf16 / fp16 caches without an encoded segment,
+  // GQA groups 2 to 8, sm_80 and up): 0 the default (where it applies when
+  // kPagedDecodeTensorCoresByDefault, else never), -1 never (the CUDA-core
+  // kernel), 1 required (cudaErrorNotSupported where it does not apply).
+  int tensor_cores = 0;
 };
+
+// Off until the tensor-core kernel has passed paged_decode_test on a GPU: it
+// is checked on the CUDA emulation only (docs/kernels.md, "Tensor cores").
+constexpr bool kPagedDecodeTensorCoresByDefault = false;
 
 // The default pipeline depth.
 constexpr int kPagedDecodeDefaultStages = 2;
@@ -60,6 +69,11 @@ struct PagedDecodePlan {
   int stages = kPagedDecodeDefaultStages;  // cp.async pipeline depth (tiles in shared memory)
   int64_t smem_bytes = 0;    // dynamic shared memory of the decode kernel
   int ctas_per_sm = 0;       // the occupancy the split size was planned for (0 with force_chunk_tokens)
+  // The attention pass on tensor cores (PagedDecodeTcKernel: 128 threads,
+  // 64-token tiles, tc_smem_bytes); the slot_attn pass and everything the
+  // fields above describe stay the CUDA-core kernel's.
+  bool tensor_cores = false;
+  int64_t tc_smem_bytes = 0;
   int chunk_tokens = 0;      // tokens per split (the last split also takes any excess)
   int max_splits = 1;        // splits per stream (grid = num_streams * max_splits)
   int64_t workspace_bytes = 0;

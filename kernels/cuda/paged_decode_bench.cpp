@@ -348,8 +348,9 @@ void BM_PagedDecode(benchmark::State& state, int batch, int ctx, Format fmt,
   state.counters["ctas_per_sm"] = plan.ctas_per_sm;
   state.counters["stages"] = plan.stages;
   state.counters["heads_per_thread"] = plan.heads_per_thread;
+  state.counters["tensor_cores"] = plan.tensor_cores ? 1 : 0;
   state.counters["tile_tokens"] = plan.tile_tokens;
-  state.counters["smem_bytes"] = static_cast<double>(plan.smem_bytes);
+  state.counters["smem_bytes"] = static_cast<double>(plan.tensor_cores ? plan.tc_smem_bytes : plan.smem_bytes);
   const double mean_s = calls > 0 ? total_s / static_cast<double>(calls) : 0.0;
   if (tune) {
     const auto it = g_bf16_seconds.find({batch, ctx});
@@ -410,15 +411,20 @@ int main(int argc, char** argv) {
   for (int batch : {1, 16, 64}) {
     const int ctx = 16384;
     for (Format fmt : {Format::kBf16, Format::kInt8, Format::kKivi2}) {
+      for (int tc : {1, -1}) {
+      if (tc == 1 && fmt != Format::kBf16) continue;  // encoded caches have no tensor-core kernel
       for (int stages : {2, 3, 4}) {
         for (int hpt : {4, 2, 1}) {
+          if (tc == 1 && hpt != 4) continue;  // the tensor-core kernel has no head split
           const std::string name = std::string("BM_PagedDecodeTune/") + kvlab::FormatName(fmt) + "/batch:" +
                                    std::to_string(batch) + "/ctx:" + std::to_string(ctx) +
-                                   "/stages:" + std::to_string(stages) + "/hpt:" + std::to_string(hpt);
+                                   "/tc:" + std::to_string(tc == 1 ? 1 : 0) + "/stages:" + std::to_string(stages) +
+                                   (tc == 1 ? std::string() : "/hpt:" + std::to_string(hpt));
           const double bf16_bytes = 2.0 * batch * kvlab::kHkv * static_cast<double>(ctx) * kvlab::kDim * 2;
           kvlab::cuda::PagedDecodeOptions o;
           o.stages = stages;
-          o.heads_per_thread = hpt;
+          o.heads_per_thread = tc == 1 ? 0 : hpt;
+          o.tensor_cores = tc;
           benchmark::RegisterBenchmark(name.c_str(),
                                        [batch, ctx, fmt, o](benchmark::State& st) {
                                          kvlab::BM_PagedDecode(st, batch, ctx, fmt, o, true);
@@ -427,6 +433,7 @@ int main(int argc, char** argv) {
               ->Unit(benchmark::kMicrosecond)
               ->Iterations(kvlab::CallsFor(bf16_bytes));
         }
+      }
       }
     }
   }

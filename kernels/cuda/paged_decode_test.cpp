@@ -53,6 +53,7 @@ struct DecodeCase {
   // PagedDecodeOptions::stages / heads_per_thread (0: the plan's default).
   int stages = 0;
   int hpt = 0;
+  int tc = 0;  // PagedDecodeOptions::tensor_cores: 0 where it applies, -1 the CUDA-core kernel
 };
 
 void PrintTo(const DecodeCase& c, std::ostream* os) { *os << c.name; }
@@ -520,6 +521,46 @@ std::vector<DecodeCase> DecodeCases() {
     c.hpt = 2;
     add(c);
   }
+  // The tensor-core kernel (PagedDecodeOptions::tensor_cores = 1, not the
+  // default yet): every plain bf16 / fp16 case above with a GQA group of 2-8
+  // once more through it, and a few shapes of its own (group 8 at head_dim
+  // 64, an odd group, 3 stages, splits wholly before a window).
+  {
+    std::vector<DecodeCase> tc;
+    for (const DecodeCase& c : cs) {
+      const int group = c.hq / c.hkv;
+      if (c.dtype != DType::kF32 && !HasEncoded(c) && group >= 2 && group <= 8 && c.tc == 0) {
+        DecodeCase d = c;
+        d.name += "_tc";
+        d.tc = 1;
+        tc.push_back(d);
+      }
+    }
+    for (DecodeCase& d : tc) add(d);
+  }
+  {
+    DecodeCase c;
+    c.name = "bf16_bs1_gqa8_d64_tc_stages3";
+    c.dtype = DType::kBF16, c.block_size = 1, c.hq = 16, c.hkv = 2, c.d = 64;
+    c.lens = {11, 63, 64, 65, 700};
+    c.head_jitter = 5;
+    c.stages = 3;
+    c.q_scale = 4.0f;
+    c.tc = 1;
+    add(c);
+  }
+  {
+    DecodeCase c;
+    c.name = "f16_bs16_gqa5_d128_tc_window_split";
+    c.dtype = DType::kF16, c.block_size = 16, c.hq = 10, c.hkv = 2, c.d = 128;
+    c.lens = {3000, 130, 1};
+    c.force_chunk = 256;
+    c.expect_split = true;
+    c.window = 300;
+    c.slot_attn = true;
+    c.tc = 1;
+    add(c);
+  }
   return cs;
 }
 
@@ -612,12 +653,16 @@ TEST_P(PagedDecodeCudaTest, MatchesReference) {
   opt.force_chunk_tokens = c.force_chunk;
   opt.stages = c.stages;
   opt.heads_per_thread = c.hpt;
+  opt.tensor_cores = c.tc;
   std::vector<int64_t> plan_len = total_len;
   for (int64_t& x : plan_len) x = std::max<int64_t>(1, x / c.stale_plan_divisor);
   cuda::PagedDecodePlan plan;
   CUDA_ASSERT(cuda::PlanPagedDecode(shape, plan_len.data(), opt, &plan));
   if (c.expect_split) {
     EXPECT_GT(plan.max_splits, 1) << "chunk " << plan.chunk_tokens;
+  }
+  if (c.tc != 0) {
+    EXPECT_EQ(plan.tensor_cores, c.tc == 1);
   }
 
   // Device copies.
@@ -857,6 +902,42 @@ TEST(PagedDecodePlanTest, StagesAndHeadsPerThreadOptions) {
   g16.num_qo_heads = 128;  // group 16 at one head per thread: 16 slices of 32 threads > 256
   o.heads_per_thread = 1;
   EXPECT_EQ(cuda::PlanPagedDecode(g16, len.data(), o, &bad), cudaErrorNotSupported);
+}
+
+TEST(PagedDecodePlanTest, TensorCoresWhereTheyApply) {
+  cuda::PagedDecodeShape sh = LlamaShape(4);
+  std::vector<int64_t> len(32, 4096);
+  cuda::PagedDecodePlan plan;
+  ASSERT_EQ(cuda::PlanPagedDecode(sh, len.data(), H200Like(), &plan), cudaSuccess);
+  EXPECT_EQ(plan.tensor_cores, cuda::kPagedDecodeTensorCoresByDefault);
+  cuda::PagedDecodeOptions must = H200Like();
+  must.tensor_cores = 1;
+  ASSERT_EQ(cuda::PlanPagedDecode(sh, len.data(), must, &plan), cudaSuccess);
+  EXPECT_TRUE(plan.tensor_cores);  // bf16, plain, group 4
+  EXPECT_GE(plan.tc_smem_bytes, 2 * 64 * 2 * (128 * 2 + 16));  // two stages of 64 padded K and V rows
+  EXPECT_EQ(plan.threads, 128);                                 // the CUDA-core kernel's (slot_attn pass)
+  sh.dtype = DType::kF16;
+  ASSERT_EQ(cuda::PlanPagedDecode(sh, len.data(), must, &plan), cudaSuccess);
+  EXPECT_TRUE(plan.tensor_cores);
+  cuda::PagedDecodeOptions never = H200Like();
+  never.tensor_cores = -1;
+  ASSERT_EQ(cuda::PlanPagedDecode(sh, len.data(), never, &plan), cudaSuccess);
+  EXPECT_FALSE(plan.tensor_cores);
+  for (int variant = 0; variant < 4; ++variant) {
+    cuda::PagedDecodeShape other = LlamaShape(4);
+    if (variant == 0) other.dtype = DType::kF32;
+    if (variant == 1) other.num_qo_heads = 8;    // group 1
+    if (variant == 2) other.num_qo_heads = 128;  // group 16
+    if (variant == 3) {                          // an encoded segment
+      other.enc_tokens_per_block = 32;
+      other.enc_block_bytes = 3072;
+    }
+    ASSERT_EQ(cuda::PlanPagedDecode(other, len.data(), H200Like(), &plan), cudaSuccess) << variant;
+    EXPECT_FALSE(plan.tensor_cores) << variant;
+    EXPECT_EQ(cuda::PlanPagedDecode(other, len.data(), must, &plan), cudaErrorNotSupported) << variant;
+  }
+  must.tensor_cores = 2;
+  EXPECT_EQ(cuda::PlanPagedDecode(sh, len.data(), must, &plan), cudaErrorInvalidValue);
 }
 
 TEST(PagedDecodePlanTest, RejectsUnsupportedShapes) {

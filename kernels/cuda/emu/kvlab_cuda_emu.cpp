@@ -79,6 +79,7 @@ struct Fiber {
 struct Warp {
   Barrier barrier;
   uint32_t slot[32] = {};
+  uint32_t mma[32][6] = {};  // MmaM16N8K16: each lane's A (4) and B (2) registers
   bool full = true;
 };
 
@@ -191,6 +192,38 @@ uint32_t ShflXor(uint32_t v, int lane_mask) {
   const uint32_t r = w.slot[(lane ^ lane_mask) & 31];
   Wait(&w.barrier);
   return r;
+}
+
+void MmaM16N8K16(const uint32_t (&a)[4], const uint32_t (&b)[2], float (&c)[4], bool bf16) {
+  Warp& w = g_cta->warps[static_cast<size_t>(g_current->warp)];
+  if (!w.full && g_cta->error.empty()) g_cta->error = "mma in a partial warp (block size not a multiple of 32)";
+  const int lane = static_cast<int>(g_current->tid.x % 32);
+  for (int r = 0; r < 4; ++r) w.mma[lane][r] = a[r];
+  for (int r = 0; r < 2; ++r) w.mma[lane][4 + r] = b[r];
+  Wait(&w.barrier);
+  auto value = [bf16](uint32_t reg, int high) {
+    const uint16_t bits = static_cast<uint16_t>(high != 0 ? reg >> 16 : reg & 0xffffu);
+    return bf16 ? kvlab::BF16ToF32(bits) : kvlab::F16ToF32(bits);
+  };
+  // PTX's m16n8k16 fragments (groupID = lane / 4, t = lane % 4): A reg r of
+  // lane (g, t) holds row g + 8 (r & 1), columns 2t + 8 (r >> 1) + {0, 1};
+  // B reg r holds rows 2t + 8 r + {0, 1} of column g; C element i is row
+  // g + 8 (i >> 1), column 2t + (i & 1).
+  auto A = [&](int row, int col) {
+    const int src = (row & 7) * 4 + ((col & 7) >> 1);
+    return value(w.mma[src][(row >> 3) + 2 * (col >> 3)], col & 1);
+  };
+  auto B = [&](int k, int n) { return value(w.mma[n * 4 + ((k & 7) >> 1)][4 + (k >> 3)], k & 1); };
+  const int g = lane / 4, t = lane % 4;
+  float out[4];
+  for (int i = 0; i < 4; ++i) {
+    const int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
+    float acc = c[i];
+    for (int k = 0; k < 16; ++k) acc = std::fma(A(row, k), B(k, col), acc);
+    out[i] = acc;
+  }
+  Wait(&w.barrier);  // every lane has read the registers before any writes new ones
+  for (int i = 0; i < 4; ++i) c[i] = out[i];
 }
 
 cudaError_t RunGrid(const void* func, dim3 grid, dim3 block, size_t smem_bytes, const std::function<void()>& body) {
@@ -312,6 +345,7 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int /*dev*/)
   switch (attr) {
     case cudaDevAttrMultiProcessorCount: *value = 132; return cudaSuccess;
     case cudaDevAttrL2CacheSize: *value = 50 << 20; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMajor: *value = 9; return cudaSuccess;  // an H100 / H200
     case cudaDevAttrMaxSharedMemoryPerBlock: *value = 48 << 10; return cudaSuccess;
     case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = static_cast<int>(kvlab_emu::kOptinSmemLimit); return cudaSuccess;
   }

@@ -77,6 +77,7 @@ enum cudaDeviceAttr {
   cudaDevAttrMaxSharedMemoryPerBlock = 8,
   cudaDevAttrMultiProcessorCount = 16,
   cudaDevAttrL2CacheSize = 38,
+  cudaDevAttrComputeCapabilityMajor = 75,
   cudaDevAttrMaxSharedMemoryPerBlockOptin = 97
 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
@@ -134,6 +135,9 @@ const dim3& GridDim();
 uint8_t* DynamicSmem();
 void SyncThreads();
 uint32_t ShflXor(uint32_t v, int lane_mask);
+// mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}: c += A B over the warp,
+// each lane passing its PTX fragment registers (fp32 products and sums).
+void MmaM16N8K16(const uint32_t (&a)[4], const uint32_t (&b)[2], float (&c)[4], bool bf16);
 
 }  // namespace kvlab_emu
 
@@ -192,6 +196,7 @@ inline unsigned short __half_as_ushort(__half h) { return h.bits; }
 inline float2 __half22float2(__half2 h) { return float2{__half2float(h.x), __half2float(h.y)}; }
 inline __half2 __floats2half2_rn(float a, float b) { return __half2{__float2half_rn(a), __float2half_rn(b)}; }
 inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __nv_bfloat16{kvlab::F32ToBF16(f)}; }
+inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.bits; }
 inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) {
   return __nv_bfloat162{__float2bfloat16_rn(a), __float2bfloat16_rn(b)};
 }
