@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Paired differences between two settings of one sweep: for each pair of
+stacks, the mean over matched units (the same windows or prompts: same model,
+task, length, batch, seed and repetition, units in order) of A - B, with the
+95% percentile bootstrap of those differences (2,000 resamples, seeded from
+the pair's names, as summary.md does against the baseline; plot.py's
+bootstrap). summary.md gives each setting against the full cache; this gives
+any setting against any other, which is what a claim such as "heavy hitters
+beat recent-only at 5%" needs.
+
+    /usr/bin/python3 evals/compare.py results/NAME --list
+    /usr/bin/python3 evals/compare.py results/NAME --metric kl \\
+        --pair 'h2o(ratio=0.05)' 'h2o(heavy_fraction=0,ratio=0.05)' [--pair A B ...] [--task bpb] [--length 1024]
+
+Prints one line a pair: `A - B: +0.0123 [+0.0040, +0.0201] n=8`, and `~` when
+the interval contains 0 (the data cannot tell the two apart). Exit 2 on a
+stack, metric or results file it cannot find, naming it.
+"""
+import argparse
+import os
+import sys
+import zlib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import plot  # noqa: E402
+
+
+class CompareError(Exception):
+    pass
+
+
+def unit_key(r):
+    return (r.get("model"), r.get("task"), r.get("length"), r.get("batch"), r.get("seed"), r.get("repetition"))
+
+
+def paired(records, a, b, metric, task=None, length=None):
+    """(estimate, lo, hi, n, lists) of mean(A - B) over the units the two stacks share."""
+    def select(stack):
+        out = {}
+        for r in records:
+            if r.get("stack") != stack or (task is not None and r.get("task") != task):
+                continue
+            if length is not None and r.get("length") != length:
+                continue
+            vals = plot.units(r, metric)
+            if vals:
+                out[unit_key(r)] = vals
+        return out
+    ra, rb = select(a), select(b)
+    stacks = {r.get("stack") for r in records}
+    for s, rs in ((a, ra), (b, rb)):
+        if s not in stacks:
+            raise CompareError(f"no stack '{s}' in the results (--list shows them)")
+        if not rs:
+            raise CompareError(f"stack '{s}' has no '{metric}' values" + (f" for task '{task}'" if task else "") +
+                               (f" at length {length}" if length is not None else ""))
+    diffs = []
+    for k in sorted(set(ra) & set(rb), key=str):
+        va, vb = ra[k], rb[k]
+        if len(va) != len(vb):
+            raise CompareError(f"'{a}' and '{b}' have {len(va)} and {len(vb)} units for {k}: not the same samples")
+        diffs.extend(x - y for x, y in zip(va, vb))
+    if not diffs:
+        raise CompareError(f"'{a}' and '{b}' share no point (model, task, length, batch, seed, repetition)")
+    seed = zlib.crc32(f"{a}|{b}|{metric}|{task}|{length}".encode())
+    est, lo, hi = plot.bootstrap([diffs], seed)
+    return est, lo, hi, len(diffs)
+
+
+def fmt(est, lo, hi, n):
+    if lo is None:
+        return f"{est:+.4g} (no interval) n={n} ~"
+    tilde = " ~" if lo <= 0.0 <= hi else ""
+    return f"{est:+.4g} [{lo:+.4g}, {hi:+.4g}] n={n}{tilde}"
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description="Paired differences between settings of one sweep")
+    ap.add_argument("results", help="a results directory (its results.jsonl)")
+    ap.add_argument("--metric", default="kl", help="kl, bpb, top1_agreement, accuracy, ... (default kl)")
+    ap.add_argument("--task", help="only this task's records")
+    ap.add_argument("--length", type=int, help="only this length")
+    ap.add_argument("--pair", nargs=2, action="append", metavar=("A", "B"), default=[], help="stacks A and B: A - B")
+    ap.add_argument("--list", action="store_true", help="list the stacks and exit")
+    args = ap.parse_args(argv)
+    try:
+        records = plot.load_records(args.results)
+    except plot.PlotError as e:
+        print(f"compare.py: {e}", file=sys.stderr)
+        return 2
+    if args.list:
+        for s in sorted({r.get("stack") for r in records}):
+            print(s)
+        return 0
+    if not args.pair:
+        print("compare.py: give at least one --pair A B (or --list)", file=sys.stderr)
+        return 2
+    for a, b in args.pair:
+        try:
+            print(f"{a} - {b}: {fmt(*paired(records, a, b, args.metric, args.task, args.length))}")
+        except CompareError as e:
+            print(f"compare.py: {args.results}: {e}", file=sys.stderr)
+            return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
