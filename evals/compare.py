@@ -12,6 +12,11 @@ beat recent-only at 5%" needs.
     /usr/bin/python3 evals/compare.py results/NAME --metric kl \\
         --pair 'h2o(ratio=0.05)' 'h2o(heavy_fraction=0,ratio=0.05)' [--pair A B ...] [--task bpb] [--length 1024]
 
+A side may name its model or task too, `STACK@model=NAME` or
+`STACK@task=NAME,model=NAME`: the units are then matched on the other
+fields only, so two models (a converted checkpoint and its source) or two
+tasks run on the same windows (bpb and bpb-recompute) pair up.
+
 Prints one line a pair: `A - B: +0.0123 [+0.0040, +0.0201] n=8`, and `~` when
 the interval contains 0 (the data cannot tell the two apart). Exit 2 on a
 stack, metric or results file it cannot find, naming it.
@@ -30,26 +35,46 @@ class CompareError(Exception):
     pass
 
 
-def unit_key(r):
-    return (r.get("model"), r.get("task"), r.get("length"), r.get("batch"), r.get("seed"), r.get("repetition"))
+FIELDS = ("model", "task", "length", "batch", "seed", "repetition")
+
+
+def parse_side(text):
+    """'STACK' or 'STACK@model=M,task=T' -> (stack, {field: value})."""
+    stack, _, rest = text.partition("@")
+    fixed = {}
+    for part in filter(None, rest.split(",")):
+        k, eq, v = part.partition("=")
+        if not eq or k not in ("model", "task"):
+            raise CompareError(f"'{text}': after '@' give model=NAME and / or task=NAME")
+        fixed[k] = v
+    return stack, fixed
+
+
+def unit_key(r, skip=()):
+    return tuple(r.get(f) for f in FIELDS if f not in skip)
 
 
 def paired(records, a, b, metric, task=None, length=None):
-    """(estimate, lo, hi, n, lists) of mean(A - B) over the units the two stacks share."""
-    def select(stack):
+    """(estimate, lo, hi, n) of mean(A - B) over the units the two sides share."""
+    (sa, fa), (sb, fb) = parse_side(a), parse_side(b)
+    skip = tuple(set(fa) | set(fb))
+
+    def select(stack, fixed):
         out = {}
         for r in records:
-            if r.get("stack") != stack or (task is not None and r.get("task") != task):
+            if r.get("stack") != stack or any(str(r.get(k)) != v for k, v in fixed.items()):
+                continue
+            if task is not None and "task" not in fixed and r.get("task") != task:
                 continue
             if length is not None and r.get("length") != length:
                 continue
             vals = plot.units(r, metric)
             if vals:
-                out[unit_key(r)] = vals
+                out[unit_key(r, skip)] = vals
         return out
-    ra, rb = select(a), select(b)
+    ra, rb = select(sa, fa), select(sb, fb)
     stacks = {r.get("stack") for r in records}
-    for s, rs in ((a, ra), (b, rb)):
+    for s, rs in ((sa, ra), (sb, rb)):
         if s not in stacks:
             raise CompareError(f"no stack '{s}' in the results (--list shows them)")
         if not rs:

@@ -2,7 +2,8 @@
 """Test of evals/compare.py: paired differences between two stacks of a synthetic sweep (a
 constant shift has a zero-width interval; an alternating one contains 0 and is marked ~; two
 units 0 and 1 give the enumerated bootstrap's [0, 1]); units are matched by point, not pooled;
-an unknown stack, a metric no record has and unequal unit counts fail naming them, exit 2.
+a side may fix its model (two models on the same windows pair up); an unknown stack, a
+metric no record has, unequal unit counts and a bad side fail naming them, exit 2.
 
     python3 evals/compare_test.py
 """
@@ -17,9 +18,9 @@ sys.path.insert(0, HERE)
 import compare  # noqa: E402
 
 
-def record(index, stack, length, kl):
-    key = json.dumps({"stack": stack, "length": length}, separators=(",", ":"))
-    return {"key": key, "index": index, "status": "ok", "model": "m", "stack": stack, "task": "bpb",
+def record(index, stack, length, kl, model="m"):
+    key = json.dumps({"model": model, "stack": stack, "length": length}, separators=(",", ":"))
+    return {"key": key, "index": index, "status": "ok", "model": model, "stack": stack, "task": "bpb",
             "length": length, "batch": 1, "seed": 0, "repetition": 0,
             "metrics": {"kl": sum(kl) / len(kl), "per_sample": {"kl": kl}}}
 
@@ -48,7 +49,8 @@ def main():
     recs = [record(0, "a", 512, base), record(1, "b", 512, [v - 0.05 for v in base]),
             record(2, "c", 512, [v + (0.1 if i % 2 else -0.1) for i, v in enumerate(base)]),
             record(3, "a", 1024, [1.0, 1.0]), record(4, "b", 1024, [1.0, 0.0]),
-            record(5, "short", 512, [0.1, 0.2])]
+            record(5, "short", 512, [0.1, 0.2]),
+            record(6, "a", 512, [v + 1.0 for v in base], model="m2")]
     with tempfile.TemporaryDirectory() as d:
         write(d, recs)
         records = compare.plot.load_records(d)
@@ -64,6 +66,11 @@ def main():
         # both lengths: units matched per point (4 + 2), not pooled across points.
         est, lo, hi, n = compare.paired(records, "a", "b", "kl")
         check(n == 6 and abs(est - (4 * 0.05 + 0.0 + 1.0) / 6) < 1e-12, f"two points: {est} n={n}")
+        # across models: a@m2 - a@m on the same units is +1 exactly; without '@' a pairs within each model.
+        est, lo, hi, n = compare.paired(records, "a@model=m2", "a@model=m", "kl", length=512)
+        check(abs(est - 1.0) < 1e-12 and abs(lo - 1.0) < 1e-12 and n == 4, f"across models: {est} [{lo}, {hi}] n={n}")
+        rc, _, err = run(d, "--pair", "a@size=3", "b")
+        check(rc == 2 and "after '@' give model=NAME" in err, f"bad side: {rc} {err!r}")
         rc, out, _ = run(d, "--metric", "kl", "--length", "512", "--pair", "a", "b")
         check(rc == 0 and out.startswith("a - b: +0.05 [+0.05, +0.05] n=4"), f"cli: {rc} {out!r}")
         rc, out, _ = run(d, "--list")
