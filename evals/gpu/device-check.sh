@@ -143,7 +143,7 @@ elif [[ -d "$THIRD/benchmark-prefix" ]]; then
 else
   say "benchmark: none in $THIRD; trying an installed one"
 fi
-rm -f "$RESULTS/sdpa_bench.json" "$RESULTS/sdpa-build.log"
+rm -f "$RESULTS/sdpa_bench.json" "$RESULTS/sdpa-build.log" "$RESULTS/paged_decode_bench.json"  # no stale figures
 if ! run_logged timeout "$(cap 180)" "$CMAKE" "${CFG[@]}"; then
   say "FAIL: cmake configure (see $LOG)"
   tail -n 30 "$LOG"
