@@ -15,7 +15,8 @@ beat recent-only at 5%" needs.
 A side may name its model or task too, `STACK@model=NAME` or
 `STACK@task=NAME,model=NAME`: the units are then matched on the other
 fields only, so two models (a converted checkpoint and its source) or two
-tasks run on the same windows (bpb and bpb-recompute) pair up.
+tasks run on the same windows (bpb and bpb-recompute) pair up; several
+results directories are read together (two sweeps of the same windows).
 
 Prints one line a pair: `A - B: +0.0123 [+0.0040, +0.0201] n=8`, and `~` when
 the interval contains 0 (the data cannot tell the two apart). Exit 2 on a
@@ -102,7 +103,7 @@ def fmt(est, lo, hi, n):
 
 def main(argv):
     ap = argparse.ArgumentParser(description="Paired differences between settings of one sweep")
-    ap.add_argument("results", help="a results directory (its results.jsonl)")
+    ap.add_argument("results", nargs="+", help="results directories (their results.jsonl, read together)")
     ap.add_argument("--metric", default="kl", help="kl, bpb, top1_agreement, accuracy, ... (default kl)")
     ap.add_argument("--task", help="only this task's records")
     ap.add_argument("--length", type=int, help="only this length")
@@ -110,7 +111,7 @@ def main(argv):
     ap.add_argument("--list", action="store_true", help="list the stacks and exit")
     args = ap.parse_args(argv)
     try:
-        records = plot.load_records(args.results)
+        records = [r for d in args.results for r in plot.load_records(d)]
     except plot.PlotError as e:
         print(f"compare.py: {e}", file=sys.stderr)
         return 2
@@ -125,7 +126,7 @@ def main(argv):
         try:
             print(f"{a} - {b}: {fmt(*paired(records, a, b, args.metric, args.task, args.length))}")
         except CompareError as e:
-            print(f"compare.py: {args.results}: {e}", file=sys.stderr)
+            print(f"compare.py: {' '.join(args.results)}: {e}", file=sys.stderr)
             return 2
     return 0
 
