@@ -50,17 +50,7 @@ for r in b["benchmarks"]:
           f"{r['kv_bytes_per_s'] / 1e12:5.2f} {r.get('time_vs_default_bf16', float('nan')):15.2f}")
 PY
 cat "$RESULTS/decode-tune.txt"
-# The results speak of the repository only: its root and the Python
-# environment's prefix are written as "." and "<python prefix>".
-scrub_paths() {
-  local py
-  py="$(python3 -c 'import sys; print(sys.prefix)' 2>/dev/null || true)"
-  for f in "$@"; do
-    [[ -f "$f" ]] || continue
-    sed -i -e "s#$ROOT/##g" -e "s#$ROOT#.#g" "$f"
-    [[ -n "$py" && "$py" != / && "$py" != /usr ]] && sed -i "s#$py#<python prefix>#g" "$f"
-  done
-}
+source "$ROOT/evals/gpu/scrub-paths.sh"  # scrub_paths
 scrub_paths "$RESULTS"/decode-tune.*
 if [[ -n "${OUT:-}" && -d "${OUT:-}" ]]; then cp "$RESULTS"/decode-tune.* "$OUT/"; fi
 exit $status

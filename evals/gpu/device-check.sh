@@ -62,17 +62,7 @@ copy_out() {
     done
   fi
 }
-# The results speak of the repository only: its root and the Python
-# environment's prefix are written as "." and "<python prefix>".
-scrub_paths() {
-  local py
-  py="$(python3 -c 'import sys; print(sys.prefix)' 2>/dev/null || true)"
-  for f in "$@"; do
-    [[ -f "$f" ]] || continue
-    sed -i -e "s#$ROOT/##g" -e "s#$ROOT#.#g" "$f"
-    [[ -n "$py" && "$py" != / && "$py" != /usr ]] && sed -i "s#$py#<python prefix>#g" "$f"
-  done
-}
+source "$ROOT/evals/gpu/scrub-paths.sh"  # scrub_paths
 finish() {
   say "done in $(( $(date +%s) - T0 ))s, exit status $status; results in $RESULTS"
   scrub_paths "$RESULTS"/*.log "$RESULTS"/*.txt "$RESULTS"/*.json
