@@ -102,6 +102,11 @@ bool TcApplies(const PagedDecodeShape& sh) {
 
 int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
+// The tensor-core kernel's dynamic shared memory: its stages, or its merge.
+int64_t TcSmemBytes(int head_dim, int stages) {
+  return RoundUp(std::max(stages * detail::TcStageBytes(head_dim), detail::TcMergeBytes(head_dim)), 16);
+}
+
 bool IsQuant8(EncodingKind k) { return k == EncodingKind::kInt8 || k == EncodingKind::kFp8; }
 bool IsPowerOfTwo(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
 
@@ -248,7 +253,7 @@ cudaError_t PlanPagedDecode(const PagedDecodeShape& shape, const int64_t* stream
   }
   if (tc_wanted && tc_device && TcApplies(shape)) {
     pl.tensor_cores = true;
-    pl.tc_smem_bytes = RoundUp(std::max(pl.stages * detail::TcStageBytes(shape.head_dim), detail::TcMergeBytes(shape.head_dim)), 16);
+    pl.tc_smem_bytes = TcSmemBytes(shape.head_dim, pl.stages);
   } else if (options.tensor_cores == 1) {
     return cudaErrorNotSupported;
   }
@@ -502,15 +507,14 @@ cudaError_t PagedDecode(const PagedDecodePlan& plan, const PagedKV& kv, const En
   const unsigned grid = static_cast<unsigned>(static_cast<int64_t>(kv.num_streams) * plan.max_splits);
   if (plan.tensor_cores) {
     const DecodeKernelFn tc = TcApplies(sh) ? SelectTcKernel(sh.dtype, sh.head_dim) : nullptr;
-    const int64_t tc_stage = detail::TcStageBytes(sh.head_dim);
-    if (tc == nullptr || enc != nullptr ||
-        plan.tc_smem_bytes < std::max(plan.stages * tc_stage, detail::TcMergeBytes(sh.head_dim))) {
+    if (tc == nullptr || enc != nullptr || plan.tc_smem_bytes < TcSmemBytes(sh.head_dim, plan.stages)) {
       return cudaErrorInvalidValue;  // the plan was edited by hand
     }
     err = AllowSmem(tc, plan.tc_smem_bytes);
     if (err != cudaSuccess) return err;
     DecodeArgs at = a;
-    at.stage_bytes = tc_stage;
+    at.stage_bytes = detail::TcStageBytes(sh.head_dim);
+    at.tile = detail::kTcTile;  // the shared TileLoader's rows a tile
     err = LaunchKernel(tc, dim3(grid), dim3(detail::kTcThreads), static_cast<size_t>(plan.tc_smem_bytes), stream, at);
   } else {
     err = LaunchKernel(fn, dim3(grid), dim3(plan.threads), static_cast<size_t>(plan.smem_bytes), stream, a);

@@ -352,15 +352,27 @@ void BM_PagedDecode(benchmark::State& state, int batch, int ctx, Format fmt,
   state.counters["tile_tokens"] = plan.tile_tokens;
   state.counters["smem_bytes"] = static_cast<double>(plan.tensor_cores ? plan.tc_smem_bytes : plan.smem_bytes);
   const double mean_s = calls > 0 ? total_s / static_cast<double>(calls) : 0.0;
-  if (tune) {
-    const auto it = g_bf16_seconds.find({batch, ctx});
-    if (it != g_bf16_seconds.end() && it->second > 0.0) state.counters["time_vs_default_bf16"] = mean_s / it->second;
-  } else if (fmt == Format::kBf16) {
+  if (!tune && fmt == Format::kBf16) {
     g_bf16_seconds[{batch, ctx}] = mean_s;
   } else {
     const auto it = g_bf16_seconds.find({batch, ctx});
-    if (it != g_bf16_seconds.end() && it->second > 0.0) state.counters["time_vs_bf16"] = mean_s / it->second;
+    if (it != g_bf16_seconds.end() && it->second > 0.0) {
+      state.counters[tune ? "time_vs_default_bf16" : "time_vs_bf16"] = mean_s / it->second;
+    }
   }
+}
+
+// Registers one point, sized by the bf16 cache's bytes at its shape.
+void Register(const std::string& name, int batch, int ctx, Format fmt,
+              const cuda::PagedDecodeOptions& opts = cuda::PagedDecodeOptions(), bool tune = false) {
+  const double bf16_bytes = 2.0 * batch * kHkv * static_cast<double>(ctx) * kDim * 2;
+  benchmark::RegisterBenchmark(name.c_str(),
+                               [batch, ctx, fmt, opts, tune](benchmark::State& st) {
+                                 BM_PagedDecode(st, batch, ctx, fmt, opts, tune);
+                               })
+      ->UseManualTime()
+      ->Unit(benchmark::kMicrosecond)
+      ->Iterations(CallsFor(bf16_bytes));
 }
 
 }  // namespace
@@ -393,47 +405,37 @@ int main(int argc, char** argv) {
     for (int ctx : {1024, 4096, 8192, 16384, 32768}) {
       // bf16 first: the others report their time relative to it.
       for (Format fmt : {Format::kBf16, Format::kKivi2, Format::kInt8, Format::kFp8}) {
-        const std::string name = std::string("BM_PagedDecode/") + kvlab::FormatName(fmt) +
-                                 "/batch:" + std::to_string(batch) + "/ctx:" + std::to_string(ctx);
-        const double bf16_bytes = 2.0 * batch * kvlab::kHkv * static_cast<double>(ctx) * kvlab::kDim * 2;
-        benchmark::RegisterBenchmark(name.c_str(),
-                                     [batch, ctx, fmt](benchmark::State& st) {
-                                       kvlab::BM_PagedDecode(st, batch, ctx, fmt);
-                                     })
-            ->UseManualTime()
-            ->Unit(benchmark::kMicrosecond)
-            ->Iterations(kvlab::CallsFor(bf16_bytes));
+        kvlab::Register(std::string("BM_PagedDecode/") + kvlab::FormatName(fmt) + "/batch:" + std::to_string(batch) +
+                            "/ctx:" + std::to_string(ctx),
+                        batch, ctx, fmt);
       }
     }
   }
-  // Launch-shape sweep (pipeline depth x heads per thread) at a few points,
-  // after the default family (time_vs_default_bf16: against its bf16 time).
+  // Launch-shape sweep at a few points, after the default family
+  // (time_vs_default_bf16: against its bf16 time): the CUDA-core kernel at
+  // each pipeline depth x heads per thread, and bf16 on the tensor-core kernel
+  // at each depth (no head split there; encoded caches have no such kernel).
+  struct Shape {
+    int tc, stages, hpt;
+  };
+  std::vector<Shape> shapes;
+  for (int stages : {2, 3, 4}) shapes.push_back({1, stages, 0});
+  for (int stages : {2, 3, 4}) {
+    for (int hpt : {4, 2, 1}) shapes.push_back({-1, stages, hpt});
+  }
   for (int batch : {1, 16, 64}) {
     const int ctx = 16384;
     for (Format fmt : {Format::kBf16, Format::kInt8, Format::kKivi2}) {
-      for (int tc : {1, -1}) {
-      if (tc == 1 && fmt != Format::kBf16) continue;  // encoded caches have no tensor-core kernel
-      for (int stages : {2, 3, 4}) {
-        for (int hpt : {4, 2, 1}) {
-          if (tc == 1 && hpt != 4) continue;  // the tensor-core kernel has no head split
-          const std::string name = std::string("BM_PagedDecodeTune/") + kvlab::FormatName(fmt) + "/batch:" +
-                                   std::to_string(batch) + "/ctx:" + std::to_string(ctx) +
-                                   "/tc:" + std::to_string(tc == 1 ? 1 : 0) + "/stages:" + std::to_string(stages) +
-                                   (tc == 1 ? std::string() : "/hpt:" + std::to_string(hpt));
-          const double bf16_bytes = 2.0 * batch * kvlab::kHkv * static_cast<double>(ctx) * kvlab::kDim * 2;
-          kvlab::cuda::PagedDecodeOptions o;
-          o.stages = stages;
-          o.heads_per_thread = tc == 1 ? 0 : hpt;
-          o.tensor_cores = tc;
-          benchmark::RegisterBenchmark(name.c_str(),
-                                       [batch, ctx, fmt, o](benchmark::State& st) {
-                                         kvlab::BM_PagedDecode(st, batch, ctx, fmt, o, true);
-                                       })
-              ->UseManualTime()
-              ->Unit(benchmark::kMicrosecond)
-              ->Iterations(kvlab::CallsFor(bf16_bytes));
-        }
-      }
+      for (const Shape& sh : shapes) {
+        if (sh.tc == 1 && fmt != Format::kBf16) continue;
+        kvlab::cuda::PagedDecodeOptions o;
+        o.stages = sh.stages;
+        o.heads_per_thread = sh.hpt;
+        o.tensor_cores = sh.tc;
+        kvlab::Register(std::string("BM_PagedDecodeTune/") + kvlab::FormatName(fmt) + "/batch:" +
+                            std::to_string(batch) + "/ctx:" + std::to_string(ctx) + "/tc:" + (sh.tc == 1 ? "1" : "0") +
+                            "/stages:" + std::to_string(sh.stages) + (sh.tc == 1 ? "" : "/hpt:" + std::to_string(sh.hpt)),
+                        batch, ctx, fmt, o, true);
       }
     }
   }

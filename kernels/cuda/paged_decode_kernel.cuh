@@ -316,8 +316,9 @@ __device__ __forceinline__ void SlotRows(const Rows& src, int row_lo, int row_en
 // Issues the cp.async copies of tile i of a CTA's range into a stage:
 // enc_tile_blocks encoded blocks verbatim (fewer in the range's last encoded
 // tile), or a.tile plain rows (K then V; rows past the range are zero-filled
-// so that no stale value meets a zero weight).
-template <typename T, int D>
+// so that no stale value meets a zero weight). kRowBytes: the stage's bytes
+// between rows (a row's own bytes, or more for a padded layout).
+template <typename T, int D, int kRowBytes = D * static_cast<int>(sizeof(T))>
 struct TileLoader {
   const DecodeArgs* a;
   int tid, n_enc_tiles, n_enc_blocks;  // encoded tiles and blocks of the range
@@ -367,7 +368,7 @@ struct TileLoader {
       const int kv = piece / pieces_per_kind;
       const int rem = piece - kv * pieces_per_kind;
       const int row = rem / TPR, pc = rem % TPR;
-      uint8_t* dst = stage + (static_cast<int64_t>(kv) * a->tile + row) * D * sizeof(T) + pc * 16;
+      uint8_t* dst = stage + (static_cast<int64_t>(kv) * a->tile + row) * kRowBytes + pc * 16;
       if (row < nvalid) {
         const int64_t slot = p0 + row;
         const int32_t blk = a->indices[pb0 + static_cast<int32_t>(slot / a->block_size)];
@@ -391,6 +392,64 @@ __device__ __forceinline__ void TileRows(const Rows& src, int row_lo, int nrows,
     SlotRows<D, VEC, GPT>(src, row_lo, nrows, r, a.rows, c, q, lse, a.scale_log2, part);
   } else {
     AttendRows<D, VEC, GPT>(src, row_lo, nrows, r, a.rows, c, q, a.scale_log2, st);
+  }
+}
+
+// Tiles 0 .. n_tiles - 1 of a CTA's range through a ring of `stages`
+// shared-memory buffers of stage_bytes each: load(i, buffer) issues tile i's
+// cp.async copies; body(i, buffer) runs once tile i has landed for every
+// thread, and a barrier follows it (its buffer is refilled next). Tiles
+// 0 .. stages - 2 are in flight before the first body; iteration i issues
+// tile i + stages - 1 into the buffer tile i - 1 used. One commit group per
+// tile (empty past the end), so "tile i has landed" is "at most stages - 1
+// groups pending".
+template <class Load, class Body>
+__device__ __forceinline__ void ForEachStagedTile(uint8_t* smem, int64_t stage_bytes, int stages, int n_tiles,
+                                                  const Load& load, const Body& body) {
+  for (int k = 0; k + 1 < stages; ++k) {
+    if (k < n_tiles) load(k, smem + k * stage_bytes);
+    CpAsyncCommit();
+  }
+  for (int i = 0; i < n_tiles; ++i) {
+    const int ahead = i + stages - 1;
+    if (ahead < n_tiles) load(ahead, smem + (ahead % stages) * stage_bytes);
+    CpAsyncCommit();
+    CpAsyncWaitPending(stages - 1);  // this thread's copies of tile i are done
+    __syncthreads();                 // ... and everyone's
+    body(i, static_cast<const uint8_t*>(smem + (i % stages) * stage_bytes));
+    __syncthreads();  // the buffer (and whatever else the body shared) may be overwritten next
+  }
+}
+
+// One query row's output from `parts` partial online-softmax states
+// (log-sum-exp merge): part k's max and sum at red_ml[index(k) * 2 + {0, 1}]
+// and its normalised-by-nothing accumulator at red_acc[index(k) * D + d];
+// writes channel d (and, for d == 0, the log2-sum-exp) to o / lse, or to the
+// split's tmp_o / tmp_lse when the stream is split.
+template <int D, class Index>
+__device__ __forceinline__ void StoreMergedRow(const DecodeArgs& a, const float* red_acc, const float* red_ml,
+                                               int parts, const Index& index, int64_t row, int split, int d) {
+  float M = -INFINITY;
+  for (int k = 0; k < parts; ++k) M = fmaxf(M, red_ml[index(k) * 2]);
+  float L = 0.0f, O = 0.0f;
+  if (M != -INFINITY) {
+    for (int k = 0; k < parts; ++k) {
+      const int g = index(k);
+      const float m = red_ml[g * 2];
+      if (m == -INFINITY) continue;
+      const float w = exp2f(m - M);
+      L = fmaf(red_ml[g * 2 + 1], w, L);
+      O = fmaf(red_acc[g * D + d], w, O);
+    }
+  }
+  const float out = L > 0.0f ? O / L : 0.0f;
+  const float lse_out = L > 0.0f ? M + log2f(L) : -INFINITY;
+  if (a.max_splits == 1) {
+    a.o[row * D + d] = out;
+    if (d == 0) a.lse[row] = lse_out;
+  } else {
+    a.tmp_o[(row * a.max_splits + split) * D + d] = out;
+    if (d == 0) a.tmp_lse[row * a.max_splits + split] = lse_out;
   }
 }
 
@@ -484,25 +543,10 @@ __global__ void __launch_bounds__(kMaxThreads, 1) PagedDecodeKernel(const __grid
 #pragma unroll
     for (int e = 0; e < VEC; ++e) st.acc[j][e] = 0.0f;
   }
-  const int stages = a.stages;
-  float* part = reinterpret_cast<float*>(smem + stages * a.stage_bytes);
+  float* part = reinterpret_cast<float*>(smem + a.stages * a.stage_bytes);
 
-  // Ring of `stages` buffers: tiles 0 .. stages - 2 in flight before the loop;
-  // iteration i issues tile i + stages - 1 into the buffer tile i - 1 used
-  // (free since the barrier that ended iteration i - 1), then waits for tile
-  // i. One commit group per tile (empty past the end), so "tile i is done" is
-  // "at most stages - 1 groups pending".
-  for (int k = 0; k + 1 < stages; ++k) {
-    if (k < n_tiles) loader.Load(k, smem + k * a.stage_bytes);
-    CpAsyncCommit();
-  }
-  for (int i = 0; i < n_tiles; ++i) {
-    const int ahead = i + stages - 1;
-    if (ahead < n_tiles) loader.Load(ahead, smem + (ahead % stages) * a.stage_bytes);
-    CpAsyncCommit();
-    CpAsyncWaitPending(stages - 1);  // this thread's copies of tile i are done
-    __syncthreads();                 // ... and everyone's
-    const uint8_t* stage = smem + (i % stages) * a.stage_bytes;
+  auto load = [&](int i, uint8_t* stage) { loader.Load(i, stage); };
+  ForEachStagedTile(smem, a.stage_bytes, a.stages, n_tiles, load, [&](int i, const uint8_t* stage) {
     int64_t tok0;  // logical slot of the tile's row 0
     int nrows;
     float* hs_part = part + hs * a.part_stride;
@@ -548,8 +592,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1) PagedDecodeKernel(const __grid
         out[row] += sum;  // this CTA is the only writer of these slots
       }
     }
-    __syncthreads();  // the stage (and part) may be overwritten next
-  }
+  });
   if (a.slot_pass) return;
 
   // Merge the row groups of each head slice (log-sum-exp), through shared
@@ -569,30 +612,9 @@ __global__ void __launch_bounds__(kMaxThreads, 1) PagedDecodeKernel(const __grid
   }
   __syncthreads();
   for (int x = tid % slice_threads; x < GPT * D; x += slice_threads) {
-    const int j = x / D, d = x % D;
-    float M = -INFINITY;
-    for (int rr = 0; rr < a.rows; ++rr) M = fmaxf(M, red_ml[((hs * a.rows + rr) * GPT + j) * 2]);
-    float L = 0.0f, O = 0.0f;
-    if (M != -INFINITY) {
-      for (int rr = 0; rr < a.rows; ++rr) {
-        const int g = (hs * a.rows + rr) * GPT + j;
-        const float m = red_ml[g * 2];
-        if (m == -INFINITY) continue;
-        const float w = exp2f(m - M);
-        L = fmaf(red_ml[g * 2 + 1], w, L);
-        O = fmaf(red_acc[g * D + d], w, O);
-      }
-    }
-    const float out = L > 0.0f ? O / L : 0.0f;
-    const float lse_out = L > 0.0f ? M + log2f(L) : -INFINITY;
-    const int64_t row = qrow0 + j;
-    if (a.max_splits == 1) {
-      a.o[row * D + d] = out;
-      if (d == 0) a.lse[row] = lse_out;
-    } else {
-      a.tmp_o[(row * a.max_splits + split) * D + d] = out;
-      if (d == 0) a.tmp_lse[row * a.max_splits + split] = lse_out;
-    }
+    const int j = x / D;
+    StoreMergedRow<D>(a, red_acc, red_ml, a.rows, [&](int rr) { return (hs * a.rows + rr) * GPT + j; }, qrow0 + j,
+                      split, x % D);
   }
 }
 

@@ -3,9 +3,9 @@
 // paged_decode_f16.cu. Same grid, splits, workspace and merge as
 // PagedDecodeKernel (paged_decode_kernel.cuh); the slot_attn pass stays there.
 //
-// A CTA of 4 warps walks its range in 64-token tiles (cp.async ring of
-// DecodeArgs::stages buffers, rows padded by 16 bytes so that a fragment's 8
-// rows fall in distinct banks); warp w takes rows 16w..16w+15 of each tile and
+// A CTA of 4 warps walks its range in 64-token tiles (the CUDA-core kernel's
+// TileLoader and ForEachStagedTile ring, rows padded by 16 bytes so that a
+// fragment's 8 rows fall in distinct banks); warp w takes rows 16w..16w+15 of each tile and
 // keeps its own online softmax. Scores S = Q K^T and the output P V are
 // m16n8k16 MMAs with fp32 accumulation. The 16 rows of A carry the group's
 // query rows twice: rows 0..7 the 16-bit rounding of q (and of p), rows
@@ -168,29 +168,8 @@ __device__ __forceinline__ void TcMergeWarps(const DecodeArgs& a, uint8_t* smem,
   }
   __syncthreads();
   for (int x = tid; x < G * D; x += kTcThreads) {
-    const int j = x / D, d = x % D;
-    float M = -INFINITY;
-    for (int w = 0; w < kTcWarps; ++w) M = fmaxf(M, red_ml[(w * kTcMaxGroup + j) * 2]);
-    float L = 0.0f, O = 0.0f;
-    if (M != -INFINITY) {
-      for (int w = 0; w < kTcWarps; ++w) {
-        const float mw = red_ml[(w * kTcMaxGroup + j) * 2];
-        if (mw == -INFINITY) continue;
-        const float wt = exp2f(mw - M);
-        L = fmaf(red_ml[(w * kTcMaxGroup + j) * 2 + 1], wt, L);
-        O = fmaf(red_o[(w * kTcMaxGroup + j) * D + d], wt, O);
-      }
-    }
-    const float out = L > 0.0f ? O / L : 0.0f;
-    const float lse_out = L > 0.0f ? M + log2f(L) : -INFINITY;
-    const int64_t row = qrow0 + j;
-    if (a.max_splits == 1) {
-      a.o[row * D + d] = out;
-      if (d == 0) a.lse[row] = lse_out;
-    } else {
-      a.tmp_o[(row * a.max_splits + split) * D + d] = out;
-      if (d == 0) a.tmp_lse[row * a.max_splits + split] = lse_out;
-    }
+    const int j = x / D;
+    StoreMergedRow<D>(a, red_o, red_ml, kTcWarps, [&](int w) { return w * kTcMaxGroup + j; }, qrow0 + j, split, x % D);
   }
 }
 
@@ -199,7 +178,6 @@ __global__ void __launch_bounds__(kTcThreads, 3) PagedDecodeTcKernel(const __gri
   constexpr int RB = TcRowBytes(D);
   constexpr int KS = D / 16;  // k-steps of Q K^T
   constexpr int NT = D / 8;   // n-tiles of P V
-  constexpr int PPR = D * 2 / 16;  // 16-byte pieces of a row
   uint8_t* smem = DynamicSmem();
 
   const int tid = threadIdx.x;
@@ -247,27 +225,10 @@ __global__ void __launch_bounds__(kTcThreads, 3) PagedDecodeTcKernel(const __gri
     }
   }
 
+  // The range's rows, 64 a tile, K then V, through the shared plain-row
+  // loader with this kernel's padded rows (a.tile is kTcTile here).
   const int n_tiles = static_cast<int>((end - begin + kTcTile - 1) / kTcTile);
-  const int stages = a.stages;
-  auto load = [&](int i, uint8_t* stage) {
-    const int64_t t0 = begin + static_cast<int64_t>(i) * kTcTile;
-    const int nvalid = static_cast<int>(min(static_cast<int64_t>(kTcTile), end - t0));
-    for (int piece = tid; piece < 2 * kTcTile * PPR; piece += kTcThreads) {
-      const int kv = piece / (kTcTile * PPR);
-      const int rem = piece - kv * kTcTile * PPR;
-      const int row = rem / PPR, pc = rem % PPR;
-      uint8_t* dst = stage + (kv * kTcTile + row) * RB + pc * 16;
-      if (row < nvalid) {
-        const int64_t slot = t0 + row;
-        const int32_t blk = a.indices[pb0 + static_cast<int32_t>(slot / a.block_size)];
-        const uint8_t* src = a.base + static_cast<int64_t>(blk) * a.block_bytes +
-                             (static_cast<int64_t>(kv) * a.block_size + slot % a.block_size) * D * 2 + pc * 16;
-        CpAsync16(dst, src);
-      } else {
-        *reinterpret_cast<uint4*>(dst) = make_uint4(0u, 0u, 0u, 0u);
-      }
-    }
-  };
+  const TileLoader<T, D, RB> loader{&a, tid, 0, 0, start, begin, end, 0, pb0, 0, 2};
 
   float m = -INFINITY;  // row g's running max (log2 units), the same in its 4 lanes
   float l = 0.0f;       // this lane's part of row g's sum
@@ -278,23 +239,12 @@ __global__ void __launch_bounds__(kTcThreads, 3) PagedDecodeTcKernel(const __gri
     for (int i = 0; i < 4; ++i) o[n][i] = 0.0f;
   }
 
-  for (int k = 0; k + 1 < stages; ++k) {
-    if (k < n_tiles) load(k, smem + k * a.stage_bytes);
-    CpAsyncCommit();
-  }
-  for (int i = 0; i < n_tiles; ++i) {
-    const int ahead = i + stages - 1;
-    if (ahead < n_tiles) load(ahead, smem + (ahead % stages) * a.stage_bytes);
-    CpAsyncCommit();
-    CpAsyncWaitPending(stages - 1);
-    __syncthreads();
-    const uint8_t* kst = smem + (i % stages) * a.stage_bytes;
-    const uint8_t* vst = kst + kTcTile * RB;
+  auto load = [&](int i, uint8_t* stage) { loader.Load(i, stage); };
+  ForEachStagedTile(smem, a.stage_bytes, a.stages, n_tiles, load, [&](int i, const uint8_t* kst) {
     const int nvalid = static_cast<int>(min(static_cast<int64_t>(kTcTile), end - (begin + static_cast<int64_t>(i) * kTcTile)));
     const int r0 = warp * kTcWarpRows;
-    if (r0 < nvalid) TcWarpTile<T, D>(kst, vst, r0, nvalid, g, t, qa, a.scale_log2, m, l, o);  // warp-uniform
-    __syncthreads();  // the stage may be overwritten next
-  }
+    if (r0 < nvalid) TcWarpTile<T, D>(kst, kst + kTcTile * RB, r0, nvalid, g, t, qa, a.scale_log2, m, l, o);  // warp-uniform
+  });
 
   TcMergeWarps<D>(a, smem, qrow0, split, G, warp, g, t, m, l, o);
 }
