@@ -11,6 +11,7 @@
 
 #include "core/engine/run_config.h"
 #include "core/model/tokenizer.h"
+#include "datasets/tasks/ruler.h"
 
 namespace kvlab {
 
@@ -45,6 +46,18 @@ class TableReader {
     setters_[key] = [this, key, dst](const toml::node& n, const std::string& where) -> Status {
       if (!n.is_boolean()) return Status::InvalidArgument(where + ": '" + Name(key) + "' must be true or false");
       *dst = n.as_boolean()->get();
+      return Status::OK();
+    };
+  }
+  void Strings(const std::string& key, std::vector<std::string>* dst) {
+    setters_[key] = [this, key, dst](const toml::node& n, const std::string& where) -> Status {
+      const toml::array* a = n.as_array();
+      if (a == nullptr) return Status::InvalidArgument(where + ": '" + Name(key) + "' must be an array of strings");
+      dst->clear();
+      for (const toml::node& e : *a) {
+        if (!e.is_string()) return Status::InvalidArgument(where + ": '" + Name(key) + "' must be an array of strings");
+        dst->push_back(e.as_string()->get());
+      }
       return Status::OK();
     };
   }
@@ -117,6 +130,7 @@ Status ParseTrainConfig(const std::string& text, const std::string& path, TrainC
   const std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
   TrainConfig c;
   c.path = path;
+  bool needs_essay = false;  // a phase's ruler_tasks read [data] essay
   // Model defaults: the tiny models' shape; the vocabulary is the byte tokenizer's.
   ModelConfig& m = c.model;
   m.name = "kvlab-tiny";
@@ -191,6 +205,7 @@ Status ParseTrainConfig(const std::string& text, const std::string& path, TrainC
       r.String("heldout", &c.heldout_data);
       r.String("boost", &c.boost_data);
       r.Float("boost_share", &c.boost_share);
+      r.String("essay", &c.essay_data);
       KVLAB_RETURN_IF_ERROR(r.Read(*t));
     } else if (key == "phase") {
       const toml::array* arr = kv.second.as_array();
@@ -209,6 +224,8 @@ Status ParseTrainConfig(const std::string& text, const std::string& path, TrainC
         r.Float("multi_needle", &ph.multi_needle);
         r.Float("recall", &ph.recall);
         r.Float("copy", &ph.copy);
+        r.Float("ruler", &ph.ruler);
+        r.Strings("ruler_tasks", &ph.ruler_tasks);
         r.Float("answer_weight", &ph.answer_weight);
         r.Float("filler_weight", &ph.filler_weight);
         r.Float("min_length", &ph.min_length);
@@ -225,8 +242,18 @@ Status ParseTrainConfig(const std::string& text, const std::string& path, TrainC
           return Status::InvalidArgument(ph.where + ": min_length must be in (0, 1] (a fraction of seq_len), got " +
                                          std::to_string(ph.min_length));
         }
-        if (ph.text + ph.passkey + ph.multi_needle + ph.recall + ph.copy <= 0) {
-          return Status::InvalidArgument(ph.where + ": phase mix weights (text, passkey, multi_needle, recall, copy) sum to 0");
+        if (ph.text + ph.passkey + ph.multi_needle + ph.recall + ph.copy + ph.ruler <= 0) {
+          return Status::InvalidArgument(ph.where +
+                                         ": phase mix weights (text, passkey, multi_needle, recall, copy, ruler) sum to 0");
+        }
+        if (ph.ruler > 0 && ph.ruler_tasks.empty()) {
+          return Status::InvalidArgument(ph.where + ": 'ruler' > 0 needs 'ruler_tasks' (RULER task names to draw from)");
+        }
+        for (const std::string& task : ph.ruler_tasks) {
+          RulerTaskInfo info;
+          const Status st = GetRulerTask(task, &info);
+          if (!st.ok()) return Status::InvalidArgument(ph.where + ": 'ruler_tasks': " + st.message());
+          if (info.needs_essay) needs_essay = true;
         }
         if (ph.passkey + ph.multi_needle > 0 && ph.seq_len < 160) {
           return Status::InvalidArgument(ph.where + ": passkey and multi_needle need seq_len >= 160");
@@ -250,6 +277,9 @@ Status ParseTrainConfig(const std::string& text, const std::string& path, TrainC
     for (const TrainPhase& p : c.phases) if (p.text > 0) return true;
     return false;
   }();
+  if (needs_essay && c.essay_data.empty()) {
+    return Status::InvalidArgument(path + ": a phase's ruler_tasks read an essay haystack but [data] has no 'essay'");
+  }
   if (needs_text && c.train_data.empty()) return Status::InvalidArgument(path + ": a phase mixes text but [data] has no 'train'");
   if (c.boost_share >= 1) return Status::InvalidArgument(path + " [data]: 'boost_share' must be below 1 (the share of text rows drawn from 'boost')");
   if (c.boost_data.empty() != (c.boost_share == 0)) {
@@ -266,6 +296,7 @@ Status ParseTrainConfig(const std::string& text, const std::string& path, TrainC
   c.train_data = Resolve(dir, c.train_data);
   c.heldout_data = Resolve(dir, c.heldout_data);
   c.boost_data = Resolve(dir, c.boost_data);
+  c.essay_data = Resolve(dir, c.essay_data);
   *out = std::move(c);
   return Status::OK();
 }

@@ -16,11 +16,14 @@
 //   log_every = 10; eval_every = 200; checkpoint_every = 200; eval_tokens = 65536
 //   [data]
 //   train = "../../corpus/train.txt"; heldout = "../../corpus/heldout.txt"
+//   essay = "../../corpus/brown-train.txt"   # the essay haystack of RULER's essay tasks (ruler_tasks)
 //   [[phase]]                          # run in order; the LR schedule spans them all
 //   schedule_steps = 4000              # optional: from this phase on, the LR schedule is computed as
 //                                      # if the run were this many steps long (a plan lengthened mid-run)
 //   steps = 1000; seq_len = 256; batch = 16
 //   text = 1.0; passkey = 0.0; multi_needle = 0.0; recall = 0.0; copy = 0.0   # mix weights
+//   ruler = 0.0                        # mix weight of RULER's synthetic tasks (datasets/tasks/ruler.h),
+//   ruler_tasks = ["niah_single_1", "vt"]   # drawn uniformly from these; the essay tasks read [data] essay
 //   answer_weight = 1.0                # loss weight of the task-testing tokens
 //   filler_weight = 1.0                # loss weight of the other tokens of task samples
 //   min_length = 0.25                  # task samples' lengths are uniform in [min_length, 1] x seq_len
@@ -37,7 +40,8 @@ namespace kvlab {
 
 struct TrainPhase {
   int64_t steps = 0, seq_len = 256, batch = 16;
-  double text = 1.0, passkey = 0.0, multi_needle = 0.0, recall = 0.0, copy = 0.0;
+  double text = 1.0, passkey = 0.0, multi_needle = 0.0, recall = 0.0, copy = 0.0, ruler = 0.0;
+  std::vector<std::string> ruler_tasks;  // RULER task names the ruler weight draws from, uniformly
   double answer_weight = 1.0, filler_weight = 1.0;
   double min_length = 0.25;  // shortest task sample, as a fraction of seq_len
   int64_t schedule_steps = 0;  // > 0: from this phase on, the schedule's length (0: inherit)
@@ -59,6 +63,7 @@ struct TrainConfig {
   // come from train alone and the random stream is as without the option.
   std::string boost_data;
   double boost_share = 0;
+  std::string essay_data;  // [data] essay: RULER's essay haystack for the ruler mix's essay tasks
   std::vector<TrainPhase> phases;
 
   int64_t TotalSteps() const;

@@ -21,6 +21,7 @@
 
 #include "core/model/llama_tensors.h"
 #include "core/model/safetensors.h"
+#include "datasets/tasks/ruler.h"
 #include "datasets/tasks/tasks.h"
 #include "core/model/tokenizer.h"
 
@@ -205,13 +206,71 @@ struct Batch {
 };
 
 // Deterministic in (seed, step): resuming reproduces the same data.
+// A RULER sample (the phase's ruler_tasks) as a training row: RULER's prompt,
+// then the references as the answer (niah: " v1, v2." after its "... are";
+// vt: the names after its "they are: "), the answer's bytes the task targets.
+// False when the task cannot be built at this length.
+bool RulerRow(const TrainPhase& ph, int64_t length, const std::string& essay_text, SplitMix* rng, std::string* text,
+              size_t* answer_begin) {
+  RulerSpec spec;
+  spec.task = ph.ruler_tasks[static_cast<size_t>(rng->Below(ph.ruler_tasks.size()))];
+  spec.length = length;
+  spec.depth = rng->Uniform();
+  spec.fewshot = 0;  // as evals/configs/ruler.toml reads vt and cwe at one token a byte
+  // The answer is a few bytes: a budget of 32, not RULER's 128, lets the
+  // prompts reach the evaluation's lengths (length - 128) and past them.
+  spec.tokens_to_generate = 32;
+  spec.essay = &essay_text;
+  spec.seed = rng->Next();
+  RulerTaskInfo info;
+  if (!GetRulerTask(spec.task, &info).ok()) return false;
+  if (!info.has_depth) spec.depth = -1;
+  const TokenCounter bytes = [](const std::string& t, int64_t* n) {
+    *n = static_cast<int64_t>(t.size()) + 1;  // BOS, then one token a byte
+    return Status::OK();
+  };
+  RulerSample s;
+  if (!MakeRulerSample(spec, bytes, &s).ok()) {  // too short for the template: the phase's longest
+    spec.length = ph.seq_len;
+    if (!MakeRulerSample(spec, bytes, &s).ok()) return false;
+  }
+  if (s.outputs.empty()) return false;
+  std::string answer;
+  const bool list = !s.answer_prefix.empty() && s.answer_prefix.back() == ' ';
+  for (size_t i = 0; i < s.outputs.size(); ++i) answer += (i > 0 ? (list ? " " : ", ") : "") + s.outputs[i];
+  *text = s.prompt + (list ? answer : " " + answer + ".");
+  *answer_begin = s.prompt.size();
+  return true;
+}
+
+// One of kvlab's own tasks (datasets/tasks/tasks.h; kind 1-4 of the mix, any
+// other kind copy) as a training row, at a length drawn in [shortest, T].
+void TaskRow(int kind, int64_t T, int64_t shortest, SplitMix* rng, std::string* text, std::vector<uint8_t>* targets) {
+  TaskSpec spec;
+  spec.kind = kind == 1 ? TaskKind::kPasskey : kind == 2 ? TaskKind::kMultiNeedle : kind == 3 ? TaskKind::kRecall : TaskKind::kCopy;
+  spec.seed = rng->Next();
+  // Lengths vary so that every depth and distance is seen.
+  spec.length = shortest + static_cast<int64_t>(rng->Below(static_cast<uint64_t>(T - shortest + 1)));
+  spec.depth = rng->Uniform();
+  spec.num_needles = 2 + static_cast<int>(rng->Below(4));
+  spec.num_pairs = 4 + static_cast<int>(rng->Below(13));
+  TaskSample s;
+  if (!MakeTask(spec, &s).ok()) {  // too short for this kind: fall back to copy
+    spec.kind = TaskKind::kCopy;
+    spec.length = T;
+    MakeTask(spec, &s);
+  }
+  *text = s.prompt + s.answer;
+  targets->assign(s.target_mask.begin(), s.target_mask.end());
+}
+
 Batch MakeBatch(const TrainConfig& cfg, const TrainPhase& ph, int64_t step, const std::string& train_text,
-                const std::string& boost_text) {
+                const std::string& boost_text, const std::string& essay_text) {
   const int64_t B = ph.batch, T = ph.seq_len;
   SplitMix rng(cfg.seed * 0x9E3779B97F4A7C15ull ^ (static_cast<uint64_t>(step) + 1) * 0xD1B54A32D192ED03ull);
   std::vector<int64_t> toks(static_cast<size_t>(B * (T + 1)));
   std::vector<float> w(static_cast<size_t>(B * T)), m(static_cast<size_t>(B * T)), is_text(static_cast<size_t>(B), 0.0f);
-  const double mix[] = {ph.text, ph.passkey, ph.multi_needle, ph.recall, ph.copy};
+  const double mix[] = {ph.text, ph.passkey, ph.multi_needle, ph.recall, ph.copy, ph.ruler};
   double total = 0;
   for (double x : mix) total += x;
   for (int64_t b = 0; b < B; ++b) {
@@ -221,7 +280,7 @@ Batch MakeBatch(const TrainConfig& cfg, const TrainPhase& ph, int64_t step, cons
     row[0] = ByteTokenizer::kBos;
     double r = rng.Uniform() * total;
     int kind = 0;
-    while (kind < 4 && r >= mix[kind]) r -= mix[kind++];
+    while (kind < 5 && r >= mix[kind]) r -= mix[kind++];
     if (kind == 0) {
       is_text[static_cast<size_t>(b)] = 1.0f;
       const std::string& corpus = cfg.boost_share > 0 && rng.Uniform() < cfg.boost_share ? boost_text : train_text;
@@ -234,26 +293,21 @@ Batch MakeBatch(const TrainConfig& cfg, const TrainPhase& ph, int64_t step, cons
       }
       continue;
     }
-    TaskSpec spec;
-    spec.kind = kind == 1 ? TaskKind::kPasskey : kind == 2 ? TaskKind::kMultiNeedle : kind == 3 ? TaskKind::kRecall : TaskKind::kCopy;
-    spec.seed = rng.Next();
-    // Lengths vary so that every depth and distance is seen.
     const int64_t shortest = std::clamp<int64_t>(static_cast<int64_t>(ph.min_length * static_cast<double>(T)), 1, T);
-    spec.length = shortest + static_cast<int64_t>(rng.Below(static_cast<uint64_t>(T - shortest + 1)));
-    spec.depth = rng.Uniform();
-    spec.num_needles = 2 + static_cast<int>(rng.Below(4));
-    spec.num_pairs = 4 + static_cast<int>(rng.Below(13));
-    TaskSample s;
-    if (!MakeTask(spec, &s).ok()) {  // too short for this kind: fall back to copy
-      spec.kind = TaskKind::kCopy;
-      spec.length = T;
-      MakeTask(spec, &s);
+    std::string text;
+    std::vector<uint8_t> targets;
+    size_t answer_begin = 0;
+    if (kind == 5 && RulerRow(ph, shortest + static_cast<int64_t>(rng.Below(static_cast<uint64_t>(T - shortest + 1))),
+                              essay_text, &rng, &text, &answer_begin)) {
+      targets.assign(text.size(), 0);
+      for (size_t i = answer_begin; i < text.size(); ++i) targets[i] = 1;
+    } else {
+      TaskRow(kind, T, shortest, &rng, &text, &targets);
     }
-    const std::string text = s.prompt + s.answer;
     for (int64_t t = 0; t < T; ++t) {
       const bool in = t < static_cast<int64_t>(text.size());
       row[t + 1] = in ? static_cast<unsigned char>(text[static_cast<size_t>(t)]) : ByteTokenizer::kEos;
-      const bool target = in && s.target_mask[static_cast<size_t>(t)] != 0;
+      const bool target = in && t < static_cast<int64_t>(targets.size()) && targets[static_cast<size_t>(t)] != 0;
       // After the sample: EOS then padding-like EOS tokens, not trained on.
       wrow[t] = !in ? (t == static_cast<int64_t>(text.size()) ? static_cast<float>(ph.filler_weight) : 0.0f)
                     : static_cast<float>(target ? ph.answer_weight : ph.filler_weight);
@@ -367,7 +421,7 @@ Status Train(const TrainConfig& cfg, const TrainOptions& opts, TrainResult* resu
   *result = TrainResult();
   const int64_t threads = cfg.threads > 0 ? cfg.threads : static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
   at::set_num_threads(static_cast<int>(threads));
-  std::string corpus, boost, heldout;
+  std::string corpus, boost, heldout, essay;
   bool needs_text = false;
   for (const TrainPhase& p : cfg.phases) needs_text |= p.text > 0;
   // A text that rows are drawn from must hold more than a few windows.
@@ -379,6 +433,9 @@ Status Train(const TrainConfig& cfg, const TrainOptions& opts, TrainResult* resu
   if (needs_text) KVLAB_RETURN_IF_ERROR(read_training_text(cfg.train_data, "training text ([data] train)", &corpus));
   if (needs_text && cfg.boost_share > 0) {
     KVLAB_RETURN_IF_ERROR(read_training_text(cfg.boost_data, "boosted training text ([data] boost)", &boost));
+  }
+  if (!cfg.essay_data.empty()) {
+    KVLAB_RETURN_IF_ERROR(read_training_text(cfg.essay_data, "RULER essay haystack ([data] essay)", &essay));
   }
   if (!cfg.heldout_data.empty() && cfg.eval_every > 0) {
     KVLAB_RETURN_IF_ERROR(ReadFile(cfg.heldout_data, "held-out text ([data] heldout)", &heldout));
@@ -458,7 +515,7 @@ Status Train(const TrainConfig& cfg, const TrainOptions& opts, TrainResult* resu
     const TrainPhase& ph = cfg.PhaseAt(st.step);
     const double lr = cfg.LearningRateAt(st.step);
     for (auto& g : optimizer.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
-    Batch batch = MakeBatch(cfg, ph, st.step, corpus, boost);
+    Batch batch = MakeBatch(cfg, ph, st.step, corpus, boost, essay);
     const int64_t T = ph.seq_len;
     torch::Tensor logits = fwd(batch.tokens.narrow(1, 0, T));
     torch::Tensor ce = torch::nn::functional::cross_entropy(
@@ -585,8 +642,17 @@ Status ConvertPoolKvHeads(const std::string& in_dir, const std::string& out_dir,
 }
 
 std::vector<std::vector<int32_t>> TrainingBatchRows(const TrainConfig& cfg, int64_t step, const std::string& train_text,
-                                                   const std::string& boost_text) {
-  const Batch batch = MakeBatch(cfg, cfg.PhaseAt(step), step, train_text, boost_text);
+                                                   const std::string& boost_text, const std::string& essay_text,
+                                                   std::vector<std::vector<float>>* weights) {
+  const Batch batch = MakeBatch(cfg, cfg.PhaseAt(step), step, train_text, boost_text, essay_text);
+  if (weights != nullptr) {
+    const torch::Tensor w = batch.weights.contiguous();
+    weights->assign(static_cast<size_t>(w.size(0)), {});
+    for (int64_t b = 0; b < w.size(0); ++b) {
+      const float* p = w[b].data_ptr<float>();
+      (*weights)[static_cast<size_t>(b)].assign(p, p + w.size(1));
+    }
+  }
   const torch::Tensor t = batch.tokens.to(torch::kInt).contiguous();
   std::vector<std::vector<int32_t>> rows(static_cast<size_t>(t.size(0)));
   for (int64_t b = 0; b < t.size(0); ++b) {

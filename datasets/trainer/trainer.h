@@ -49,10 +49,13 @@ void KeepFreedMemoryInHeap();
 Status ConvertPoolKvHeads(const std::string& in_dir, const std::string& out_dir, int group, bool mean);
 
 // The token rows (BOS then seq_len bytes or task tokens) of the training batch
-// at a 0-based step, exactly as Train draws them from these texts (the train
-// and [data] boost files' contents); for tests and for inspecting the data mix.
+// at a 0-based step, exactly as Train draws them from these texts (the train,
+// [data] boost and [data] essay files' contents); for tests and for
+// inspecting the data mix. With `weights`, each row's per-target loss weights
+// too (weights[b][t] for predicting rows[b][t + 1]).
 std::vector<std::vector<int32_t>> TrainingBatchRows(const TrainConfig& config, int64_t step, const std::string& train_text,
-                                                   const std::string& boost_text);
+                                                   const std::string& boost_text, const std::string& essay_text = "",
+                                                   std::vector<std::vector<float>>* weights = nullptr);
 
 // Next-token logits [tokens, vocab] of the checkpoint in `dir` through the
 // trainer's own batched forward (the one gradients flow through), so tests

@@ -226,6 +226,81 @@ TEST(TrainerTest, BoostDrawsItsShareOfTextRows) {
   fs::remove_all(dir);
 }
 
+// A ruler phase's rows are RULER's own prompts (niah_single_1's and vt's
+// templates here) followed by their references, and only the answer's bytes
+// carry answer_weight; a missing essay file or an unknown task is refused.
+TEST(TrainerTest, RulerRowsAreRulerPromptsWithTheirAnswersWeighted) {
+  const std::string dir = TempDir("ruler");
+  const std::string head = "out = \"o\"\n";
+  const std::string phase =
+      "[[phase]]\nsteps = 10\nseq_len = 600\nbatch = 8\nmin_length = 0.8\ntext = 0.0\nruler = 1.0\n"
+      "ruler_tasks = [\"niah_single_1\", \"vt\"]\nanswer_weight = 3.0\nfiller_weight = 0.5\n";
+  TrainConfig c;
+  const Status s = ParseTrainConfig(head + phase, dir + "/r.toml", &c);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  int niah = 0, vt = 0;
+  for (int64_t step = 0; step < 3; ++step) {
+    std::vector<std::vector<float>> weights;
+    const auto rows = TrainingBatchRows(c, step, "", "", "", &weights);
+    ASSERT_EQ(rows.size(), 8u);
+    for (size_t b = 0; b < rows.size(); ++b) {
+      std::string text;
+      for (size_t t = 1; t < rows[b].size() && rows[b][t] != ByteTokenizer::kEos; ++t) text += static_cast<char>(rows[b][t]);
+      std::string prefix, answer;
+      std::string weighted;  // the bytes trained at answer_weight
+      for (size_t t = 0; t < text.size(); ++t) {
+        if (weights[b][t] == 3.0f) weighted += text[t];
+        else EXPECT_EQ(weights[b][t], 0.5f) << t;
+      }
+      ASSERT_FALSE(weighted.empty());
+      ASSERT_EQ(text.substr(text.size() - weighted.size()), weighted);  // the answer ends the row
+      const std::string prompt = text.substr(0, text.size() - weighted.size());
+      if (prompt.rfind("A special magic number is hidden within the following text.", 0) == 0) {
+        ++niah;
+        // " 1234567." after "... mentioned in the provided text is": the needle's value.
+        ASSERT_EQ(weighted.size(), 9u) << weighted;
+        EXPECT_EQ(weighted.front(), ' ');
+        EXPECT_EQ(weighted.back(), '.');
+        const std::string value = weighted.substr(1, 7);
+        EXPECT_NE(prompt.find("is: " + value + "."), std::string::npos) << value;
+        EXPECT_EQ(prompt.substr(prompt.size() - 34), " mentioned in the provided text is");
+      } else {
+        ASSERT_EQ(prompt.rfind("Memorize and track the chain(s) of variable assignment", 0), 0u) << prompt.substr(0, 80);
+        ++vt;
+        // The five names of the chain after "they are: ", each assigned in the prompt.
+        EXPECT_EQ(prompt.substr(prompt.size() - 10), "they are: ");
+        std::istringstream names(weighted);
+        std::string name;
+        int n = 0;
+        while (names >> name) {
+          EXPECT_NE(prompt.find("VAR " + name + " = "), std::string::npos) << name;
+          ++n;
+        }
+        EXPECT_EQ(n, 5);
+      }
+      EXPECT_LE(text.size() + 1, 600u);
+    }
+  }
+  EXPECT_GT(niah, 0);
+  EXPECT_GT(vt, 0);
+  EXPECT_EQ(TrainingBatchRows(c, 2, "", "", ""), TrainingBatchRows(c, 2, "", "", ""));
+  TrainConfig bad;
+  Status e = ParseTrainConfig(head + "[[phase]]\nsteps = 1\nseq_len = 600\ntext = 0.0\nruler = 1.0\n"
+                              "ruler_tasks = [\"niah_multikey_1\"]\n", dir + "/essay.toml", &bad);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.ToString().find("essay.toml"), std::string::npos) << e.ToString();
+  EXPECT_NE(e.ToString().find("'essay'"), std::string::npos) << e.ToString();
+  e = ParseTrainConfig(head + "[[phase]]\nsteps = 1\nseq_len = 600\ntext = 0.0\nruler = 1.0\n"
+                       "ruler_tasks = [\"niah_single_9\"]\n", dir + "/task.toml", &bad);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.ToString().find("ruler_tasks"), std::string::npos) << e.ToString();
+  EXPECT_NE(e.ToString().find("niah_single_9"), std::string::npos) << e.ToString();
+  e = ParseTrainConfig(head + "[[phase]]\nsteps = 1\nseq_len = 600\ntext = 0.0\nruler = 1.0\n", dir + "/none.toml", &bad);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.ToString().find("ruler_tasks"), std::string::npos) << e.ToString();
+  fs::remove_all(dir);
+}
+
 TEST(TrainConfigTest, ErrorsNameFileLineColumn) {
   TrainConfig c;
   Status s = ParseTrainConfig("out = \"x\"\n[train]\nlrr = 1.0\n", "cfg.toml", &c);
