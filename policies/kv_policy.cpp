@@ -174,19 +174,6 @@ Status PolicyStack::CheckShape(int model_kv_heads, int head_dim, int block_size)
   const KVPolicy* read = ReadPolicy();
   if (read == nullptr) return Status::OK();
   const std::string who = "policy '" + std::string(read->Name()) + "' (read) ";
-  KvEncoding enc;
-  int64_t residual = 0;
-  if (const KVPolicy* r = For(kConcernRepresentation);
-      r != nullptr && r->SealedEncoding(head_dim, block_size, &enc, &residual) && enc.kind != EncodingKind::kKivi) {
-    // A sealed group is ranked by the range of its decoded keys, which KIVI's
-    // scales and zeros give for free (KiviKeyRange); int8 / fp8 blocks keep a
-    // scale per token (their key range would need a min / max kept at seal
-    // time) and ThinK's blocks drop channels per block: not built.
-    return Status::InvalidArgument(who + "with '" + r->Name() + "' (sealed encoding " + enc.Describe() +
-                                   "): ranking sealed blocks needs each block's key range, which only KIVI's "
-                                   "per-group scales and zeros give; reading a subset of these blocks is not "
-                                   "implemented");
-  }
   if (KeysBeforeRope()) {
     return Status::InvalidArgument(who + "with '" + For(kConcernSelection)->Name() +
                                    "' storing keys before RoPE (positions=\"cache\"): keys are rotated by their slot "

@@ -29,7 +29,10 @@
 // block_size, the recent page included): the pages are taken in the order of
 // their bound (ties to the earlier page), each that still fits the budget
 // left, so the groups read are the top groups by the bound; all pages while
-// the stream holds at most token_budget tokens of pages.
+// the stream holds at most token_budget tokens of pages. Over quant (int8 /
+// fp8, a scale per token) and think, whose blocks carry no key range, each
+// sealed block keeps the min/max of its decoded keys from its seal (the
+// cache's Stream::enc_key_min) and is ranked by them the same way.
 //
 // GQA: Quest's code is multi-head (its Llama-3.1 evaluation repeats the KV
 // heads, so each query head picks its own pages). Here one stream serves a
@@ -163,8 +166,8 @@ void RegisterQuestPolicy(PolicyRegistry* registry) {
   info.params = {
       {"token_budget", ParamSpec::Type::kInt, "1024",
        "tokens a decode step reads per (layer, KV head), the recent page included: floor(token_budget / block_size) "
-       "pages, a page being the cache's block; at least one block (over kivi: a sealed group is a page of group tokens, "
-       "and the budget counts encoded and plain tokens alike)", {}, ParamRange::Closed(1, 1 << 24)},
+       "pages, a page being the cache's block; at least one block (over kivi, quant or think: a sealed block is a page "
+       "of its own tokens, and the budget counts encoded and plain tokens alike)", {}, ParamRange::Closed(1, 1 << 24)},
       {"dense_layers", ParamSpec::Type::kInt, "2", "the first layers read every page (the paper: 2)", {},
        ParamRange::Closed(0, 1 << 16)},
       {"gqa", ParamSpec::Type::kString, "max",

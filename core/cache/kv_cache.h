@@ -66,6 +66,13 @@ struct Stream {
   // to date for slots [0, bounded_tokens) (UpdateKeyBounds folds the rest).
   std::vector<uint8_t> key_min, key_max;
   int64_t bounded_tokens = 0;
+  // Likewise for sealed blocks of an encoding whose metadata gives no key
+  // range (int8 / fp8 per token, ThinK; KIVI's groups are ranked by their
+  // scales and zeros instead): the channel-wise min and max of each sealed
+  // block's decoded keys, [enc_blocks][head_dim] fp32, computed once when the
+  // block is sealed (or, for blocks a prefix brought, at the next update) and
+  // moved with the blocks; rows for the first enc_key_min.size() / head_dim.
+  std::vector<float> enc_key_min, enc_key_max;
   // The stream's run reserve (KVCache::SetRunBlocks): plain block ids
   // [run_next, run_end), consecutive, taken off the pool's free list for its
   // next blocks; empty when run_next == run_end.
@@ -116,6 +123,10 @@ class PageTable {
   // in the cache's dtype (Layer(layer).dtype); returns the leading blocks whose
   // bounds are complete (0 when none are kept).
   int64_t KeyBounds(int layer, int s, const void** key_min, const void** key_max) const;
+  // The sealed blocks' decoded-key bounds of that stream (Stream::enc_key_min,
+  // fp32 [blocks][head_dim]); returns how many leading sealed blocks have
+  // them (0 for KIVI, whose groups carry their range, and without bounds).
+  int64_t EncodedKeyBounds(int layer, int s, const float** key_min, const float** key_max) const;
 
  private:
   friend class KVCache;
@@ -430,13 +441,16 @@ class KVCache {
 
   // --- block key bounds, for a read policy (kv_cache_bounds.cpp) ---
   // Keeps each plain block's channel-wise key min / max (Stream::key_min,
-  // key_max) from now on (sealed groups have none: a read policy ranks them by
-  // their own metadata). REQUIRES: host storage.
+  // key_max) from now on, and each sealed block's (Stream::enc_key_min) for an
+  // encoding other than KIVI (whose groups a read policy ranks by their own
+  // scales and zeros). REQUIRES: host storage.
   void EnableKeyBounds() { key_bounds_ = true; }
   bool key_bounds() const { return key_bounds_; }
   // Folds the keys written since the last call (and those a compaction
   // moved) into the bounds of every stream of `seqs`.
   void UpdateKeyBounds(const std::vector<SeqId>& seqs);
+  // True when sealed blocks keep decoded-key bounds (key bounds on, an encoding other than KIVI).
+  bool KeepsEncodedKeyBounds() const;
   // Points pt (built for `seqs`) at their streams' bounds (PageTable::KeyBounds).
   void AttachKeyBounds(const std::vector<SeqId>& seqs, PageTable* pt) const;
 
@@ -450,6 +464,9 @@ class KVCache {
   // The stream's first plain_blocks plain blocks went (sealed, or dropped):
   // their bounds rows go with them (kv_cache_bounds.cpp).
   void DropLeadingKeyBounds(Stream* s, size_t plain_blocks) const;
+  // Appends the decoded-key bounds of the stream's sealed blocks that have
+  // none yet (KeepsEncodedKeyBounds; kv_cache_bounds.cpp).
+  void BoundEncodedBlocks(Stream* s) const;
   // ApplySelection's Compact on a device cache: the books, then the owner's moves.
   Status CompactOnDevice(SeqId id, int layer, int head, const std::vector<int64_t>& keep);
   // Compact's path for DropsLeadingUnits: frees the first k slots' units.

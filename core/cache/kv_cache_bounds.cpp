@@ -4,7 +4,12 @@
 // only after KVCache::EnableKeyBounds; a compaction marks the bounds of the
 // blocks it changed stale (Stream::bounded_tokens) and the next update
 // recomputes them; a seal or a dropped leading block takes its rows with it.
+// Sealed blocks of an encoding whose metadata gives no key range (int8 / fp8
+// per token, ThinK) keep the bounds of their decoded keys, computed once from
+// the block as stored; a compaction or a window drop moves their rows with
+// the blocks (kv_cache_compact.cpp, kv_cache_window.cpp).
 #include <algorithm>
+#include <cmath>
 
 #include "core/cache/kv_cache.h"
 
@@ -16,6 +21,39 @@ int64_t PageTable::KeyBounds(int layer, int s, const void** key_min, const void*
   *key_min = st->key_min.data();
   *key_max = st->key_max.data();
   return st->bounded_tokens / base_.block_size;  // the last, partly filled block is never complete here
+}
+
+int64_t PageTable::EncodedKeyBounds(int layer, int s, const float** key_min, const float** key_max) const {
+  if (bound_streams_.empty()) return 0;
+  const Stream* st = bound_streams_[static_cast<size_t>(layer) * num_seqs_ * num_kv_heads_ + static_cast<size_t>(s)];
+  *key_min = st->enc_key_min.data();
+  *key_max = st->enc_key_max.data();
+  return static_cast<int64_t>(st->enc_key_min.size()) / base_.head_dim;
+}
+
+bool KVCache::KeepsEncodedKeyBounds() const {
+  return key_bounds_ && shape_.encoded && shape_.enc.kind != EncodingKind::kKivi;
+}
+
+void KVCache::BoundEncodedBlocks(Stream* s) const {
+  if (!KeepsEncodedKeyBounds() || enc_pool_->data() == nullptr) return;
+  const int d = shape_.head_dim, tpb = shape_.enc.tokens_per_block;
+  std::vector<float> k(static_cast<size_t>(tpb) * d), v(k.size());
+  std::vector<uint8_t> scratch;
+  for (size_t g = s->enc_key_min.size() / static_cast<size_t>(d); g < s->enc_blocks.size(); ++g) {
+    DecodeKvBlock(shape_.enc, BlockData(s->enc_blocks[g], true, &scratch), k.data(), v.data());
+    s->enc_key_min.insert(s->enc_key_min.end(), k.begin(), k.begin() + d);
+    s->enc_key_max.insert(s->enc_key_max.end(), k.begin(), k.begin() + d);
+    float* lo = s->enc_key_min.data() + g * static_cast<size_t>(d);
+    float* hi = s->enc_key_max.data() + g * static_cast<size_t>(d);
+    for (int t = 1; t < tpb; ++t) {
+      const float* row = k.data() + static_cast<size_t>(t) * d;
+      for (int c = 0; c < d; ++c) {
+        lo[c] = std::min(lo[c], row[c]);
+        hi[c] = std::max(hi[c], row[c]);
+      }
+    }
+  }
 }
 
 // Folds each new key into its block's bounds in fp32 and stores them back in
@@ -31,6 +69,7 @@ void KVCache::UpdateKeyBounds(const std::vector<SeqId>& seqs) {
   std::vector<uint8_t> scratch;
   for (SeqId id : seqs) {
     for (Stream& s : seqs_.at(id)) {
+      BoundEncodedBlocks(&s);  // sealed blocks a prefix brought (a seal bounds its own)
       const int64_t n = s.num_plain();
       s.bounded_tokens = std::min(s.bounded_tokens, n) / bs * bs;  // restart at a block's first slot
       const size_t bytes = static_cast<size_t>((n + bs - 1) / bs) * static_cast<size_t>(row);

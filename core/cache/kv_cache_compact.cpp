@@ -98,6 +98,10 @@ Status KVCache::Compact(SeqId id, int layer, int head, const std::vector<int64_t
   for (size_t g = 0; g < n_groups; ++g) {
     if (!stays[g]) continue;
     const size_t from = g * static_cast<size_t>(tpb), to = n_stay * static_cast<size_t>(tpb);
+    if (g < s.enc_key_min.size() / static_cast<size_t>(d)) {  // decoded-key bounds move with their block
+      std::copy_n(s.enc_key_min.begin() + g * d, d, s.enc_key_min.begin() + n_stay * d);
+      std::copy_n(s.enc_key_max.begin() + g * d, d, s.enc_key_max.begin() + n_stay * d);
+    }
     s.enc_blocks[n_stay++] = s.enc_blocks[g];
     std::copy(s.positions.begin() + from, s.positions.begin() + from + tpb, s.positions.begin() + to);
     std::copy(s.score.begin() + from, s.score.begin() + from + tpb, s.score.begin() + to);
@@ -105,6 +109,11 @@ Status KVCache::Compact(SeqId id, int layer, int head, const std::vector<int64_t
     any_dead = any_dead || std::find(dead.begin() + to, dead.begin() + to + tpb, uint8_t{1}) != dead.begin() + to + tpb;
   }
   s.enc_blocks.resize(n_stay);
+  if (!s.enc_key_min.empty()) {
+    const size_t rows = std::min(s.enc_key_min.size() / static_cast<size_t>(d), n_stay) * static_cast<size_t>(d);
+    s.enc_key_min.resize(rows);
+    s.enc_key_max.resize(rows);
+  }
   const int64_t new_ne = static_cast<int64_t>(n_stay) * tpb;
   for (size_t j = 0; j < n_plain; ++j) {
     const int64_t slot = keep[n_enc_kept + j];

@@ -145,6 +145,11 @@ void KVCache::DropLeadingUnits(SeqId id, size_t stream_index, Stream* s, int64_t
   for (size_t i = 0; i < enc_drop; ++i) DropStreamRef(id, stream_index, /*encoded=*/true, i, s->enc_blocks[i]);
   for (size_t i = 0; i < plain_drop; ++i) DropStreamRef(id, stream_index, /*encoded=*/false, i, s->blocks[i]);
   s->enc_blocks.erase(s->enc_blocks.begin(), s->enc_blocks.begin() + static_cast<std::ptrdiff_t>(enc_drop));
+  if (!s->enc_key_min.empty()) {  // the dropped blocks' decoded-key bounds go with them
+    const auto rows = static_cast<std::ptrdiff_t>(std::min(s->enc_key_min.size(), enc_drop * static_cast<size_t>(shape_.head_dim)));
+    s->enc_key_min.erase(s->enc_key_min.begin(), s->enc_key_min.begin() + rows);
+    s->enc_key_max.erase(s->enc_key_max.begin(), s->enc_key_max.begin() + rows);
+  }
   s->blocks.erase(s->blocks.begin(), s->blocks.begin() + static_cast<std::ptrdiff_t>(plain_drop));
   if (s->HasDead()) {
     s->dead.erase(s->dead.begin(), s->dead.begin() + std::min<int64_t>(k, static_cast<int64_t>(s->dead.size())));

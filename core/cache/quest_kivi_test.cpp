@@ -4,7 +4,10 @@
 // table listing every page gives kivi-alone's attention bit for bit (the
 // reference and the CPU path); on a subset the CPU path equals the
 // reference and both equal attention over only the picked slots, dead slots
-// of sealed groups included; bytes read count encoded blocks.
+// of sealed groups included; bytes read count encoded blocks. The same for
+// int8, fp8 and ThinK sealed blocks, which carry no key range of their own:
+// each keeps the channel-wise min / max of its decoded keys from its seal
+// (Stream::enc_key_min), moved with it when a compaction drops a block.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -64,6 +67,7 @@ class EveryPage : public KVPolicy {
 // token (10 plain blocks, the last with 9 slots); sequence 1: a 40-token
 // prompt, then a prefill chunk of 3 (reads everything).
 struct KiviQuest {
+  CacheShape shape;
   std::unique_ptr<KVCache> cache;
   std::mt19937 rng{9};
   PageTable pt;
@@ -71,10 +75,11 @@ struct KiviQuest {
   std::vector<float> q, o;
   AttentionParams p;
 
-  KiviQuest() {
-    EXPECT_TRUE(KVCache::Create(Kivi2LayerShape(kHkv, kD, DType::kBF16), 400, true, &cache, 400).ok());
+  explicit KiviQuest(const CacheShape& sh = Kivi2LayerShape(kHkv, kD, DType::kBF16)) : shape(sh) {
+    EXPECT_TRUE(KVCache::Create(shape, 400, true, &cache, 400).ok());
     cache->EnableKeyBounds();
   }
+  int Tpb() const { return shape.enc.tokens_per_block; }
   // n tokens of random K/V; keys shifted by their group, so pages differ.
   void Write(int64_t id, int64_t n, bool seal) {
     const int64_t start = cache->stream(id, 0, 0).num_tokens;
@@ -102,8 +107,10 @@ struct KiviQuest {
     Write(0, 1, false);
     const std::vector<int32_t> pos = Iota(40, 3);
     ASSERT_TRUE(cache->Reserve(1, 3, pos.data()).ok());
-    ASSERT_EQ(cache->stream(0, 0, 0).num_encoded, 14 * kGroup);
-    ASSERT_EQ(cache->stream(0, 0, 0).num_plain(), 153);
+    if (shape.enc.kind == EncodingKind::kKivi) {
+      ASSERT_EQ(cache->stream(0, 0, 0).num_encoded, 14 * kGroup);
+      ASSERT_EQ(cache->stream(0, 0, 0).num_plain(), 153);
+    }
     Tables();
     // Positive-leaning queries: the groups whose keys are shifted most rank first, not the oldest.
     std::normal_distribution<float> g(0.0f, 1.0f);
@@ -308,7 +315,7 @@ void ExpectSubsetAttention(KiviQuest* f, const std::string& budget) {
     for (int32_t i = sel.enc_indptr[h]; i < sel.enc_indptr[h + 1]; ++i) {
       for (int32_t g = 0; g < enc.indptr[h + 1] - enc.indptr[h]; ++g) {
         if (enc.indices[enc.indptr[h] + g] != sel.enc_indices[static_cast<size_t>(i)]) continue;
-        for (int64_t t = 0; t < kGroup; ++t) slots.push_back(int64_t{g} * kGroup + t);
+        for (int64_t t = 0; t < f->Tpb(); ++t) slots.push_back(int64_t{g} * f->Tpb() + t);
         later_group = later_group || g != i - sel.enc_indptr[h];
       }
     }
@@ -369,6 +376,174 @@ TEST(QuestKiviTest, DeadSlotsOfTheGroupsReadStayDead) {
   ExpectSubsetAttention(&f, "160");
   ExpectSubsetAttention(&f, "272");
 }
+
+// int8 / fp8 per token (16-token blocks sealed past a 128-token residual)
+// and ThinK (40 of 64 key channels kept, 32 recent tokens whole), bf16 plain
+// blocks. Sequence 0 holds 29 sealed blocks and 137 plain slots (8 full
+// blocks, then 9 slots) for int8 / fp8.
+CacheShape EncodedShape(EncodingKind kind) {
+  CacheShape sh = LayerShape(kHkv, kD, DType::kBF16);
+  sh.encoded = true;
+  sh.enc.kind = kind;
+  sh.enc.head_dim = kD;
+  sh.enc.tokens_per_block = kBs;
+  sh.enc.dtype = DType::kBF16;
+  if (kind == EncodingKind::kThink) {
+    sh.enc.key_channels = 40;
+    sh.residual = 32;
+  } else {
+    sh.enc.bits = 8;
+    sh.residual = 128;
+  }
+  EXPECT_EQ(sh.enc.Validate(), "");
+  return sh;
+}
+
+class QuestEncodedTest : public ::testing::TestWithParam<EncodingKind> {};
+
+// Each sealed block's bounds are the channel-wise min / max of its decoded
+// keys, from the seal on; a compaction that empties blocks moves the rows of
+// those that stay with them.
+TEST_P(QuestEncodedTest, SealedBlocksKeepTheirDecodedKeysBounds) {
+  KiviQuest f(EncodedShape(GetParam()));
+  f.Build();
+  std::vector<float> k(kD), v(kD);
+  auto expect_rows = [&](const char* when) {
+    for (int h = 0; h < kHkv; ++h) {
+      const Stream& s = f.cache->stream(0, 0, h);
+      ASSERT_GT(s.enc_blocks.size(), 4u) << when;
+      ASSERT_EQ(s.enc_key_min.size(), s.enc_blocks.size() * kD) << when;
+      ASSERT_EQ(s.enc_key_max.size(), s.enc_key_min.size()) << when;
+      for (size_t g = 0; g < s.enc_blocks.size(); ++g) {
+        for (int c = 0; c < kD; ++c) {
+          float mn = INFINITY, mx = -INFINITY;
+          for (int64_t t = static_cast<int64_t>(g) * f.Tpb(); t < static_cast<int64_t>(g + 1) * f.Tpb(); ++t) {
+            f.cache->ReadSlot(0, 0, h, t, k.data(), v.data());
+            mn = std::min(mn, k[static_cast<size_t>(c)]);
+            mx = std::max(mx, k[static_cast<size_t>(c)]);
+          }
+          ASSERT_EQ(s.enc_key_min[g * kD + static_cast<size_t>(c)], mn) << when << " head " << h << " block " << g;
+          ASSERT_EQ(s.enc_key_max[g * kD + static_cast<size_t>(c)], mx) << when << " head " << h << " block " << g;
+        }
+      }
+    }
+  };
+  expect_rows("after the seal");
+  // Evict every slot of sealed blocks 1 and 3 and some of others: those two go, the rest move down.
+  size_t before = 0;
+  for (int h = 0; h < kHkv; ++h) {
+    const Stream& s = f.cache->stream(0, 0, h);
+    before = s.enc_blocks.size();
+    std::vector<int64_t> keep;
+    for (int64_t t = 0; t < s.num_tokens; ++t) {
+      const int64_t g = t / f.Tpb();
+      if (t >= s.num_encoded || (g != 1 && g != 3 && (t + h) % 5 != 2)) keep.push_back(t);
+    }
+    ASSERT_TRUE(f.cache->Compact(0, 0, h, keep).ok());
+    ASSERT_EQ(f.cache->stream(0, 0, h).enc_blocks.size(), before - 2);
+  }
+  expect_rows("after a compaction");
+}
+
+// Every page listed gives the encoding's own attention bit for bit; on a
+// subset, attention equals attention over the picked slots (dead ones too),
+// and the CPU path the reference.
+TEST_P(QuestEncodedTest, SubsetsReadTheirSlotsAndEveryPageIsTheDenseRead) {
+  KiviQuest f(EncodedShape(GetParam()));
+  f.Build();
+  EveryPage every;
+  ReadSelection sel;
+  SelectLayerReads(f.pt, 0, &every, f.p, &sel);
+  ASSERT_TRUE(sel.subset);
+  EXPECT_EQ(sel.stats.kv_read_bytes, sel.stats.kv_dense_bytes);
+  const PagedKV kv = f.pt.Layer(0), view = sel.View(kv);
+  const EncodedKV enc = *f.pt.Encoded(0), enc_view = sel.EncodedView(enc);
+  std::vector<float> dense(f.o.size()), listed(f.o.size());
+  f.p.o = dense.data();
+  PagedAttentionEncodedReference(kv, enc, f.p);
+  f.p.o = listed.data();
+  PagedAttentionEncodedReference(view, enc_view, f.p);
+  EXPECT_EQ(std::memcmp(dense.data(), listed.data(), dense.size() * sizeof(float)), 0) << "reference";
+  ExpectSubsetAttention(&f, "160");
+  ExpectSubsetAttention(&f, "272");
+  for (int h = 0; h < kHkv; ++h) {
+    const Stream& s = f.cache->stream(0, 0, h);
+    std::vector<int64_t> keep;
+    for (int64_t t = 0; t < s.num_tokens; ++t) {
+      if (t >= s.num_encoded || (t + h) % 5 != 2) keep.push_back(t);
+    }
+    ASSERT_TRUE(f.cache->Compact(0, 0, h, keep).ok());
+  }
+  f.cache->UpdateKeyBounds({0});
+  f.Tables();
+  ASSERT_NE(f.pt.Encoded(0)->dead, nullptr);
+  ExpectSubsetAttention(&f, "160");
+}
+
+// With queries of all ones a page's Quest bound is the sum of its channel
+// maxima: the pages read are the recent one and the top (budget / 16 - 1)
+// of the others by that sum, sealed blocks ranked by the bounds of their
+// decoded keys, plain ones by theirs; bound bytes count fp32 rows for the
+// sealed blocks.
+TEST_P(QuestEncodedTest, ThePagesReadAreTheTopByTheirBounds) {
+  KiviQuest f(EncodedShape(GetParam()));
+  f.Build();
+  std::fill(f.q.begin(), f.q.begin() + kHq * kD, 1.0f);  // sequence 0's decode query
+  const PagedKV kv = f.pt.Layer(0);
+  const EncodedKV& enc = *f.pt.Encoded(0);
+  for (const char* budget : {"64", "160", "400"}) {
+    SCOPED_TRACE(budget);
+    ReadSelection sel;
+    SelectLayerReads(f.pt, 0, Quest(budget).get(), f.p, &sel);
+    ASSERT_TRUE(sel.subset);
+    int64_t bound_bytes = 0;
+    for (int h = 0; h < kHkv; ++h) {
+      const Stream& s = f.cache->stream(0, 0, h);
+      const int64_t groups = static_cast<int64_t>(s.enc_blocks.size()), full = s.num_plain() / kBs;
+      std::vector<std::pair<float, int32_t>> ranked;  // (-bound, page): sealed pages first, then full plain ones
+      for (int64_t g = 0; g < groups; ++g) {
+        float sum = 0;
+        for (int c = 0; c < kD; ++c) sum += s.enc_key_max[static_cast<size_t>(g * kD + c)];
+        ranked.push_back({-sum, static_cast<int32_t>(g)});
+      }
+      const std::vector<float> hi = Bf16Row(s.key_max.data(), full * kD);
+      for (int64_t b = 0; b < full; ++b) {
+        float sum = 0;
+        for (int c = 0; c < kD; ++c) sum += hi[static_cast<size_t>(b * kD + c)];
+        ranked.push_back({-sum, static_cast<int32_t>(groups + b)});
+      }
+      std::stable_sort(ranked.begin(), ranked.end(),
+                       [](const auto& a, const auto& b) { return a.first < b.first; });
+      const size_t pages = static_cast<size_t>(std::stoi(budget) / kBs - 1);
+      std::vector<int32_t> want_enc, want_plain;
+      for (size_t i = 0; i < std::min(pages, ranked.size()); ++i) {
+        const int32_t page = ranked[i].second;
+        if (page < groups) want_enc.push_back(page);
+        else want_plain.push_back(page - static_cast<int32_t>(groups));
+      }
+      std::sort(want_enc.begin(), want_enc.end());
+      std::sort(want_plain.begin(), want_plain.end());
+      want_plain.push_back(static_cast<int32_t>(full));  // the recent, partly filled page
+      std::vector<int32_t> enc_ids, plain_ids;
+      for (int32_t g : want_enc) enc_ids.push_back(enc.indices[enc.indptr[h] + g]);
+      for (int32_t b : want_plain) plain_ids.push_back(kv.indices[kv.indptr[h] + b]);
+      EXPECT_EQ(std::vector<int32_t>(sel.enc_indices.begin() + sel.enc_indptr[h], sel.enc_indices.begin() + sel.enc_indptr[h + 1]),
+                enc_ids) << "head " << h;
+      EXPECT_EQ(std::vector<int32_t>(sel.indices.begin() + sel.indptr[h], sel.indices.begin() + sel.indptr[h + 1]), plain_ids)
+          << "head " << h;
+      bound_bytes += groups * 2 * kD * 4 + full * 2 * kD * 2;
+    }
+    EXPECT_EQ(sel.stats.bound_read_bytes, bound_bytes);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Encodings, QuestEncodedTest,
+                         ::testing::Values(EncodingKind::kInt8, EncodingKind::kFp8, EncodingKind::kThink),
+                         [](const ::testing::TestParamInfo<EncodingKind>& i) {
+                           return std::string(i.param == EncodingKind::kInt8   ? "int8"
+                                              : i.param == EncodingKind::kFp8 ? "fp8"
+                                                                               : "think");
+                         });
 
 }  // namespace
 }  // namespace kvlab

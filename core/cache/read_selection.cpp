@@ -18,7 +18,14 @@ bool PickBlocks(const PageTable& pt, int layer, int s, const KVPolicy& read, con
   if (groups > 0) {  // the groups' ranges from their metadata, then the plain blocks' bounds
     lo->resize(static_cast<size_t>((groups + nb - 1) * d));
     hi->resize(lo->size());
-    for (int64_t g = 0; g < groups; ++g) KiviKeyRange(enc->enc, enc->Block(s, g), lo->data() + g * d, hi->data() + g * d);
+    if (enc->enc.kind == EncodingKind::kKivi) {
+      for (int64_t g = 0; g < groups; ++g) KiviKeyRange(enc->enc, enc->Block(s, g), lo->data() + g * d, hi->data() + g * d);
+    } else {  // int8 / fp8 / ThinK blocks: their decoded keys' bounds, kept since the seal
+      const float *emin = nullptr, *emax = nullptr;
+      if (pt.EncodedKeyBounds(layer, s, &emin, &emax) < groups) return false;  // not all bounded: read all
+      std::copy(emin, emin + groups * d, lo->data());
+      std::copy(emax, emax + groups * d, hi->data());
+    }
     ConvertToF32(kv.dtype, rs.key_min, lo->data() + groups * d, (nb - 1) * d);  // exact: 16-bit values widen
     ConvertToF32(kv.dtype, rs.key_max, hi->data() + groups * d, (nb - 1) * d);
     rs.key_min = lo->data();
@@ -39,7 +46,10 @@ bool PickBlocks(const PageTable& pt, int layer, int s, const KVPolicy& read, con
   blocks->clear();
   if (!read.SelectReadBlocks(rs, blocks)) return false;
   stats->bound_read_bytes += (nb - 1) * 2 * d * DTypeBytes(kv.dtype);  // the plain blocks' bounds as stored
-  if (groups > 0) stats->bound_read_bytes += groups * KiviKeyRangeBytes(enc->enc);
+  if (groups > 0) {
+    stats->bound_read_bytes += groups * (enc->enc.kind == EncodingKind::kKivi ? KiviKeyRangeBytes(enc->enc)
+                                                                               : 2 * d * static_cast<int64_t>(sizeof(float)));
+  }
   return true;
 }
 
@@ -51,8 +61,8 @@ void SelectLayerReads(const PageTable& pt, int layer, const KVPolicy* read, cons
   const EncodedKV* enc = pt.Encoded(layer);
   const int32_t* fv = pt.FirstVisible(layer);
   const int64_t row2 = 2 * static_cast<int64_t>(kv.head_dim) * DTypeBytes(kv.dtype);  // one slot's K and V
-  const bool selects = read != nullptr && (enc == nullptr || enc->enc.kind == EncodingKind::kKivi) && fv == nullptr &&
-                       p.rope_inv_freq == nullptr;
+  // Sealed blocks without bounds (kept only with the cache's key bounds) make PickBlocks read all.
+  const bool selects = read != nullptr && fv == nullptr && p.rope_inv_freq == nullptr;
   out->subset = false;
   out->stats = ReadStats();
   out->picks.resize(static_cast<size_t>(kv.num_streams));

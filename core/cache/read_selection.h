@@ -63,10 +63,11 @@ struct ReadSelection {
 // Chooses the blocks layer `layer` reads (pt's page table; p: the layer's
 // attention call, its queries and qo_indptr) by `read` (may be null: every
 // block) and counts the bytes. Every stream of a prefill sequence, a window
-// layer (first_visible set), keys rotated at read time, a layer with an
-// encoding other than KIVI, and a stream whose bounds are incomplete read all
-// their blocks. With KIVI a stream's sealed groups are pages too, ranked by
-// the range of their decoded keys (KiviKeyRange). The last block of a stream
+// layer (first_visible set), keys rotated at read time, and a stream whose
+// bounds are incomplete read all their blocks. A stream's sealed blocks are
+// pages too, ranked by the range of their decoded keys: KIVI's from its
+// scales and zeros (KiviKeyRange), int8 / fp8 / ThinK's from the bounds kept
+// at seal (PageTable::EncodedKeyBounds). The last block of a stream
 // is always read, so each listed stream keeps its length's last slot and the
 // kernels' causal rule (query j sees slots up to len - q_len + j) holds: a
 // decode query sees every slot listed, wherever it came from.

@@ -114,36 +114,40 @@ TEST(QuestEngineTest, EveryPageGivesFullsLogitsBitForBit) {
 // is kivi's (pools and bytes in use), a budget of every page gives kivi's
 // logits bit for bit, a smaller one changes them, and the bytes read fall
 // with k.
-TEST(QuestEngineTest, OverKiviTheCacheIsKivisAndEveryPageGivesKivisLogits) {
-  const PolicySpec kivi{"kivi", {}, "t"};
+// The same over quant's int8 and fp8 blocks and ThinK's, whose sealed blocks
+// are ranked by the bounds of their decoded keys kept from their seal.
+TEST(QuestEngineTest, OverAnEncodingTheCacheIsItsOwnAndEveryPageGivesItsLogits) {
+  for (const PolicySpec& enc : {PolicySpec{"kivi", {}, "t"}, PolicySpec{"quant", {}, "t"},
+                                 PolicySpec{"quant", {{"format", "int8"}}, "t"}, PolicySpec{"think", {}, "t"}}) {
   for (const char* attention : {"cpu", "reference"}) {
-    SCOPED_TRACE(attention);
-    const QuestRun alone = TeacherForce({kivi}, attention);
+    SCOPED_TRACE(enc.name + (enc.params.empty() ? "" : ":" + enc.params.begin()->second) + " " + attention);
+    const QuestRun alone = TeacherForce({enc}, attention);
     const QuestRun every =
-        TeacherForce({kivi, PolicySpec{"quest", {{"token_budget", "512"}, {"dense_layers", "0"}}, "t"}}, attention);
+        TeacherForce({enc, PolicySpec{"quest", {{"token_budget", "512"}, {"dense_layers", "0"}}, "t"}}, attention);
     ASSERT_EQ(every.logits.size(), alone.logits.size());
     EXPECT_EQ(std::memcmp(every.logits.data(), alone.logits.data(), alone.logits.size() * sizeof(float)), 0);
     EXPECT_EQ(every.reads.kv_read_bytes, alone.reads.kv_read_bytes);
     EXPECT_EQ(every.memory.bytes_in_use, alone.memory.bytes_in_use);
     EXPECT_EQ(every.memory.bytes_reserved, alone.memory.bytes_reserved);
     const QuestRun few =
-        TeacherForce({kivi, PolicySpec{"quest", {{"token_budget", "64"}, {"dense_layers", "0"}}, "t"}}, attention);
+        TeacherForce({enc, PolicySpec{"quest", {{"token_budget", "64"}, {"dense_layers", "0"}}, "t"}}, attention);
     EXPECT_NE(std::memcmp(few.logits.data(), alone.logits.data(), alone.logits.size() * sizeof(float)), 0);
     bool finite = true;
     for (float x : few.logits) finite = finite && std::isfinite(x);
     EXPECT_TRUE(finite);
   }
-  const QuestRun alone = TeacherForce({kivi});
+  const QuestRun alone = TeacherForce({enc});
   EXPECT_EQ(alone.reads.decode_steps, 40);
   int64_t last = alone.reads.kv_read_bytes;
   for (const char* budget : {"256", "128", "64", "16"}) {
     SCOPED_TRACE(budget);
-    const QuestRun q = TeacherForce({kivi, PolicySpec{"quest", {{"token_budget", budget}}, "t"}});
+    const QuestRun q = TeacherForce({enc, PolicySpec{"quest", {{"token_budget", budget}}, "t"}});
     EXPECT_EQ(q.memory.bytes_in_use, alone.memory.bytes_in_use);
     EXPECT_EQ(q.reads.kv_dense_bytes, alone.reads.kv_dense_bytes);
     EXPECT_LT(q.reads.kv_read_bytes, last);
     EXPECT_GT(q.reads.bound_read_bytes, 0);
     last = q.reads.kv_read_bytes;
+  }
   }
 }
 
@@ -155,10 +159,8 @@ TEST(QuestEngineTest, RefusesWhatTheReadPathCannotTake) {
   Status s = Engine::Create(o, {PolicySpec{"quest", {{"token_budget", "8"}}, "t"}}, &e);
   EXPECT_NE(s.message().find("policy 'quest' parameter 'token_budget' is 8, below one page"), std::string::npos)
       << s.message();
-  s = Engine::Create(o, {PolicySpec{"quest", {}, "t"}, PolicySpec{"quant", {}, "t"}}, &e);
-  EXPECT_NE(s.message().find("policy 'quest' (read) with 'quant'"), std::string::npos) << s.message();
-  s = Engine::Create(o, {PolicySpec{"quest", {}, "t"}, PolicySpec{"think", {}, "t"}}, &e);
-  EXPECT_NE(s.message().find("policy 'quest' (read) with 'think'"), std::string::npos) << s.message();
+  s = Engine::Create(o, {PolicySpec{"quest", {}, "t"}, PolicySpec{"h2o", {}, "t"}}, &e);
+  EXPECT_NE(s.message().find("policy 'quest' (read) with 'h2o'"), std::string::npos) << s.message();
   // With a selection policy that keeps keys rotated, both act.
   const QuestRun both = TeacherForce({PolicySpec{"quest", {{"token_budget", "64"}}, "t"},
                                  PolicySpec{"sink", {{"positions", "original"}, {"window", "200"}}, "t"}});
