@@ -542,6 +542,8 @@ MemoryStats Engine::Memory() const {
   m.peak_run_reserve_bytes = c.PeakRunReserveBytes();
   m.blocks_in_use = c.BlocksInUse();
   m.block_bytes = c.pool().block_bytes();
+  m.plain_blocks_in_use = c.pool().num_used();
+  m.encoded_blocks_in_use = c.encoded_pool() ? c.encoded_pool()->num_used() : 0;
   m.device_bytes = c.DeviceBytesInUse();
   m.peak_device_bytes = c.PeakDeviceBytesInUse();
   m.host_bytes = c.HostBytesInUse();

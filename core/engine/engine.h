@@ -101,6 +101,8 @@ struct MemoryStats {
   int64_t peak_run_reserve_bytes = 0;
   int64_t blocks_in_use = 0;
   int64_t block_bytes = 0;
+  int64_t plain_blocks_in_use = 0;    // held blocks per pool: plain (block_bytes each) ...
+  int64_t encoded_blocks_in_use = 0;  // ... and encoded (the encoded pool's block bytes)
   int64_t slots_in_use = 0;      // token slots held, summed over streams
   int64_t tokens_seen = 0;       // tokens processed, summed over sequences
   int64_t device_bytes = 0;      // resident in the device pools (offload moves the rest down)

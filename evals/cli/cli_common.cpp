@@ -68,11 +68,12 @@ void PrintEngineMemory(const Engine& engine, const MemoryStats& m, int64_t token
   std::printf("KV cache (%s, block_size %d, %s storage):\n", engine.policies().Describe().c_str(), s.block_size,
               DTypeName(s.dtype));
   const KVCache& c = engine.cache();
-  auto pool_line = [](const BlockPool& p) {
-    return p.name() + " " + WithCommas(p.num_used()) + " blocks of " + WithCommas(p.block_bytes()) + " B";
+  // Per pool, from m (taken when the figures were: the end of a generation, before its sequences went).
+  auto pool_line = [](const BlockPool& p, int64_t used) {
+    return p.name() + " " + WithCommas(used) + " blocks of " + WithCommas(p.block_bytes()) + " B";
   };
-  std::string pools = pool_line(c.pool());
-  if (c.encoded_pool() != nullptr) pools += ", " + pool_line(*c.encoded_pool());
+  std::string pools = pool_line(c.pool(), m.plain_blocks_in_use);
+  if (c.encoded_pool() != nullptr) pools += ", " + pool_line(*c.encoded_pool(), m.encoded_blocks_in_use);
   std::printf("  in use    %s B: %s\n", WithCommas(m.bytes_in_use).c_str(), pools.c_str());
   std::printf("  peak      %s B\n", WithCommas(m.peak_bytes_in_use).c_str());
   if (c.run_blocks() > 1) {

@@ -72,6 +72,16 @@ expect_err "a value outside its declared range" "policy 'h2o' parameter 'ratio' 
 "$KVLAB" init --model small --out "$T/ok" --seed 3 >/dev/null || { fail "init"; exit 1; }
 expect_out "generate from checkpoint" "tokens:" "in use" -- \
   "$KVLAB" generate --model "$T/ok" --prompt "hi" --max-new-tokens 3 --threads 1
+# The "in use" line per pool: each pool's blocks x its block bytes add up to
+# the bytes in use at the end (a stack with two block sizes: kivi's plain
+# residual and its sealed groups).
+prompt200=$(printf 'the key value cache %.0s' $(seq 1 12))
+out=$("$KVLAB" generate --model "$T/ok" --prompt "$prompt200" --max-new-tokens 3 --threads 1 --policy kivi:residual=32 2>&1)
+line=$(grep -m1 '^  in use' <<<"$out")
+sum=$(sed -E 's/^  in use +([0-9,]+) B: .*/\1/; s/,//g' <<<"$line")
+pools=$(grep -oE '[0-9,]+ blocks of [0-9,]+ B' <<<"$line" | tr -d , | awk '{s += $1 * $4; n += ($1 > 0)} END {print s, n}')
+[ "$pools" = "$sum 2" ] && pass "generate's in use line per pool ($line)" ||
+  fail "generate's in use line: pools give '$pools', want '$sum 2': $line"
 broken() { rm -rf "$T/$1"; cp -r "$T/ok" "$T/$1"; }
 "$KVLAB" init --model small --out "$T/ok16" --seed 3 --dtype bf16 --layers 2 >/dev/null || { fail "init bf16"; exit 1; }
 grep -q '"num_hidden_layers": 2' "$T/ok16/config.json" && pass "init --layers 2 writes 2 layers" ||
