@@ -35,8 +35,9 @@ def params(cfg):
     return L * per_layer + emb + D
 
 
-# The sweeps whose full-cache points fill a card, first found wins.
-SWEEPS = ("model-card", "retrieval")
+# The sweeps whose full-cache points fill a card, first found wins
+# (ruler-check: RULER's tasks, for a model trained on them).
+SWEEPS = ("model-card", "retrieval", "ruler-check")
 # Held-out bits per byte on each held-out text alone (bpb only).
 TEXT_SWEEPS = (("model-card-kjv", "King James (7 held-out books)"),
                ("model-card-brown", "Brown Corpus (50 held-out documents)"))
@@ -107,9 +108,15 @@ def main(argv):
     out = []
     w = out.append
     w(f"# {name}\n")
+    ruler_tasks = sorted({t for ph in phases if ph.get("ruler", 0) > 0 for t in ph.get("ruler_tasks", [])})
     if text_mix:
         w(f"A byte-level Llama-family model trained by kvlab on this repository's corpora "
           f"(King James Bible + Brown Corpus, datasets/README.md), for the testbed's accuracy measurements.\n")
+    elif ruler_tasks:
+        w("A byte-level Llama-family retrieval model trained by kvlab on RULER's synthetic tasks ("
+          + ", ".join(ruler_tasks) + "; datasets/tasks/ruler.h, RULER's own templates) with kvlab's passkey tasks "
+          "beside them, no corpus text: the model the testbed's RULER measurements run on. It is not a language "
+          "model.\n")
     else:
         w("A byte-level Llama-family retrieval model trained by kvlab on the synthetic long-context tasks only "
           "(copy, passkey, multi-needle, associative recall; datasets/tasks/tasks.h), no corpus text: the model the "
@@ -132,6 +139,8 @@ def main(argv):
         w(f"| stages | {len(stages)}, each from the checkpoint before it: "
           + "; ".join(f"{st['step']:,} steps, {st['tokens'] / 1e6:.2f}M tokens, {st['elapsed_seconds'] / 60:.0f} min"
                       for _, _, st in stages) + " |")
+    if stages[0][1].get("init"):
+        w(f"| initialised from | {stages[0][1]['init']} (relative to train.toml: its `init`) |")
     w(f"| steps | {state['step']:,} of {state['total_steps']:,} |")
     w(f"| tokens | {tokens:,} |")
     w(f"| wall time | {elapsed / 3600:.2f} h ({elapsed / 60:.0f} min) |")
@@ -179,7 +188,14 @@ def main(argv):
             label = (f"held-out bits per byte (heldout.txt, KJV + Brown, {sweep_windows('model-card')} random windows)"
                      if task == "bpb" else f"{task} accuracy")
             w(f"| {label} | " + " | ".join(cells) + " |")
+        for task in sorted({k[0] for k in recs if k[0].startswith(("niah_", "vt", "cwe", "fwe"))}):
+            cells = []
+            for L in lengths:
+                r = recs.get((task, L))
+                cells.append(f"{100 * r['metrics']['score']:.1f} (n={r['metrics']['samples']})" if r else "–")
+            w(f"| RULER {task} score (%) | " + " | ".join(cells) + " |")
         w("")
+    if recs and any(k[0] == "passkey" for k in recs):
         w("Passkey accuracy by depth (rows) and length (columns):\n")
         depths = []
         for L in lengths:
