@@ -192,7 +192,7 @@ def main(argv):
             cells = []
             for L in lengths:
                 r = recs.get((task, L))
-                cells.append(f"{100 * r['metrics']['score']:.1f} (n={r['metrics']['samples']})" if r else "–")
+                cells.append(f"{r['metrics']['score']:.1f} (n={r['metrics']['samples']})" if r else "–")
             w(f"| RULER {task} score (%) | " + " | ".join(cells) + " |")
         w("")
     if recs and any(k[0] == "passkey" for k in recs):
