@@ -241,9 +241,7 @@ TEST(QuestKiviTest, TheGroupsReadAreTheTopGroupsByTheirScalesAndZeros) {
 
 // A page table that lists every page (sealed groups and plain blocks) gives
 // kivi-alone's attention bit for bit, on the reference and on every CPU path.
-TEST(QuestKiviTest, EveryPageListedGivesKiviAlonesAttentionBitForBit) {
-  KiviQuest f;
-  f.Build();
+void ExpectEveryPageIsTheDenseRead(KiviQuest& f) {
   EveryPage every;
   ReadSelection sel;
   SelectLayerReads(f.pt, 0, &every, f.p, &sel);
@@ -266,6 +264,12 @@ TEST(QuestKiviTest, EveryPageListedGivesKiviAlonesAttentionBitForBit) {
     PagedAttentionEncodedCpu(view, enc_view, f.p);
     EXPECT_EQ(std::memcmp(dense.data(), listed.data(), dense.size() * sizeof(float)), 0) << CpuIsaName(isa);
   }
+}
+
+TEST(QuestKiviTest, EveryPageListedGivesKiviAlonesAttentionBitForBit) {
+  KiviQuest f;
+  f.Build();
+  ExpectEveryPageIsTheDenseRead(f);
 }
 
 // Sequence 0's decode attention over the picked slots only (double), from
@@ -358,21 +362,27 @@ TEST(QuestKiviTest, OnASubsetTheCpuPathEqualsTheReferenceAndAttentionOverThePick
 
 // Evicted slots inside sealed groups (a selection policy stacked on kivi):
 // their flags follow the groups read.
-TEST(QuestKiviTest, DeadSlotsOfTheGroupsReadStayDead) {
-  KiviQuest f;
-  f.Build();
+// Evicts every fifth sealed slot of sequence 0 (shifted per head): each
+// sealed block keeps live slots, so all stay, with dead flags.
+void EvictSomeSealedSlots(KiviQuest* f) {
   for (int h = 0; h < kHkv; ++h) {
-    const Stream& s = f.cache->stream(0, 0, h);
+    const Stream& s = f->cache->stream(0, 0, h);
     std::vector<int64_t> keep;
     for (int64_t t = 0; t < s.num_tokens; ++t) {
       if (t >= s.num_encoded || (t + h) % 5 != 2) keep.push_back(t);
     }
-    ASSERT_TRUE(f.cache->Compact(0, 0, h, keep).ok());
-    ASSERT_TRUE(f.cache->stream(0, 0, h).HasDead());
+    ASSERT_TRUE(f->cache->Compact(0, 0, h, keep).ok());
+    ASSERT_TRUE(f->cache->stream(0, 0, h).HasDead());
   }
-  f.cache->UpdateKeyBounds({0});
-  f.Tables();
-  ASSERT_NE(f.pt.Encoded(0)->dead, nullptr);
+  f->cache->UpdateKeyBounds({0});
+  f->Tables();
+  ASSERT_NE(f->pt.Encoded(0)->dead, nullptr);
+}
+
+TEST(QuestKiviTest, DeadSlotsOfTheGroupsReadStayDead) {
+  KiviQuest f;
+  f.Build();
+  EvictSomeSealedSlots(&f);
   ExpectSubsetAttention(&f, "160");
   ExpectSubsetAttention(&f, "272");
 }
@@ -451,32 +461,10 @@ TEST_P(QuestEncodedTest, SealedBlocksKeepTheirDecodedKeysBounds) {
 TEST_P(QuestEncodedTest, SubsetsReadTheirSlotsAndEveryPageIsTheDenseRead) {
   KiviQuest f(EncodedShape(GetParam()));
   f.Build();
-  EveryPage every;
-  ReadSelection sel;
-  SelectLayerReads(f.pt, 0, &every, f.p, &sel);
-  ASSERT_TRUE(sel.subset);
-  EXPECT_EQ(sel.stats.kv_read_bytes, sel.stats.kv_dense_bytes);
-  const PagedKV kv = f.pt.Layer(0), view = sel.View(kv);
-  const EncodedKV enc = *f.pt.Encoded(0), enc_view = sel.EncodedView(enc);
-  std::vector<float> dense(f.o.size()), listed(f.o.size());
-  f.p.o = dense.data();
-  PagedAttentionEncodedReference(kv, enc, f.p);
-  f.p.o = listed.data();
-  PagedAttentionEncodedReference(view, enc_view, f.p);
-  EXPECT_EQ(std::memcmp(dense.data(), listed.data(), dense.size() * sizeof(float)), 0) << "reference";
+  ExpectEveryPageIsTheDenseRead(f);
   ExpectSubsetAttention(&f, "160");
   ExpectSubsetAttention(&f, "272");
-  for (int h = 0; h < kHkv; ++h) {
-    const Stream& s = f.cache->stream(0, 0, h);
-    std::vector<int64_t> keep;
-    for (int64_t t = 0; t < s.num_tokens; ++t) {
-      if (t >= s.num_encoded || (t + h) % 5 != 2) keep.push_back(t);
-    }
-    ASSERT_TRUE(f.cache->Compact(0, 0, h, keep).ok());
-  }
-  f.cache->UpdateKeyBounds({0});
-  f.Tables();
-  ASSERT_NE(f.pt.Encoded(0)->dead, nullptr);
+  EvictSomeSealedSlots(&f);
   ExpectSubsetAttention(&f, "160");
 }
 
