@@ -319,8 +319,8 @@ void KVCache::SealStream(Stream* s) {
     for (int i = 0; i < nb; ++i) FreeRef(s->blocks[static_cast<size_t>(i)], false);
     s->blocks.erase(s->blocks.begin(), s->blocks.begin() + nb);
     DropLeadingKeyBounds(s, static_cast<size_t>(nb));
-    BoundEncodedBlocks(s);
   }
+  BoundEncodedBlocks(s);  // the blocks just sealed
 }
 
 void KVCache::Seal(SeqId id) {

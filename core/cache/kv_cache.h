@@ -449,8 +449,6 @@ class KVCache {
   // Folds the keys written since the last call (and those a compaction
   // moved) into the bounds of every stream of `seqs`.
   void UpdateKeyBounds(const std::vector<SeqId>& seqs);
-  // True when sealed blocks keep decoded-key bounds (key bounds on, an encoding other than KIVI).
-  bool KeepsEncodedKeyBounds() const;
   // Points pt (built for `seqs`) at their streams' bounds (PageTable::KeyBounds).
   void AttachKeyBounds(const std::vector<SeqId>& seqs, PageTable* pt) const;
 
@@ -465,7 +463,7 @@ class KVCache {
   // their bounds rows go with them (kv_cache_bounds.cpp).
   void DropLeadingKeyBounds(Stream* s, size_t plain_blocks) const;
   // Appends the decoded-key bounds of the stream's sealed blocks that have
-  // none yet (KeepsEncodedKeyBounds; kv_cache_bounds.cpp).
+  // none yet, with key bounds on and an encoding other than KIVI (kv_cache_bounds.cpp).
   void BoundEncodedBlocks(Stream* s) const;
   // ApplySelection's Compact on a device cache: the books, then the owner's moves.
   Status CompactOnDevice(SeqId id, int layer, int head, const std::vector<int64_t>& keep);

@@ -9,7 +9,6 @@
 // the block as stored; a compaction or a window drop moves their rows with
 // the blocks (kv_cache_compact.cpp, kv_cache_window.cpp).
 #include <algorithm>
-#include <cmath>
 
 #include "core/cache/kv_cache.h"
 
@@ -31,12 +30,9 @@ int64_t PageTable::EncodedKeyBounds(int layer, int s, const float** key_min, con
   return static_cast<int64_t>(st->enc_key_min.size()) / base_.head_dim;
 }
 
-bool KVCache::KeepsEncodedKeyBounds() const {
-  return key_bounds_ && shape_.encoded && shape_.enc.kind != EncodingKind::kKivi;
-}
-
 void KVCache::BoundEncodedBlocks(Stream* s) const {
-  if (!KeepsEncodedKeyBounds() || enc_pool_->data() == nullptr) return;
+  // KIVI's groups carry their key range (KiviKeyRange); without storage there are no keys to bound.
+  if (!key_bounds_ || !shape_.encoded || shape_.enc.kind == EncodingKind::kKivi || enc_pool_->data() == nullptr) return;
   const int d = shape_.head_dim, tpb = shape_.enc.tokens_per_block;
   std::vector<float> k(static_cast<size_t>(tpb) * d), v(k.size());
   std::vector<uint8_t> scratch;

@@ -119,35 +119,35 @@ TEST(QuestEngineTest, EveryPageGivesFullsLogitsBitForBit) {
 TEST(QuestEngineTest, OverAnEncodingTheCacheIsItsOwnAndEveryPageGivesItsLogits) {
   for (const PolicySpec& enc : {PolicySpec{"kivi", {}, "t"}, PolicySpec{"quant", {}, "t"},
                                  PolicySpec{"quant", {{"format", "int8"}}, "t"}, PolicySpec{"think", {}, "t"}}) {
-  for (const char* attention : {"cpu", "reference"}) {
-    SCOPED_TRACE(enc.name + (enc.params.empty() ? "" : ":" + enc.params.begin()->second) + " " + attention);
-    const QuestRun alone = TeacherForce({enc}, attention);
-    const QuestRun every =
-        TeacherForce({enc, PolicySpec{"quest", {{"token_budget", "512"}, {"dense_layers", "0"}}, "t"}}, attention);
-    ASSERT_EQ(every.logits.size(), alone.logits.size());
-    EXPECT_EQ(std::memcmp(every.logits.data(), alone.logits.data(), alone.logits.size() * sizeof(float)), 0);
-    EXPECT_EQ(every.reads.kv_read_bytes, alone.reads.kv_read_bytes);
-    EXPECT_EQ(every.memory.bytes_in_use, alone.memory.bytes_in_use);
-    EXPECT_EQ(every.memory.bytes_reserved, alone.memory.bytes_reserved);
-    const QuestRun few =
-        TeacherForce({enc, PolicySpec{"quest", {{"token_budget", "64"}, {"dense_layers", "0"}}, "t"}}, attention);
-    EXPECT_NE(std::memcmp(few.logits.data(), alone.logits.data(), alone.logits.size() * sizeof(float)), 0);
-    bool finite = true;
-    for (float x : few.logits) finite = finite && std::isfinite(x);
-    EXPECT_TRUE(finite);
-  }
-  const QuestRun alone = TeacherForce({enc});
-  EXPECT_EQ(alone.reads.decode_steps, 40);
-  int64_t last = alone.reads.kv_read_bytes;
-  for (const char* budget : {"256", "128", "64", "16"}) {
-    SCOPED_TRACE(budget);
-    const QuestRun q = TeacherForce({enc, PolicySpec{"quest", {{"token_budget", budget}}, "t"}});
-    EXPECT_EQ(q.memory.bytes_in_use, alone.memory.bytes_in_use);
-    EXPECT_EQ(q.reads.kv_dense_bytes, alone.reads.kv_dense_bytes);
-    EXPECT_LT(q.reads.kv_read_bytes, last);
-    EXPECT_GT(q.reads.bound_read_bytes, 0);
-    last = q.reads.kv_read_bytes;
-  }
+    for (const char* attention : {"cpu", "reference"}) {
+      SCOPED_TRACE(enc.name + (enc.params.empty() ? "" : ":" + enc.params.begin()->second) + " " + attention);
+      const QuestRun alone = TeacherForce({enc}, attention);
+      const QuestRun every =
+          TeacherForce({enc, PolicySpec{"quest", {{"token_budget", "512"}, {"dense_layers", "0"}}, "t"}}, attention);
+      ASSERT_EQ(every.logits.size(), alone.logits.size());
+      EXPECT_EQ(std::memcmp(every.logits.data(), alone.logits.data(), alone.logits.size() * sizeof(float)), 0);
+      EXPECT_EQ(every.reads.kv_read_bytes, alone.reads.kv_read_bytes);
+      EXPECT_EQ(every.memory.bytes_in_use, alone.memory.bytes_in_use);
+      EXPECT_EQ(every.memory.bytes_reserved, alone.memory.bytes_reserved);
+      const QuestRun few =
+          TeacherForce({enc, PolicySpec{"quest", {{"token_budget", "64"}, {"dense_layers", "0"}}, "t"}}, attention);
+      EXPECT_NE(std::memcmp(few.logits.data(), alone.logits.data(), alone.logits.size() * sizeof(float)), 0);
+      bool finite = true;
+      for (float x : few.logits) finite = finite && std::isfinite(x);
+      EXPECT_TRUE(finite);
+    }
+    const QuestRun alone = TeacherForce({enc});
+    EXPECT_EQ(alone.reads.decode_steps, 40);
+    int64_t last = alone.reads.kv_read_bytes;
+    for (const char* budget : {"256", "128", "64", "16"}) {
+      SCOPED_TRACE(budget);
+      const QuestRun q = TeacherForce({enc, PolicySpec{"quest", {{"token_budget", budget}}, "t"}});
+      EXPECT_EQ(q.memory.bytes_in_use, alone.memory.bytes_in_use);
+      EXPECT_EQ(q.reads.kv_dense_bytes, alone.reads.kv_dense_bytes);
+      EXPECT_LT(q.reads.kv_read_bytes, last);
+      EXPECT_GT(q.reads.bound_read_bytes, 0);
+      last = q.reads.kv_read_bytes;
+    }
   }
 }
 
