@@ -205,21 +205,20 @@ struct Batch {
   torch::Tensor tokens, weights, task_mask, is_text;  // is_text: [B, 1], 1 for corpus rows
 };
 
-// Deterministic in (seed, step): resuming reproduces the same data.
 // A RULER sample (the phase's ruler_tasks) as a training row: RULER's prompt,
 // then the references as the answer (niah: " v1, v2." after its "... are";
 // vt: the names after its "they are: "), the answer's bytes the task targets.
-// False when the task cannot be built at this length.
+// The length counts RULER's generation budget (niah 128, vt 30 tokens), as
+// the evaluation does, so a row of length L has the prompt an evaluation at L
+// reads. False when the task cannot be built at this length (the row is
+// then a copy row): tiny-ruler was trained by this rule.
 bool RulerRow(const TrainPhase& ph, int64_t length, const std::string& essay_text, SplitMix* rng, std::string* text,
-              size_t* answer_begin) {
+              std::vector<uint8_t>* targets) {
   RulerSpec spec;
   spec.task = ph.ruler_tasks[static_cast<size_t>(rng->Below(ph.ruler_tasks.size()))];
   spec.length = length;
   spec.depth = rng->Uniform();
   spec.fewshot = 0;  // as evals/configs/ruler.toml reads vt and cwe at one token a byte
-  // The answer is a few bytes: a budget of 32, not RULER's 128, lets the
-  // prompts reach the evaluation's lengths (length - 128) and past them.
-  spec.tokens_to_generate = 32;
   spec.essay = &essay_text;
   spec.seed = rng->Next();
   RulerTaskInfo info;
@@ -230,16 +229,13 @@ bool RulerRow(const TrainPhase& ph, int64_t length, const std::string& essay_tex
     return Status::OK();
   };
   RulerSample s;
-  if (!MakeRulerSample(spec, bytes, &s).ok()) {  // too short for the template: the phase's longest
-    spec.length = ph.seq_len;
-    if (!MakeRulerSample(spec, bytes, &s).ok()) return false;
-  }
-  if (s.outputs.empty()) return false;
+  if (!MakeRulerSample(spec, bytes, &s).ok() || s.outputs.empty()) return false;
   std::string answer;
   const bool list = !s.answer_prefix.empty() && s.answer_prefix.back() == ' ';
   for (size_t i = 0; i < s.outputs.size(); ++i) answer += (i > 0 ? (list ? " " : ", ") : "") + s.outputs[i];
   *text = s.prompt + (list ? answer : " " + answer + ".");
-  *answer_begin = s.prompt.size();
+  targets->assign(text->size(), 0);
+  std::fill(targets->begin() + static_cast<std::ptrdiff_t>(s.prompt.size()), targets->end(), uint8_t{1});
   return true;
 }
 
@@ -264,6 +260,7 @@ void TaskRow(int kind, int64_t T, int64_t shortest, SplitMix* rng, std::string* 
   targets->assign(s.target_mask.begin(), s.target_mask.end());
 }
 
+// Deterministic in (seed, step): resuming reproduces the same data.
 Batch MakeBatch(const TrainConfig& cfg, const TrainPhase& ph, int64_t step, const std::string& train_text,
                 const std::string& boost_text, const std::string& essay_text) {
   const int64_t B = ph.batch, T = ph.seq_len;
@@ -295,19 +292,15 @@ Batch MakeBatch(const TrainConfig& cfg, const TrainPhase& ph, int64_t step, cons
     }
     const int64_t shortest = std::clamp<int64_t>(static_cast<int64_t>(ph.min_length * static_cast<double>(T)), 1, T);
     std::string text;
-    std::vector<uint8_t> targets;
-    size_t answer_begin = 0;
-    if (kind == 5 && RulerRow(ph, shortest + static_cast<int64_t>(rng.Below(static_cast<uint64_t>(T - shortest + 1))),
-                              essay_text, &rng, &text, &answer_begin)) {
-      targets.assign(text.size(), 0);
-      for (size_t i = answer_begin; i < text.size(); ++i) targets[i] = 1;
-    } else {
+    std::vector<uint8_t> targets;  // [text.size()]: 1 where the loss tests the task
+    if (!(kind == 5 && RulerRow(ph, shortest + static_cast<int64_t>(rng.Below(static_cast<uint64_t>(T - shortest + 1))),
+                                essay_text, &rng, &text, &targets))) {
       TaskRow(kind, T, shortest, &rng, &text, &targets);
     }
     for (int64_t t = 0; t < T; ++t) {
       const bool in = t < static_cast<int64_t>(text.size());
       row[t + 1] = in ? static_cast<unsigned char>(text[static_cast<size_t>(t)]) : ByteTokenizer::kEos;
-      const bool target = in && t < static_cast<int64_t>(targets.size()) && targets[static_cast<size_t>(t)] != 0;
+      const bool target = in && targets[static_cast<size_t>(t)] != 0;
       // After the sample: EOS then padding-like EOS tokens, not trained on.
       wrow[t] = !in ? (t == static_cast<int64_t>(text.size()) ? static_cast<float>(ph.filler_weight) : 0.0f)
                     : static_cast<float>(target ? ph.answer_weight : ph.filler_weight);
@@ -641,25 +634,28 @@ Status ConvertPoolKvHeads(const std::string& in_dir, const std::string& out_dir,
   return Status::OK();
 }
 
+namespace {
+
+// The rows of a 2-D tensor of T, as vectors.
+template <typename T>
+std::vector<std::vector<T>> TensorRows(const torch::Tensor& x) {
+  const torch::Tensor t = x.contiguous();
+  std::vector<std::vector<T>> rows(static_cast<size_t>(t.size(0)));
+  for (int64_t b = 0; b < t.size(0); ++b) {
+    const T* p = t[b].data_ptr<T>();
+    rows[static_cast<size_t>(b)].assign(p, p + t.size(1));
+  }
+  return rows;
+}
+
+}  // namespace
+
 std::vector<std::vector<int32_t>> TrainingBatchRows(const TrainConfig& cfg, int64_t step, const std::string& train_text,
                                                    const std::string& boost_text, const std::string& essay_text,
                                                    std::vector<std::vector<float>>* weights) {
   const Batch batch = MakeBatch(cfg, cfg.PhaseAt(step), step, train_text, boost_text, essay_text);
-  if (weights != nullptr) {
-    const torch::Tensor w = batch.weights.contiguous();
-    weights->assign(static_cast<size_t>(w.size(0)), {});
-    for (int64_t b = 0; b < w.size(0); ++b) {
-      const float* p = w[b].data_ptr<float>();
-      (*weights)[static_cast<size_t>(b)].assign(p, p + w.size(1));
-    }
-  }
-  const torch::Tensor t = batch.tokens.to(torch::kInt).contiguous();
-  std::vector<std::vector<int32_t>> rows(static_cast<size_t>(t.size(0)));
-  for (int64_t b = 0; b < t.size(0); ++b) {
-    const int32_t* p = t[b].data_ptr<int32_t>();
-    rows[static_cast<size_t>(b)].assign(p, p + t.size(1));
-  }
-  return rows;
+  if (weights != nullptr) *weights = TensorRows<float>(batch.weights);
+  return TensorRows<int32_t>(batch.tokens.to(torch::kInt));
 }
 
 Status TrainerLogits(const std::string& dir, const std::vector<int32_t>& tokens, std::vector<float>* out) {
