@@ -23,6 +23,95 @@ TEST(PolicyRegistryTest, UnknownParameterIsAnError) {
   EXPECT_NE(s.message().find("no parameter 'budget'"), std::string::npos);
 }
 
+// Every policy that sizes what it keeps by `budget` or `ratio`.
+std::vector<const PolicyInfo*> BudgetOrRatioPolicies() {
+  std::vector<const PolicyInfo*> out;
+  for (const PolicyInfo& info : PolicyRegistry::Global().infos()) {
+    int both = 0;
+    for (const ParamSpec& p : info.params) both += (p.name == "budget" || p.name == "ratio") ? 1 : 0;
+    if (both == 2) out.push_back(&info);
+  }
+  return out;
+}
+
+TEST(PolicyRegistryTest, RatioAloneSetsTheBudget) {
+  // snapkv's budget defaults to 1,024 slots: a ratio given alone replaces it.
+  std::unique_ptr<KVPolicy> snap;
+  ASSERT_TRUE(PolicyRegistry::Global().Create(PolicySpec{"snapkv", {{"ratio", "0.25"}}, "t"}, &snap).ok());
+  EXPECT_EQ(snap->params().GetInt("budget"), 0);
+  EXPECT_EQ(snap->KeptSlotsBound(8192), 2048 + snap->params().GetInt("every") - 1);
+
+  const std::vector<const PolicyInfo*> policies = BudgetOrRatioPolicies();
+  ASSERT_GE(policies.size(), 7u);  // h2o, random, tova, key-norm, snapkv, pyramidkv, adakv
+  for (const PolicyInfo* info : policies) {
+    SCOPED_TRACE(info->name);
+    std::unique_ptr<KVPolicy> by_ratio, by_budget, zero_and_ratio;
+    ASSERT_TRUE(PolicyRegistry::Global().Create(PolicySpec{info->name, {{"ratio", "0.25"}}, "t"}, &by_ratio).ok());
+    ASSERT_TRUE(PolicyRegistry::Global().Create(PolicySpec{info->name, {{"budget", "2048"}}, "t"}, &by_budget).ok());
+    ASSERT_TRUE(PolicyRegistry::Global()
+                    .Create(PolicySpec{info->name, {{"budget", "0"}, {"ratio", "0.25"}}, "t"}, &zero_and_ratio)
+                    .ok());
+    EXPECT_EQ(by_ratio->params().GetInt("budget"), 0);
+    // At 8,192 tokens a quarter is the 2,048 slots of the explicit budget, at
+    // 4,096 half as many: the ratio is what sizes the kept set.
+    EXPECT_EQ(by_ratio->KeptSlotsBoundInLayer(8192, 1), by_budget->KeptSlotsBoundInLayer(8192, 1));
+    EXPECT_LT(by_ratio->KeptSlotsBoundInLayer(4096, 1), by_budget->KeptSlotsBoundInLayer(4096, 1));
+    EXPECT_EQ(zero_and_ratio->params().ToString(), by_ratio->params().ToString());
+  }
+}
+
+TEST(PolicyRegistryTest, BudgetBesideRatioIsOneErrorNamingBoth) {
+  for (const PolicyInfo* info : BudgetOrRatioPolicies()) {
+    SCOPED_TRACE(info->name);
+    std::unique_ptr<KVPolicy> p;
+    const Status s = PolicyRegistry::Global().Create(
+        PolicySpec{info->name, {{"budget", "256"}, {"ratio", "0.25"}}, "sweep.toml:7:1"}, &p);
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(p, nullptr);
+    EXPECT_NE(s.message().find("sweep.toml:7:1"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("'budget' (256)"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("'ratio' (0.25)"), std::string::npos) << s.message();
+  }
+}
+
+TEST(ParsePolicyStringTest, NameAndParameters) {
+  PolicySpec spec;
+  ASSERT_TRUE(ParsePolicyString("kivi:bits=2,group=64", "--policy", &spec).ok());
+  EXPECT_EQ(spec.name, "kivi");
+  EXPECT_EQ(spec.params, (std::map<std::string, std::string>{{"bits", "2"}, {"group", "64"}}));
+  EXPECT_EQ(spec.source, "--policy kivi:bits=2,group=64");
+  ASSERT_TRUE(ParsePolicyString("full", "--policy", &spec).ok());
+  EXPECT_EQ(spec.name, "full");
+  EXPECT_TRUE(spec.params.empty());
+}
+
+TEST(ParsePolicyStringTest, EachMistakeIsOneClearError) {
+  PolicySpec spec;
+  Status s = ParsePolicyString("kivi:bits=2,bits=4", "--policy", &spec);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("parameter 'bits' is given twice"), std::string::npos) << s.message();
+  s = ParsePolicyString("kivi:bits", "--policy", &spec);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("got 'bits'"), std::string::npos) << s.message();
+  s = ParsePolicyString(":bits=2", "--policy", &spec);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("the name is empty"), std::string::npos) << s.message();
+  s = ParsePolicyString("h2o:budget=64,", "--policy", &spec);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("got ''"), std::string::npos) << s.message();
+}
+
+TEST(ParsePolicyStringTest, LongTextIsQuotedByItsStart) {
+  const std::string name(100000, 'x');
+  PolicySpec spec;
+  ASSERT_TRUE(ParsePolicyString(name, "--policy", &spec).ok());
+  std::unique_ptr<KVPolicy> p;
+  const Status s = PolicyRegistry::Global().Create(spec, &p);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("unknown policy"), std::string::npos);
+  EXPECT_LT(s.message().size(), 1000u) << "the 100,000-byte name is quoted by its first bytes";
+}
+
 // A throwaway policy registered in a private registry exercises typing.
 class ProbePolicy : public KVPolicy {
  public:

@@ -5,27 +5,39 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "core/base/untrusted.h"
+
 namespace kvlab {
 
+// The built-in policies, one line each: X(Name) stands for
+// Register<Name>Policy(PolicyRegistry*), defined in the policy's own file.
+#define KVLAB_BUILTIN_POLICIES(X) \
+  X(Full)                         \
+  X(Sink)                         \
+  X(Window)                       \
+  X(H2O)                          \
+  X(Random)                       \
+  X(GqaReuse)                     \
+  X(Kivi)                         \
+  X(Quant)                        \
+  X(Offload)                      \
+  X(SnapKV)                       \
+  X(PyramidKV)                    \
+  X(AdaKV)                        \
+  X(Tova)                         \
+  X(KeyNorm)                      \
+  X(Duo)                          \
+  X(Think)                        \
+  X(Quest)
+
+#define KVLAB_DECLARE_POLICY(Name) void Register##Name##Policy(PolicyRegistry* registry);
+KVLAB_BUILTIN_POLICIES(KVLAB_DECLARE_POLICY)
+#undef KVLAB_DECLARE_POLICY
+
 void RegisterBuiltinPolicies(PolicyRegistry* registry) {
-  // One line per policy.
-  RegisterFullPolicy(registry);
-  RegisterSinkPolicy(registry);
-  RegisterWindowPolicy(registry);
-  RegisterH2OPolicy(registry);
-  RegisterRandomPolicy(registry);
-  RegisterGqaReusePolicy(registry);
-  RegisterKiviPolicy(registry);
-  RegisterQuantPolicy(registry);
-  RegisterOffloadPolicy(registry);
-  RegisterSnapKVPolicy(registry);
-  RegisterPyramidKVPolicy(registry);
-  RegisterAdaKVPolicy(registry);
-  RegisterTovaPolicy(registry);
-  RegisterKeyNormPolicy(registry);
-  RegisterDuoPolicy(registry);
-  RegisterThinkPolicy(registry);
-  RegisterQuestPolicy(registry);
+#define KVLAB_CALL_POLICY(Name) Register##Name##Policy(registry);
+  KVLAB_BUILTIN_POLICIES(KVLAB_CALL_POLICY)
+#undef KVLAB_CALL_POLICY
 }
 
 PolicyRegistry& PolicyRegistry::Global() {
@@ -99,7 +111,64 @@ bool Canonicalise(const ParamSpec& spec, const std::string& text, std::string* c
   return false;
 }
 
+bool Declares(const PolicyInfo& info, const char* name) {
+  for (const ParamSpec& p : info.params) {
+    if (p.name == name) return true;
+  }
+  return false;
+}
+
+// A policy that declares both `budget` (slots, 0 = use the ratio) and `ratio`
+// (a fraction of the length) sizes what it keeps by one of them. Giving the
+// ratio alone means the budget follows it, whatever the budget's default;
+// giving a nonzero budget beside a ratio is an error naming both, so neither
+// is ever silently ignored.
+Status ApplyBudgetRule(const std::string& where, const PolicySpec& spec, const PolicyInfo& info,
+                       std::map<std::string, std::string>* values) {
+  if (!Declares(info, "budget") || !Declares(info, "ratio") || !spec.params.count("ratio")) return Status::OK();
+  const auto budget = values->find("budget");
+  if (budget == values->end()) {
+    (*values)["budget"] = "0";
+    return Status::OK();
+  }
+  if (budget->second == "0") return Status::OK();
+  return Status::InvalidArgument(where + ": policy '" + spec.name + "' parameters 'budget' (" + budget->second +
+                                 ") and 'ratio' (" + values->at("ratio") +
+                                 ") are both given; give one: 'budget' keeps that many slots per stream, 'ratio' "
+                                 "that fraction of the sequence's length (budget = 0 with a ratio is the same as "
+                                 "the ratio alone)");
+}
+
 }  // namespace
+
+Status ParsePolicyString(const std::string& text, const std::string& source, PolicySpec* out) {
+  *out = PolicySpec();
+  out->source = source + " " + QuoteBytes(text);
+  const size_t colon = text.find(':');
+  out->name = text.substr(0, colon);
+  if (out->name.empty()) {
+    return Status::InvalidArgument(out->source + ": expected NAME or NAME:key=value[,key=value], the name is empty");
+  }
+  if (colon == std::string::npos) return Status::OK();
+  const std::string rest = text.substr(colon + 1);
+  size_t start = 0;
+  while (true) {
+    const size_t comma = rest.find(',', start);
+    const std::string kv = rest.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return Status::InvalidArgument(out->source + ": expected NAME:key=value[,key=value], got '" + QuoteBytes(kv) + "'");
+    }
+    const std::string key = kv.substr(0, eq);
+    if (!out->params.emplace(key, kv.substr(eq + 1)).second) {
+      return Status::InvalidArgument(out->source + ": parameter '" + QuoteBytes(key) +
+                                     "' is given twice; give each parameter once");
+    }
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return Status::OK();
+}
 
 Status CheckParamValue(const std::string& policy, const ParamSpec& spec, const std::string& text, std::string* canon) {
   const std::string what = "policy '" + policy + "' parameter '" + spec.name + "'";
@@ -122,7 +191,7 @@ Status PolicyRegistry::Create(const PolicySpec& spec, std::unique_ptr<KVPolicy>*
   const std::string where = spec.source.empty() ? std::string("policy") : spec.source;
   const PolicyInfo* info = Find(spec.name);
   if (info == nullptr) {
-    return Status::InvalidArgument(where + ": unknown policy '" + spec.name + "'; valid policies: " + JoinNames(Names()));
+    return Status::InvalidArgument(where + ": unknown policy '" + QuoteBytes(spec.name) + "'; valid policies: " + JoinNames(Names()));
   }
   PolicyParams params;
   for (const auto& kv : spec.params) {
@@ -133,7 +202,7 @@ Status PolicyRegistry::Create(const PolicySpec& spec, std::unique_ptr<KVPolicy>*
     if (ps == nullptr) {
       std::vector<std::string> valid;
       for (const ParamSpec& p : info->params) valid.push_back(p.name);
-      return Status::InvalidArgument(where + ": policy '" + spec.name + "' has no parameter '" + kv.first +
+      return Status::InvalidArgument(where + ": policy '" + spec.name + "' has no parameter '" + QuoteBytes(kv.first) +
                                      "'; valid parameters: " + JoinNames(valid));
     }
     std::string canon;
@@ -141,6 +210,7 @@ Status PolicyRegistry::Create(const PolicySpec& spec, std::unique_ptr<KVPolicy>*
     if (!st.ok()) return Status::InvalidArgument(where + ": " + st.message());
     params.values_[kv.first] = canon;
   }
+  KVLAB_RETURN_IF_ERROR(ApplyBudgetRule(where, spec, *info, &params.values_));
   for (const ParamSpec& p : info->params) {
     if (!params.values_.count(p.name)) params.values_[p.name] = p.default_value;
   }

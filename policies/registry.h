@@ -1,13 +1,15 @@
-// PolicyRegistry: policies by name. Each policy file defines a Register*()
-// function; RegisterBuiltinPolicies() (registry.cpp) calls them, one line per
-// policy. Explicit calls instead of static initialisers, so a static library
-// link can never silently drop a policy.
+// PolicyRegistry: policies by name. Each policy file defines a
+// Register<Name>Policy() function; RegisterBuiltinPolicies() (registry.cpp)
+// calls them, one line per policy in KVLAB_BUILTIN_POLICIES. Explicit calls
+// instead of static initialisers, so a static library link can never
+// silently drop a policy; policies/CMakeLists.txt compiles every policies/*.cpp.
 #pragma once
 
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "policies/kv_policy.h"
@@ -15,6 +17,15 @@
 namespace kvlab {
 
 struct PolicyInfo {
+  PolicyInfo() = default;
+  PolicyInfo(std::string name_, std::string summary_, std::string paper_, uint32_t concerns_,
+             std::vector<ParamSpec> params_)
+      : name(std::move(name_)),
+        summary(std::move(summary_)),
+        paper(std::move(paper_)),
+        concerns(concerns_),
+        params(std::move(params_)) {}
+
   std::string name;
   std::string summary;  // one line: what it keeps or how it encodes
   std::string paper;    // citation
@@ -55,25 +66,13 @@ class PolicyRegistry {
 // value and what is valid.
 Status CheckParamValue(const std::string& policy, const ParamSpec& spec, const std::string& text, std::string* canon);
 
-void RegisterBuiltinPolicies(PolicyRegistry* registry);
+// Parses a policy as written on a command line, "name" or
+// "name:key=value[,key=value]", into *out (params raw, typed later by
+// PolicyRegistry::Create). out->source is `source` and the text (its first
+// 80 bytes). A parameter given twice, an empty name or a pair without '='
+// is an error naming the source.
+Status ParsePolicyString(const std::string& text, const std::string& source, PolicySpec* out);
 
-// One registration function per policy file.
-void RegisterFullPolicy(PolicyRegistry* registry);
-void RegisterSinkPolicy(PolicyRegistry* registry);      // sink.cpp
-void RegisterWindowPolicy(PolicyRegistry* registry);    // sink.cpp
-void RegisterH2OPolicy(PolicyRegistry* registry);       // h2o.cpp
-void RegisterRandomPolicy(PolicyRegistry* registry);    // random_evict.cpp
-void RegisterGqaReusePolicy(PolicyRegistry* registry);  // gqa_reuse.cpp
-void RegisterKiviPolicy(PolicyRegistry* registry);      // kivi.cpp
-void RegisterQuantPolicy(PolicyRegistry* registry);     // quant.cpp
-void RegisterOffloadPolicy(PolicyRegistry* registry);   // offload.cpp
-void RegisterSnapKVPolicy(PolicyRegistry* registry);    // snapkv.cpp
-void RegisterPyramidKVPolicy(PolicyRegistry* registry); // pyramidkv.cpp
-void RegisterAdaKVPolicy(PolicyRegistry* registry);     // adakv.cpp
-void RegisterTovaPolicy(PolicyRegistry* registry);      // tova.cpp
-void RegisterKeyNormPolicy(PolicyRegistry* registry);   // key_norm.cpp
-void RegisterDuoPolicy(PolicyRegistry* registry);       // duo.cpp
-void RegisterThinkPolicy(PolicyRegistry* registry);     // think.cpp
-void RegisterQuestPolicy(PolicyRegistry* registry);     // quest.cpp
+void RegisterBuiltinPolicies(PolicyRegistry* registry);
 
 }  // namespace kvlab

@@ -195,9 +195,8 @@ TEST(H2OPolicyTest, BudgetAsTokensWithinAndAbove) {
   EXPECT_FALSE(p->SelectSlots(TestStream(3).state, &keep));
   EXPECT_FALSE(p->SelectSlots(TestStream(4).state, &keep));
   EXPECT_EQ(Kept(*p, TestStream(5, {0, 1, 2, 0, 0}).state), (Slots{1, 2, 3, 4}));
-  // A token budget ignores the sequence length and the ratio.
-  auto q = Make("h2o", {{"budget", "4"}, {"ratio", "0.9"}});
-  EXPECT_EQ(Kept(*q, TestStream(10, {}, 1000).state).size(), 4u);
+  // A token budget ignores the sequence length.
+  EXPECT_EQ(Kept(*p, TestStream(10, {}, 1000).state).size(), 4u);
 }
 
 TEST(H2OPolicyTest, BudgetAsRatioOfSequenceLength) {

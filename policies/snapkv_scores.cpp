@@ -7,23 +7,12 @@
 
 namespace kvlab {
 
-int64_t SnapKVOptions::Budget(int64_t length) const {
-  if (budget > 0) return budget;
-  // floor, tolerant of a product landing a hair below an integer (as h2o's)
-  const int64_t b = static_cast<int64_t>(std::floor(ratio * static_cast<double>(length) + 1e-6));
-  return std::max(window, b);
-}
-
 std::vector<ParamSpec> SnapKVParamSpecs() {
-  return {
-      {"budget", ParamSpec::Type::kInt, "1024",
-       "slots kept per stream, the observation window included (the paper's max_capacity_prompt; its LongBench "
-       "runs: 1024 to 4096); 0 = ratio x the sequence's length so far",
-       {}, ParamRange::AtLeast(0)},
-      {"ratio", ParamSpec::Type::kFloat, "0.25",
-       "with budget = 0: kept fraction of the sequence's length so far, window included (kvpress's 1 - "
-       "compression_ratio)",
-       {}, ParamRange::OpenClosed(0, 1)},
+  std::vector<ParamSpec> specs = BudgetParams("1024", "0.25", "window included; kvpress's 1 - compression_ratio");
+  specs[0].help =
+      "slots kept per stream, the observation window included (the paper's max_capacity_prompt; its LongBench "
+      "runs: 1024 to 4096); 0 = ratio x the sequence's length so far";
+  specs.insert(specs.end(), {
       {"window", ParamSpec::Type::kInt, "32",
        "observation window: the last w prompt tokens, whose attention scores the earlier ones (the paper: 32)", {},
        ParamRange::Closed(1, 1 << 20)},
@@ -35,7 +24,8 @@ std::vector<ParamSpec> SnapKVParamSpecs() {
        "slots a stream may add past its budget before the rule runs again (decode steps between re-selections; "
        "a prompt chunk shorter than budget + every is selected once, at its end, as in the paper)",
        {}, ParamRange::Closed(1, 1 << 20)},
-  };
+  });
+  return specs;
 }
 
 Status ReadSnapKVOptions(const char* policy, const PolicyParams& p, SnapKVOptions* o) {
@@ -87,23 +77,6 @@ void PooledScores(const float* score, int64_t prefix, int64_t kernel, bool max_p
       (*out)[static_cast<size_t>(i)] = static_cast<float>(sum / static_cast<double>(kernel));
     }
   }
-}
-
-std::vector<int64_t> TopSlots(const std::vector<float>& pooled, int64_t top) {
-  const int64_t n = static_cast<int64_t>(pooled.size());
-  std::vector<int64_t> cand(static_cast<size_t>(n));
-  std::iota(cand.begin(), cand.end(), 0);
-  top = std::max<int64_t>(0, std::min(top, n));
-  auto better = [&pooled](int64_t a, int64_t b) {
-    const float ka = pooled[static_cast<size_t>(a)], kb = pooled[static_cast<size_t>(b)];
-    return ka != kb ? ka > kb : a < b;
-  };
-  if (top < n) {
-    std::nth_element(cand.begin(), cand.begin() + top, cand.end(), better);
-    cand.resize(static_cast<size_t>(top));
-  }
-  std::sort(cand.begin(), cand.end());
-  return cand;
 }
 
 void KeepTopAndWindow(const std::vector<int64_t>& top, int64_t prefix, int64_t n, std::vector<int64_t>* keep) {
@@ -195,15 +168,6 @@ void SnapKVFamily::FoldStepAttention(const SeqStep& info, const float* step, int
   }
 }
 
-Status SnapKVFamily::CheckShape(int /*kv_heads*/, int /*head_dim*/, int block_size) const {
-  if (o_.budget > 0 && o_.budget < block_size) {
-    return Status::InvalidArgument(std::string(Name()) + ": parameter 'budget' is " + std::to_string(o_.budget) +
-                                   ", smaller than one block (block_size " + std::to_string(block_size) +
-                                   "): the pools hand out whole blocks per stream");
-  }
-  return Status::OK();
-}
-
 bool SnapKVFamily::SelectWithBudget(const StreamState& s, int64_t budget, std::vector<int64_t>* keep) const {
   if (!SnapKVActs(s, budget, o_.every)) return false;
   const int64_t n = s.num_tokens;
@@ -211,7 +175,7 @@ bool SnapKVFamily::SelectWithBudget(const StreamState& s, int64_t budget, std::v
   const int64_t prefix = n - window;
   std::vector<float> pooled;
   PooledScores(s.score, prefix, o_.kernel, o_.max_pool, &pooled);
-  KeepTopAndWindow(TopSlots(pooled, budget - window), prefix, n, keep);
+  KeepTopAndRecent(pooled.data(), n, budget, window, keep);
   return true;
 }
 

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "policies/registry.h"
+#include "policies/scored_selection.h"
 
 namespace kvlab {
 
@@ -34,8 +34,10 @@ struct SnapKVOptions {
   bool max_pool = true;   // "max" (the paper) or "avg"
   int64_t every = 256;    // slots a stream may add past its budget before the rule runs again
 
+  // The budget as ScoredSelection sizes it: at least the window.
+  SelectionBudget Size() const { return SelectionBudget{budget, ratio, window}; }
   // Budget B at a sequence length: budget, or max(window, floor(ratio x length)).
-  int64_t Budget(int64_t length) const;
+  int64_t Budget(int64_t length) const { return Size().At(length); }
 };
 
 // The ParamSpecs of SnapKVOptions (budget, ratio, window, kernel, pooling,
@@ -57,7 +59,9 @@ int64_t SnapKVLength(const StreamState& s);
 void PooledScores(const float* score, int64_t prefix, int64_t kernel, bool max_pool, std::vector<float>* out);
 // The `top` prefix slots with the highest pooled scores (ties: the lower
 // slot), in increasing order.
-std::vector<int64_t> TopSlots(const std::vector<float>& pooled, int64_t top);
+inline std::vector<int64_t> TopSlots(const std::vector<float>& pooled, int64_t top) {
+  return TopSlots(pooled.data(), static_cast<int64_t>(pooled.size()), top, Ties::kLowerSlot);
+}
 // keep = top(prefix) + every slot from `prefix` to n - 1.
 void KeepTopAndWindow(const std::vector<int64_t>& top, int64_t prefix, int64_t n, std::vector<int64_t>* keep);
 
@@ -90,14 +94,13 @@ std::vector<std::vector<int64_t>> AdaAllocate(const std::vector<std::vector<floa
 // by the kernels and over the window's queries; a prefill step's window
 // replaces a stream's scores, decode steps add to them (with `every`, the
 // window of a re-selection is then every query since the prompt's).
-class SnapKVFamily : public KVPolicy {
+// ScoredSelection does their budget's sizing, its block check and the top-k.
+class SnapKVFamily : public ScoredSelection {
  public:
-  SnapKVFamily(PolicyParams p, const SnapKVOptions& o) : KVPolicy(std::move(p)), o_(o) {}
-  uint32_t Concerns() const override { return kConcernSelection; }
+  SnapKVFamily(PolicyParams p, const SnapKVOptions& o) : ScoredSelection(std::move(p), o.Size()), o_(o) {}
   bool NeedsAttentionScores() const override { return true; }
   int64_t ObservationWindow() const override { return o_.window; }
   void FoldStepAttention(const SeqStep& info, const float* step, int64_t n, float* score) const override;
-  Status CheckShape(int kv_heads, int head_dim, int block_size) const override;
   const SnapKVOptions& options() const { return o_; }
 
   // The budget B of a stream of this layer (window included) at `length`.

@@ -3,35 +3,14 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
-#include <sstream>
 
 #include "core/base/untrusted.h"
 #include "core/engine/engine.h"
 #include "core/model/memory_calc.h"
 #include "evals/cli/cli.h"
+#include "policies/registry.h"
 
 namespace kvlab {
-namespace {
-
-// "name" or "name:key=value,key=value".
-Status ParsePolicyArg(const std::string& arg, PolicySpec* out) {
-  out->source = "--policy " + arg;
-  const size_t colon = arg.find(':');
-  out->name = arg.substr(0, colon);
-  if (colon == std::string::npos) return Status::OK();
-  std::stringstream ss(arg.substr(colon + 1));
-  std::string kv;
-  while (std::getline(ss, kv, ',')) {
-    const size_t eq = kv.find('=');
-    if (eq == std::string::npos || eq == 0) {
-      return Status::InvalidArgument("--policy " + arg + ": expected NAME:key=value[,key=value], got '" + kv + "'");
-    }
-    out->params[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  return Status::OK();
-}
-
-}  // namespace
 
 int Fail(const Status& s) {
   // Loaders quote file bytes already; this keeps any message one line of UTF-8 for tools that read it.
@@ -43,7 +22,7 @@ Status ParsePolicyArgs(const std::vector<std::string>& args, std::vector<PolicyS
   out->clear();
   for (const std::string& a : args) {
     PolicySpec spec;
-    KVLAB_RETURN_IF_ERROR(ParsePolicyArg(a, &spec));
+    KVLAB_RETURN_IF_ERROR(ParsePolicyString(a, "--policy", &spec));
     out->push_back(std::move(spec));
   }
   if (out->empty()) out->push_back(PolicySpec{"full", {}, "--policy"});
