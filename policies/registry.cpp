@@ -26,6 +26,7 @@ namespace kvlab {
   X(AdaKV)                        \
   X(Tova)                         \
   X(KeyNorm)                      \
+  X(A2sf)                         \
   X(Duo)                          \
   X(Think)                        \
   X(Quest)
