@@ -373,5 +373,60 @@ TEST(SelectionStackTest, TwoSelectionPoliciesAreAnError) {
   EXPECT_NE(s.message().find("'h2o' and 'sink'"), std::string::npos) << s.message();
 }
 
+TEST(A2sfPolicyTest, FoldForgetsPerQuery) {
+  auto p = Make("a2sf", {{"budget", "16"}, {"alpha", "0.5"}});
+  std::vector<float> score = {0, 0, 0};
+  const std::vector<float> first = {4, 2, 0}, second = {0, 1, 2};
+  p->FoldStepAttention(SeqStep{1, true}, first.data(), 3, score.data());
+  EXPECT_EQ(score, (std::vector<float>{4, 2, 0}));
+  // A decode step: the old scores times alpha, then the step's.
+  p->FoldStepAttention(SeqStep{1, true}, second.data(), 3, score.data());
+  EXPECT_EQ(score, (std::vector<float>{2, 2, 2}));
+  // A step of three tokens forgets three queries' worth: alpha^3.
+  p->FoldStepAttention(SeqStep{3, true}, second.data(), 3, score.data());
+  EXPECT_EQ(score, (std::vector<float>{0.25f, 1.25f, 2.25f}));
+}
+
+TEST(A2sfPolicyTest, AlphaOneIsH2OWithOneRecentSlot) {
+  // alpha 1 folds a plain sum, and the kept set is h2o's whose recent share
+  // is the one newest slot (heavy_fraction 0.75 of 4).
+  auto a2sf = Make("a2sf", {{"budget", "4"}, {"alpha", "1"}});
+  auto h2o = Make("h2o", {{"budget", "4"}, {"heavy_fraction", "0.75"}});
+  std::vector<float> sa(10, 0.0f), sh(10, 0.0f);
+  for (int step = 0; step < 5; ++step) {
+    std::vector<float> attn(10);
+    for (int i = 0; i < 10; ++i) attn[static_cast<size_t>(i)] = static_cast<float>((i * 7 + step * 3) % 5);
+    a2sf->FoldStepAttention(SeqStep{1, true}, attn.data(), 10, sa.data());
+    h2o->FoldStepAttention(SeqStep{1, true}, attn.data(), 10, sh.data());
+  }
+  EXPECT_EQ(sa, sh);
+  TestStream s(10, sa);
+  EXPECT_EQ(Kept(*a2sf, s.state), Kept(*h2o, s.state));
+  EXPECT_EQ(Kept(*a2sf, s.state).size(), 4u);
+}
+
+TEST(A2sfPolicyTest, RecentAttentionOutranksOldAttention) {
+  // Slot 0 is attended strongly in the first two steps, slot 1 half as much
+  // in the last two: summed (alpha 1) slot 0 wins, forgetting (alpha 0.5) slot 1.
+  const std::vector<std::vector<float>> steps = {{2, 0, 0, 0, 0}, {2, 0, 0, 0, 0}, {0, 0, 0, 0, 0},
+                                                 {0, 1, 0, 0, 0}, {0, 1, 0, 0, 0}};
+  for (const auto& [alpha, winner] : std::vector<std::pair<std::string, int64_t>>{{"1", 0}, {"0.5", 1}}) {
+    SCOPED_TRACE(alpha);
+    auto p = Make("a2sf", {{"budget", "2"}, {"alpha", alpha}});
+    std::vector<float> score(5, 0.0f);
+    for (const auto& a : steps) p->FoldStepAttention(SeqStep{1, true}, a.data(), 5, score.data());
+    TestStream s(5, score);
+    EXPECT_EQ(Kept(*p, s.state), (Slots{winner, 4}));
+  }
+}
+
+TEST(A2sfPolicyTest, RatioAndErrors) {
+  auto p = Make("a2sf");  // ratio 0.2
+  EXPECT_EQ(Kept(*p, TestStream(20).state).size(), 4u);
+  ExpectErrorNames("a2sf", {{"alpha", "0"}}, "alpha");
+  ExpectErrorNames("a2sf", {{"alpha", "1.5"}}, "alpha");
+  ExpectErrorNames("a2sf", {{"budget", "8"}, {"ratio", "0.5"}}, "ratio");
+}
+
 }  // namespace
 }  // namespace kvlab
