@@ -4,7 +4,6 @@
 // (EvaluationConfig.get_results_dir, save_config, _save_results,
 // _calculate_and_save_metrics), and each metrics.json the shape of
 // evaluation/benchmarks/{ruler,longbench,longbenchv2,infinite_bench}/calculate_metrics.py.
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -102,17 +101,11 @@ Status ExportResults(const std::string& results_dir, const ExportOptions& option
   std::vector<json> all;
   KVLAB_RETURN_IF_ERROR(LoadRecords(path, &all));
   // The latest record per key, an ok record winning over an error (as the reports).
-  std::map<std::string, json> by_key;
-  for (const json& r : all) {
-    const std::string k = r.value("key", "");
-    auto it = by_key.find(k);
-    if (it == by_key.end() || r.value("status", "") == "ok" || it->second.value("status", "") != "ok") by_key[k] = r;
-  }
   std::vector<json> recs;
   int64_t failed = 0;
-  for (auto& kv : by_key) {
-    if (kv.second.value("status", "") == "ok") {
-      recs.push_back(kv.second);
+  for (json& r : OneRecordPerKey(all)) {
+    if (r.value("status", "") == "ok") {
+      recs.push_back(std::move(r));
     } else {
       ++failed;
     }
@@ -121,7 +114,6 @@ Status ExportResults(const std::string& results_dir, const ExportOptions& option
     return Status::InvalidArgument(path + ": no ok record (" + std::to_string(failed) +
                                    " failed point(s)); nothing was exported");
   }
-  std::sort(recs.begin(), recs.end(), [](const json& a, const json& b) { return a.value("index", 0) < b.value("index", 0); });
   std::map<std::string, const json*> baselines;
   for (const json& r : recs) {
     if (r.value("baseline", false)) baselines[PeerKeyOf(r)] = &r;

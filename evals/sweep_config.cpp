@@ -171,6 +171,148 @@ std::string StackLabel(const std::vector<PolicySpec>& stack) {
   return out;
 }
 
+// The [task.NAME] tables: each task's options, checked against the keys the
+// registered tasks declare (paths resolved against `dir`, the config's folder).
+Status ReadTaskOptions(const std::string& path, const std::string& dir, const toml::node& n,
+                       std::map<std::string, SweepTaskOptions>* options) {
+  const toml::table* t = n.as_table();
+  if (t == nullptr) return Where(path, n, "'task' must be a table of [task.NAME] tables");
+  for (const auto& tk : *t) {
+    const std::string tname(tk.first.str());
+    if (!KnownTask(tname)) return Where(path, tk.second, UnknownTask(tname));
+    const toml::table* opts = tk.second.as_table();
+    if (opts == nullptr) return Where(path, tk.second, "[task." + tname + "] must be a table");
+    SweepTaskOptions& o = (*options)[tname];
+    for (const auto& ok : *opts) {
+      const std::string okey(ok.first.str());
+      const toml::node& v = ok.second;
+      const std::string full = "task." + tname + "." + okey;
+      auto want_int = [&](int64_t* dst, int64_t lo, int64_t hi = kMaxCount) -> Status {
+        if (!GetInt(v, dst) || *dst < lo) return Where(path, v, "'" + full + "' must be an integer >= " + std::to_string(lo));
+        return Bound(path, v, CheckIntIn("'" + full + "'", *dst, lo, hi));
+      };
+      // Any task's option is accepted in any task's table;
+      // the valid keys are those the registered tasks declare.
+      const std::vector<std::string> valid = SweepTaskRegistry::Global().OptionNames();
+      if (std::find(valid.begin(), valid.end(), okey) == valid.end()) {
+        return Where(path, v, "unknown key '" + full + "'; valid keys: " + JoinNames(valid));
+      }
+      if (okey == "text") {
+        if (!v.is_string()) return Where(path, v, "'" + full + "' must be a string (a text file)");
+        o.text = Resolve(dir, v.as_string()->get());
+      } else if (okey == "file") {
+        if (!v.is_string()) return Where(path, v, "'" + full + "' must be a string (a dataset file)");
+        o.file = Resolve(dir, v.as_string()->get());
+      } else if (okey == "query_aware" || okey == "truncate" || okey == "chat") {
+        if (!v.is_boolean()) return Where(path, v, "'" + full + "' must be true or false");
+        (okey == "query_aware" ? o.query_aware : okey == "truncate" ? o.truncate : o.chat) = v.as_boolean()->get();
+      } else if (okey == "windows") { KVLAB_RETURN_IF_ERROR(want_int(&o.windows, 1));
+      } else if (okey == "prefill") { KVLAB_RETURN_IF_ERROR(want_int(&o.prefill, 0, kMaxContextTokens));
+      } else if (okey == "buckets") { KVLAB_RETURN_IF_ERROR(want_int(&o.buckets, 1));
+      } else if (okey == "samples") { KVLAB_RETURN_IF_ERROR(want_int(&o.samples, 1));
+      } else if (okey == "needles") { KVLAB_RETURN_IF_ERROR(want_int(&o.needles, 1));
+      } else if (okey == "pairs") { KVLAB_RETURN_IF_ERROR(want_int(&o.pairs, 1));
+      } else if (okey == "decode_tokens") { KVLAB_RETURN_IF_ERROR(want_int(&o.decode_tokens, 1, kMaxContextTokens));
+      } else if (okey == "window") { KVLAB_RETURN_IF_ERROR(want_int(&o.window, 1, kMaxContextTokens));
+      } else if (okey == "requests") { KVLAB_RETURN_IF_ERROR(want_int(&o.requests, 1));
+      } else if (okey == "median") { KVLAB_RETURN_IF_ERROR(want_int(&o.median, 0, kMaxContextTokens));
+      } else if (okey == "tokens_to_generate") {
+        KVLAB_RETURN_IF_ERROR(want_int(&o.tokens_to_generate, 1, kMaxContextTokens));
+      } else if (okey == "fewshot") { KVLAB_RETURN_IF_ERROR(want_int(&o.fewshot, 0, 1));
+      } else if (okey == "sigma") {
+        if (!GetDouble(v, &o.sigma) || o.sigma < 0) return Where(path, v, "'" + full + "' must be a number >= 0");
+        // Lengths are median * exp(sigma * z): past 4 they overflow before they are clipped.
+        KVLAB_RETURN_IF_ERROR(Bound(path, v, CheckFiniteIn("'" + full + "'", o.sigma, 0, 4)));
+      } else if (okey == "block_sizes") {
+        KVLAB_RETURN_IF_ERROR(List<int64_t>(path, v, full, "integers >= 1", GetInt, &o.block_sizes));
+        for (int64_t b : o.block_sizes) {
+          if (b < 1) return Where(path, v, "'" + full + "' entries must be >= 1");
+          KVLAB_RETURN_IF_ERROR(Bound(path, v, CheckIntIn("'" + full + "' entry", b, 1, kMaxBlockSize)));
+        }
+      } else if (okey == "depths") {
+        KVLAB_RETURN_IF_ERROR(List<double>(path, v, full, "numbers in [0, 1]", GetDouble, &o.depths));
+        for (double d : o.depths) {  // NaN fails every comparison: refused by CheckFiniteIn
+          if (d < 0 || d > 1) return Where(path, v, "'" + full + "' entries must be in [0, 1]");
+          KVLAB_RETURN_IF_ERROR(Bound(path, v, CheckFiniteIn("'" + full + "' entry", d, 0, 1)));
+        }
+      } else {
+        // A task declares an option this parser does not read yet.
+        return Where(path, v, "'" + full + "': no parser for this option (evals/sweep_config.cpp)");
+      }
+    }
+  }
+  return Status::OK();
+}
+
+// The [[sweep]] (a grid each) or [[point]] (one stack each) tables under `key`.
+Status ReadStackTables(const std::string& path, const std::string& key, const toml::node& n,
+                       std::vector<std::vector<GridPolicy>>* grids, std::vector<std::vector<PolicySpec>>* points) {
+  std::vector<const toml::table*> tables;
+  if (const toml::table* one = n.as_table()) tables.push_back(one);
+  else if (const toml::array* arr = n.as_array()) {
+    for (const toml::node& el : *arr) {
+      if (!el.is_table()) return Where(path, el, "each [[" + key + "]] must be a table");
+      tables.push_back(el.as_table());
+    }
+  } else {
+    return Where(path, n, "'" + key + "' must be an array of tables ([[" + key + "]])");
+  }
+  for (const toml::table* t : tables) {
+    std::vector<GridPolicy> g;
+    KVLAB_RETURN_IF_ERROR(ReadStack(path, *t, key == "sweep", &g));
+    if (key == "sweep") {
+      grids->push_back(std::move(g));
+    } else {
+      std::vector<std::vector<PolicySpec>> one;
+      Expand(g, &one);
+      points->push_back(one[0]);
+    }
+  }
+  return Status::OK();
+}
+
+// c->stacks: the baseline first (when c->baseline), then grids in order, then
+// points; duplicates dropped. Two spellings of the same stack (a default
+// written out or not) run once. Every stack must be valid before anything runs.
+Status AddStacks(const std::string& path, const std::vector<std::vector<GridPolicy>>& grids,
+                 const std::vector<std::vector<PolicySpec>>& points, SweepConfig* c) {
+  std::set<std::string> seen;
+  auto add = [&](const std::vector<PolicySpec>& s) {
+    PolicyStack resolved;
+    const std::string label = PolicyStack::Create(s, &resolved).ok() ? resolved.Describe() : StackLabel(s);
+    if (seen.insert(label).second) c->stacks.push_back(s);
+  };
+  if (c->baseline) add({PolicySpec{"full", {}, path}});
+  // A grid's size is its axes' product: bounded before anything is expanded.
+  for (size_t gi = 0; gi < grids.size(); ++gi) {
+    double stacks = 1;
+    for (const GridPolicy& p : grids[gi]) {
+      for (const auto& axis : p.axes) stacks *= static_cast<double>(axis.second.size());
+    }
+    if (stacks > static_cast<double>(kMaxCount)) {
+      return Status::InvalidArgument(path + ": [[sweep]] " + std::to_string(gi + 1) + " expands to " +
+                                     std::to_string(static_cast<int64_t>(std::min(stacks, 9e18))) +
+                                     " stacks, more than " + std::to_string(kMaxCount) + " (kvlab's limit)");
+    }
+  }
+  for (const auto& g : grids) {
+    std::vector<std::vector<PolicySpec>> ex;
+    Expand(g, &ex);
+    for (const auto& s : ex) {
+      PolicyStack probe;
+      KVLAB_RETURN_IF_ERROR(PolicyStack::Create(s, &probe));
+      add(s);
+    }
+  }
+  for (const auto& s : points) {
+    PolicyStack probe;
+    KVLAB_RETURN_IF_ERROR(PolicyStack::Create(s, &probe));
+    add(s);
+  }
+  if (c->stacks.empty()) return Status::InvalidArgument(path + ": no policy stacks to run (baseline = false and no [[sweep]] or [[point]])");
+  return Status::OK();
+}
+
 }  // namespace
 
 Status ParseSweepConfig(const std::string& text, const std::string& path, const std::vector<std::string>& overrides,
@@ -253,94 +395,9 @@ Status ParseSweepConfig(const std::string& text, const std::string& path, const 
       if (!n.is_boolean()) return Where(path, n, "'allow_long_context' must be true or false");
       c.allow_long_context = n.as_boolean()->get();
     } else if (key == "task") {
-      const toml::table* t = n.as_table();
-      if (t == nullptr) return Where(path, n, "'task' must be a table of [task.NAME] tables");
-      for (const auto& tk : *t) {
-        const std::string tname(tk.first.str());
-        if (!KnownTask(tname)) return Where(path, tk.second, UnknownTask(tname));
-        const toml::table* opts = tk.second.as_table();
-        if (opts == nullptr) return Where(path, tk.second, "[task." + tname + "] must be a table");
-        SweepTaskOptions& o = c.task_options[tname];
-        for (const auto& ok : *opts) {
-          const std::string okey(ok.first.str());
-          const toml::node& v = ok.second;
-          const std::string full = "task." + tname + "." + okey;
-          auto want_int = [&](int64_t* dst, int64_t lo, int64_t hi = kMaxCount) -> Status {
-            if (!GetInt(v, dst) || *dst < lo) return Where(path, v, "'" + full + "' must be an integer >= " + std::to_string(lo));
-            return Bound(path, v, CheckIntIn("'" + full + "'", *dst, lo, hi));
-          };
-          // Any task's option is accepted in any task's table (as it always was);
-          // the valid keys are those the registered tasks declare.
-          const std::vector<std::string> valid = SweepTaskRegistry::Global().OptionNames();
-          if (std::find(valid.begin(), valid.end(), okey) == valid.end()) {
-            return Where(path, v, "unknown key '" + full + "'; valid keys: " + JoinNames(valid));
-          }
-          if (okey == "text") {
-            if (!v.is_string()) return Where(path, v, "'" + full + "' must be a string (a text file)");
-            o.text = Resolve(dir, v.as_string()->get());
-          } else if (okey == "file") {
-            if (!v.is_string()) return Where(path, v, "'" + full + "' must be a string (a dataset file)");
-            o.file = Resolve(dir, v.as_string()->get());
-          } else if (okey == "query_aware" || okey == "truncate" || okey == "chat") {
-            if (!v.is_boolean()) return Where(path, v, "'" + full + "' must be true or false");
-            (okey == "query_aware" ? o.query_aware : okey == "truncate" ? o.truncate : o.chat) = v.as_boolean()->get();
-          } else if (okey == "windows") { KVLAB_RETURN_IF_ERROR(want_int(&o.windows, 1));
-          } else if (okey == "prefill") { KVLAB_RETURN_IF_ERROR(want_int(&o.prefill, 0, kMaxContextTokens));
-          } else if (okey == "buckets") { KVLAB_RETURN_IF_ERROR(want_int(&o.buckets, 1));
-          } else if (okey == "samples") { KVLAB_RETURN_IF_ERROR(want_int(&o.samples, 1));
-          } else if (okey == "needles") { KVLAB_RETURN_IF_ERROR(want_int(&o.needles, 1));
-          } else if (okey == "pairs") { KVLAB_RETURN_IF_ERROR(want_int(&o.pairs, 1));
-          } else if (okey == "decode_tokens") { KVLAB_RETURN_IF_ERROR(want_int(&o.decode_tokens, 1, kMaxContextTokens));
-          } else if (okey == "window") { KVLAB_RETURN_IF_ERROR(want_int(&o.window, 1, kMaxContextTokens));
-          } else if (okey == "requests") { KVLAB_RETURN_IF_ERROR(want_int(&o.requests, 1));
-          } else if (okey == "median") { KVLAB_RETURN_IF_ERROR(want_int(&o.median, 0, kMaxContextTokens));
-          } else if (okey == "tokens_to_generate") {
-            KVLAB_RETURN_IF_ERROR(want_int(&o.tokens_to_generate, 1, kMaxContextTokens));
-          } else if (okey == "fewshot") { KVLAB_RETURN_IF_ERROR(want_int(&o.fewshot, 0, 1));
-          } else if (okey == "sigma") {
-            if (!GetDouble(v, &o.sigma) || o.sigma < 0) return Where(path, v, "'" + full + "' must be a number >= 0");
-            // Lengths are median * exp(sigma * z): past 4 they overflow before they are clipped.
-            KVLAB_RETURN_IF_ERROR(Bound(path, v, CheckFiniteIn("'" + full + "'", o.sigma, 0, 4)));
-          } else if (okey == "block_sizes") {
-            KVLAB_RETURN_IF_ERROR(List<int64_t>(path, v, full, "integers >= 1", GetInt, &o.block_sizes));
-            for (int64_t b : o.block_sizes) {
-              if (b < 1) return Where(path, v, "'" + full + "' entries must be >= 1");
-              KVLAB_RETURN_IF_ERROR(Bound(path, v, CheckIntIn("'" + full + "' entry", b, 1, kMaxBlockSize)));
-            }
-          } else if (okey == "depths") {
-            KVLAB_RETURN_IF_ERROR(List<double>(path, v, full, "numbers in [0, 1]", GetDouble, &o.depths));
-            for (double d : o.depths) {  // NaN fails every comparison: refused by CheckFiniteIn
-              if (d < 0 || d > 1) return Where(path, v, "'" + full + "' entries must be in [0, 1]");
-              KVLAB_RETURN_IF_ERROR(Bound(path, v, CheckFiniteIn("'" + full + "' entry", d, 0, 1)));
-            }
-          } else {
-            // A task declares an option this parser does not read yet.
-            return Where(path, v, "'" + full + "': no parser for this option (evals/sweep_config.cpp)");
-          }
-        }
-      }
+      KVLAB_RETURN_IF_ERROR(ReadTaskOptions(path, dir, n, &c.task_options));
     } else if (key == "sweep" || key == "point") {
-      std::vector<const toml::table*> tables;
-      if (const toml::table* one = n.as_table()) tables.push_back(one);
-      else if (const toml::array* arr = n.as_array()) {
-        for (const toml::node& el : *arr) {
-          if (!el.is_table()) return Where(path, el, "each [[" + key + "]] must be a table");
-          tables.push_back(el.as_table());
-        }
-      } else {
-        return Where(path, n, "'" + key + "' must be an array of tables ([[" + key + "]])");
-      }
-      for (const toml::table* t : tables) {
-        std::vector<GridPolicy> g;
-        KVLAB_RETURN_IF_ERROR(ReadStack(path, *t, key == "sweep", &g));
-        if (key == "sweep") {
-          grids.push_back(std::move(g));
-        } else {
-          std::vector<std::vector<PolicySpec>> one;
-          Expand(g, &one);
-          points.push_back(one[0]);
-        }
-      }
+      KVLAB_RETURN_IF_ERROR(ReadStackTables(path, key, n, &grids, &points));
     } else {
       return Where(path, n, "unknown key '" + key + "'; valid keys: name, models, tasks, lengths, batch_sizes, seeds, "
                             "repetitions, kv_dtype, block_size, threads, max_step_tokens, run_blocks, baseline, allow_long_context, task, sweep, "
@@ -359,42 +416,7 @@ Status ParseSweepConfig(const std::string& text, const std::string& path, const 
     m = Resolve(dir, m);
   }
   for (const std::string& t : c.tasks) c.task_options[t];  // defaults for tasks without a table
-  // Stacks: the baseline first, then grids in order, then points; duplicates dropped.
-  // Two spellings of the same stack (a default written out or not) run once.
-  std::set<std::string> seen;
-  auto add = [&](const std::vector<PolicySpec>& s) {
-    PolicyStack resolved;
-    const std::string label = PolicyStack::Create(s, &resolved).ok() ? resolved.Describe() : StackLabel(s);
-    if (seen.insert(label).second) c.stacks.push_back(s);
-  };
-  if (c.baseline) add({PolicySpec{"full", {}, path}});
-  // A grid's size is its axes' product: bounded before anything is expanded.
-  for (size_t gi = 0; gi < grids.size(); ++gi) {
-    double stacks = 1;
-    for (const GridPolicy& p : grids[gi]) {
-      for (const auto& axis : p.axes) stacks *= static_cast<double>(axis.second.size());
-    }
-    if (stacks > static_cast<double>(kMaxCount)) {
-      return Status::InvalidArgument(path + ": [[sweep]] " + std::to_string(gi + 1) + " expands to " +
-                                     std::to_string(static_cast<int64_t>(std::min(stacks, 9e18))) +
-                                     " stacks, more than " + std::to_string(kMaxCount) + " (kvlab's limit)");
-    }
-  }
-  for (const auto& g : grids) {
-    std::vector<std::vector<PolicySpec>> ex;
-    Expand(g, &ex);
-    for (const auto& s : ex) {
-      PolicyStack probe;  // every stack must be valid before anything runs
-      KVLAB_RETURN_IF_ERROR(PolicyStack::Create(s, &probe));
-      add(s);
-    }
-  }
-  for (const auto& s : points) {
-    PolicyStack probe;
-    KVLAB_RETURN_IF_ERROR(PolicyStack::Create(s, &probe));
-    add(s);
-  }
-  if (c.stacks.empty()) return Status::InvalidArgument(path + ": no policy stacks to run (baseline = false and no [[sweep]] or [[point]])");
+  KVLAB_RETURN_IF_ERROR(AddStacks(path, grids, points, &c));
   // Points: models x stacks x tasks x lengths x batches x seeds x repetitions.
   const double num_points = static_cast<double>(c.models.size()) * static_cast<double>(c.stacks.size()) *
                         static_cast<double>(c.tasks.size()) * static_cast<double>(c.lengths.size()) *

@@ -63,6 +63,13 @@ class ProgressBar {
 Status LoadRecords(const std::string& path, std::vector<nlohmann::ordered_json>* records);
 // Appends one record as a line, flushed and fsynced.
 Status AppendRecord(const std::string& path, const nlohmann::ordered_json& record);
+// One record per point ("key") of `records`, taken in the order they were
+// written: an ok record wins over an error, and of two alike the latest wins
+// (the first with kFirst: a merge keeps the first directory's). Ordered by
+// "index", then by key.
+enum class RepeatedRecord { kLatest, kFirst };
+std::vector<nlohmann::ordered_json> OneRecordPerKey(const std::vector<nlohmann::ordered_json>& records,
+                                                    RepeatedRecord keep = RepeatedRecord::kLatest);
 
 // An exclusive flock on DIR/.kvlab.lock, held while a run (or a merge) reads and
 // writes DIR, so that two processes never compute and append the same points.

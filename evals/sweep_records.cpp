@@ -1,14 +1,17 @@
 // results.jsonl as data from outside: records read back bounded (size, depth)
-// and checked field by field, appended whole, and the lock that keeps two runs
-// from writing one results directory at once.
+// and checked field by field, appended whole, one kept per point where a point
+// was recorded more than once, and the lock that keeps two runs from writing
+// one results directory at once.
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 
 #include "core/base/untrusted_json.h"
 #include "evals/sweep_internal.h"
@@ -173,6 +176,26 @@ Status AppendRecord(const std::string& path, const json& record) {
   std::fclose(f);
   if (n != line.size()) return Status::IOError(path + ": short write");
   return Status::OK();
+}
+
+std::vector<json> OneRecordPerKey(const std::vector<json>& records, RepeatedRecord keep) {
+  std::map<std::string, json> by_key;
+  for (const json& r : records) {
+    const std::string k = r.value("key", "");
+    auto it = by_key.find(k);
+    if (it == by_key.end()) {
+      by_key.emplace(k, r);
+      continue;
+    }
+    const bool ok = r.value("status", "") == "ok", kept_ok = it->second.value("status", "") == "ok";
+    if ((ok && !kept_ok) || (ok == kept_ok && keep == RepeatedRecord::kLatest)) it->second = r;
+  }
+  std::vector<json> out;
+  out.reserve(by_key.size());
+  for (auto& kv : by_key) out.push_back(std::move(kv.second));
+  std::stable_sort(out.begin(), out.end(),
+                   [](const json& a, const json& b) { return a.value("index", 0) < b.value("index", 0); });
+  return out;
 }
 
 // ---- the results directory's lock ----

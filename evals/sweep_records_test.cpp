@@ -167,6 +167,24 @@ TEST(SweepRecordsTest, RepeatedPointsKeepOneAndSaySo) {
   fs::remove_all(dir);
 }
 
+// One record per key: an ok one over an error, then the latest (or the first),
+// ordered by index and then by key.
+TEST(SweepRecordsTest, OneRecordPerKeyPrefersOkThenLatestOrFirst) {
+  auto rec = [](const std::string& key, int index, const std::string& status, int n) {
+    return nlohmann::ordered_json{{"key", key}, {"index", index}, {"status", status}, {"n", n}};
+  };
+  const std::vector<nlohmann::ordered_json> records = {
+      rec("c", 2, "error", 0), rec("c", 2, "ok", 1),    rec("c", 2, "ok", 2),    rec("c", 2, "error", 3),
+      rec("b", 1, "error", 4), rec("b", 1, "error", 5), rec("a", 1, "ok", 6),    rec("d", 0, "ok", 7)};
+  auto picked = [](const std::vector<nlohmann::ordered_json>& recs) {
+    std::vector<std::string> out;
+    for (const auto& r : recs) out.push_back(r["key"].get<std::string>() + std::to_string(r["n"].get<int>()));
+    return out;
+  };
+  EXPECT_EQ(picked(OneRecordPerKey(records)), (std::vector<std::string>{"d7", "a6", "b5", "c2"}));
+  EXPECT_EQ(picked(OneRecordPerKey(records, RepeatedRecord::kFirst)), (std::vector<std::string>{"d7", "a6", "b4", "c1"}));
+}
+
 // A tiny sweep on the random-weight preset: the baseline and one sink setting.
 SweepConfig TinySweep(const std::string& dir) {
   std::string text;

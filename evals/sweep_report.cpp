@@ -202,15 +202,7 @@ Status WriteReports(const std::string& dir, std::string* summary) {
   std::vector<json> all;
   KVLAB_RETURN_IF_ERROR(LoadRecords(dir + "/results.jsonl", &all));
   // The latest record per key (an ok record wins over an error).
-  std::map<std::string, json> by_key;
-  for (const json& r : all) {
-    const std::string k = r.value("key", "");
-    auto it = by_key.find(k);
-    if (it == by_key.end() || r.value("status", "") == "ok" || it->second.value("status", "") != "ok") by_key[k] = r;
-  }
-  std::vector<json> recs;
-  for (auto& kv : by_key) recs.push_back(kv.second);
-  std::sort(recs.begin(), recs.end(), [](const json& a, const json& b) { return a.value("index", 0) < b.value("index", 0); });
+  const std::vector<json> recs = OneRecordPerKey(all);
   std::map<std::string, const json*> baselines;
   for (const json& r : recs) {
     if (r.value("baseline", false) && r.value("status", "") == "ok") baselines[PeerKey(r)] = &r;
@@ -508,11 +500,10 @@ Status WriteReports(const std::string& dir, std::string* summary) {
 
 Status MergeResults(const std::vector<std::string>& dirs, const std::string& out_dir, std::string* report) {
   if (dirs.empty()) return Status::InvalidArgument("merge: give the shard directories to join");
-  std::map<std::string, json> by_key;
+  std::vector<json> all;  // every shard's records, in the order of the directories
   // Each model's checkpoint and the file it was first seen in: shards run with
   // different weights of one model do not merge into one sweep.
   std::map<std::string, std::pair<std::string, std::string>> checkpoints;
-  int64_t read = 0;
   for (const std::string& d : dirs) {
     const std::string path = d + "/results.jsonl";
     if (!fs::exists(path)) return Status::NotFound(path + ": no results to merge");
@@ -524,7 +515,6 @@ Status MergeResults(const std::vector<std::string>& dirs, const std::string& out
       KVLAB_RETURN_IF_ERROR(LoadRecords(path, &recs));
     }
     for (const json& r : recs) {
-      ++read;
       const std::string k = r.value("key", "");
       if (r.contains("checkpoint") && r["checkpoint"].is_string()) {
         std::string model = r.value("model", "");
@@ -538,13 +528,11 @@ Status MergeResults(const std::vector<std::string>& dirs, const std::string& out
                                          path + "); rerun the stale directory with the current model");
         }
       }
-      auto it = by_key.find(k);
-      if (it == by_key.end() || (r.value("status", "") == "ok" && it->second.value("status", "") != "ok")) by_key[k] = r;
+      all.push_back(r);
     }
   }
-  std::vector<json> recs;
-  for (auto& kv : by_key) recs.push_back(kv.second);
-  std::sort(recs.begin(), recs.end(), [](const json& a, const json& b) { return a.value("index", 0) < b.value("index", 0); });
+  // The first record per key, in the order of the directories (an ok record wins over an error).
+  const std::vector<json> recs = OneRecordPerKey(all, RepeatedRecord::kFirst);
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec) return Status::IOError(out_dir + ": cannot create directory: " + ec.message());
@@ -560,7 +548,7 @@ Status MergeResults(const std::vector<std::string>& dirs, const std::string& out
   if (ec) return Status::IOError(out + ": cannot write: " + ec.message());
   std::string summary;
   KVLAB_RETURN_IF_ERROR(WriteReports(out_dir, &summary));
-  *report = "merged " + std::to_string(read) + " records from " + std::to_string(dirs.size()) + " directories into " +
+  *report = "merged " + std::to_string(all.size()) + " records from " + std::to_string(dirs.size()) + " directories into " +
             std::to_string(recs.size()) + " points in " + out + "\n\n" + summary;
   return Status::OK();
 }

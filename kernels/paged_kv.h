@@ -86,7 +86,7 @@ struct AttentionParams {
   // of stream s = i * num_kv_heads + h, where h is the query head's KV head.
   // REQUIRES: each entry is in [0, len_s - q_len_i + j] (the query's own slot
   // stays visible), and non-decreasing in j. It is by slot, so the caller
-  // turns a window in positions into slots (KVCache::WindowStarts does, by
+  // turns a window in positions into slots (KVCache::BuildWindows does, by
   // binary search on the stream's sorted slot positions, so it stays right
   // when a selection policy has evicted slots). Slots below it may be
   // anything (kernels may skip their blocks); slot_attn gets 0 for them.

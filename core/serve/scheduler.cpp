@@ -20,16 +20,6 @@ Status SchedulerOptions::Validate() const {
   return Status::OK();
 }
 
-const char* RequestStateName(RequestState s) {
-  switch (s) {
-    case RequestState::kWaiting: return "waiting";
-    case RequestState::kRunning: return "running";
-    case RequestState::kFinished: return "finished";
-    case RequestState::kAborted: return "aborted";
-  }
-  return "?";
-}
-
 int32_t Request::token(int64_t i) const {
   const int64_t p = static_cast<int64_t>(spec.prompt.size());
   return i < p ? spec.prompt[static_cast<size_t>(i)] : output[static_cast<size_t>(i - p)];

@@ -84,7 +84,6 @@ struct RequestSpec {
 };
 
 enum class RequestState { kWaiting, kRunning, kFinished, kAborted };
-const char* RequestStateName(RequestState s);
 
 struct Request {
   RequestSpec spec;
