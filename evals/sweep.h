@@ -11,10 +11,7 @@
 //
 //   name = "quickstart"                 # default: the file's stem
 //   models = ["../../datasets/models/tiny-gqa"]   # paths relative to the config; or presets
-//   tasks = ["bpb", "passkey", "latency"]        # bpb | bpb-recompute | passkey | multi-needle | recall | latency | paging
-//                                       # | RULER's niah_single_1 ... niah_multiquery, vt, cwe, fwe
-//                                       # | longbench-NAME (LongBench's 21 datasets), longbench-v2, infinitebench-NAME
-//                                       # (the registry, evals/tasks/task.h; docs/sweeps.md "Adding a task")
+//   tasks = ["bpb", "passkey", "latency"]        # the registry's (evals/tasks/task.h; docs/sweeps.md lists them)
 //   lengths = [512, 1024]
 //   batch_sizes = [1]                   # latency task only; accuracy tasks run one sequence
 //   seeds = [0]
@@ -25,20 +22,9 @@
 //   max_step_tokens = 64                # with selection / an encoding / offload: tokens a step adds (0: chunks as given)
 //   run_blocks = 32                     # decode-time blocks per run reserved ahead for each stream (0 or 1: off)
 //   baseline = true                     # add the `full` stack (only false for tests of the harness)
-//   [task.bpb]      text = "../../datasets/corpus/heldout.txt"; windows = 1; prefill = 0; buckets = 4
 //   [task.passkey]  depths = [0.0, 0.5, 1.0]; samples = 2
-//   [task.multi-needle] depths = [...]; samples = 2; needles = 4
-//   [task.recall]   depths = [...]; samples = 4; pairs = 8
-//   [task.latency]  decode_tokens = 16; text = "..."
-//   [task.bpb-recompute] text = "..."; window = 256   # StreamingLLM's "sliding window with
-//                   # recompute": each prediction recomputes the last `window` tokens from
-//                   # scratch (positions 0..window-1); KL and top-1 are against full-cache logits
-//   [task.paging]   requests = 256; median = 0; sigma = 1.0; block_sizes = [1, 16, 64, 256]
-//   [task.niah_single_2] samples = 20; depths = [...]; text = "essays.txt"; tokens_to_generate = 0
-//   [task.vt]       samples = 20; fewshot = 1      # RULER's tasks (datasets/tasks/ruler.h)
-//   [task.longbench-hotpotqa] file = "hotpotqa.jsonl"; samples = 200; query_aware = true; truncate = true
-//                   # LongBench-format files (datasets/tasks/longbench.h); also longbench-v2
-//                   # vLLM's paging: share of reserved KV memory holding real tokens
+//                   # [task.NAME]: the options task NAME declares (TaskOption; its
+//                   # file in evals/tasks/; docs/sweeps.md lists them per task)
 //   [[sweep]]                           # a stack; list-valued parameters form a grid
 //   [[sweep.policy]]
 //   name = "sink"
@@ -55,41 +41,57 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/base/dtype.h"
 #include "core/base/status.h"
 #include "policies/kv_policy.h"
 
 namespace kvlab {
 
-struct SweepTaskOptions {
-  std::string text;                        // bpb / latency: a text file (empty: built-in text), or token
-                                           // ids when it ends in .ids (then bpb is bits per token)
-  int64_t windows = 1, prefill = 0, buckets = 4;
-  std::vector<double> depths = {0.0, 0.25, 0.5, 0.75, 1.0};
-  int64_t samples = 2, needles = 4, pairs = 8;
-  int64_t decode_tokens = 16;
-  int64_t window = 256;                    // bpb-recompute: tokens recomputed for each prediction
-  // paging: requests with lognormal lengths (median, sigma; clipped to
-  // [16, length]) held in paged pools of each block size, against a
-  // contiguous reservation of `length` tokens per request.
-  int64_t requests = 256, median = 0;      // median 0: length / 8
-  double sigma = 1.0;
-  std::vector<int64_t> block_sizes = {1, 16, 64, 256};
-  // RULER's tasks: tokens generated per prompt (0: RULER's, per task) and its
-  // worked example before vt and cwe (-1: RULER's one; 0 drops it).
-  int64_t tokens_to_generate = 0, fewshot = -1;
-  // Dataset tasks (longbench-*, infinitebench-*; evals/tasks/longbench.cpp): the
-  // user's JSONL file, whether the question is in what the policies compress
-  // (query_aware, RULER's tasks too; false: the context is prefilled and
-  // compressed first), and LongBench's middle truncation to the point's
-  // length (false: an error).
-  std::string file;
-  bool query_aware = true, truncate = true;
-  // RULER's and the dataset tasks: the prompt sent as one user message
-  // through the model's chat template (its tokenizer_config.json's
-  // chat_template; core/model/chat_template.h) before tokenising; false: the
-  // plain text with BOS.
-  bool chat = false;
+// One option of a task's [task.NAME] table, declared by the task
+// (SweepTaskInfo::options, evals/tasks/task.h): its name, type, default,
+// valid values and meaning. The config parser reads and checks every option
+// from these declarations alone, so it names no task and no option.
+struct TaskOption {
+  enum class Type {
+    kInt,        // an integer in [min, max]
+    kFloat,      // a number in [min, max]
+    kBool,       // true or false
+    kPath,       // a file, relative to the config's directory; "" = none
+    kIntList,    // integers in [min, max] (a single one is a list of one)
+    kFloatList,  // numbers in [min, max] (a single one is a list of one)
+  };
+  std::string name;
+  Type type = Type::kInt;
+  nlohmann::ordered_json default_value;  // of the type: 4, 0.5, true, "", [1, 16]
+  double min = 0, max = 0;               // numbers and list entries
+  std::string help;                      // one line; for kPath, what the file is ("a text file")
+};
+
+// The options of one task at one point: every option the task declares, the
+// config's value or the declared default. A task reads only what it declares
+// (reading another name aborts: a programming error, not a user's).
+class SweepTaskOptions {
+ public:
+  SweepTaskOptions() = default;
+  // The declared defaults.
+  explicit SweepTaskOptions(const std::vector<TaskOption>& declared);
+
+  int64_t Int(const std::string& name) const;
+  double Float(const std::string& name) const;
+  bool Bool(const std::string& name) const;
+  const std::string& Path(const std::string& name) const;
+  std::vector<int64_t> Ints(const std::string& name) const;
+  std::vector<double> Floats(const std::string& name) const;
+
+  void Set(const std::string& name, nlohmann::ordered_json value) { values_[name] = std::move(value); }
+  bool Has(const std::string& name) const { return values_.contains(name); }
+  const nlohmann::ordered_json& values() const { return values_; }
+
+ private:
+  const nlohmann::ordered_json& Get(const std::string& name) const;
+  nlohmann::ordered_json values_ = nlohmann::ordered_json::object();
 };
 
 struct SweepPoint {
@@ -128,7 +130,7 @@ struct SweepConfig {
   // EngineOptions::run_blocks: decode-time blocks per run reserved ahead for
   // each stream (0 or 1: off). Part of a point's key when not the default.
   int run_blocks = 32;
-  std::map<std::string, SweepTaskOptions> task_options;
+  std::map<std::string, SweepTaskOptions> task_options;  // per task of `tasks`, filled by the parser
   std::vector<std::vector<PolicySpec>> stacks;  // expanded grids and points, baseline first
 };
 

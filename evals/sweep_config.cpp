@@ -1,6 +1,8 @@
 // Sweep configs: parsing (TOML++, file:line:column errors), --set overrides,
 // grid expansion into points.
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -78,6 +80,82 @@ bool GetDouble(const toml::node& n, double* v) {
   if (n.is_integer()) { *v = static_cast<double>(n.as_integer()->get()); return true; }
   if (n.is_floating_point()) { *v = n.as_floating_point()->get(); return true; }
   return false;
+}
+
+std::string OptionNames(const std::vector<TaskOption>& options) {
+  std::vector<std::string> names;
+  for (const TaskOption& o : options) names.push_back(o.name);
+  return JoinNames(names);
+}
+
+// "0" for 0.0, "0.25", "1048576": a bound as written in an error.
+std::string BoundText(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+// One key of a [task.NAME] table, read and checked by the option the task
+// declares under that name.
+Status ReadTaskOption(const std::string& path, const std::string& dir, const std::string& task,
+                      const SweepTaskInfo& info, const std::string& key, const toml::node& v, SweepTaskOptions* o) {
+  const std::string full = "task." + task + "." + key;
+  const TaskOption* spec = nullptr;
+  for (const TaskOption& d : info.options) {
+    if (d.name == key) spec = &d;
+  }
+  if (spec == nullptr) {
+    return Where(path, v, "unknown key '" + full + "'; valid keys of task '" + task + "': " + OptionNames(info.options));
+  }
+  const std::string lo = BoundText(spec->min), hi = BoundText(spec->max);
+  switch (spec->type) {
+    case TaskOption::Type::kInt: {
+      int64_t x = 0;
+      if (!GetInt(v, &x) || x < spec->min) return Where(path, v, "'" + full + "' must be an integer >= " + lo);
+      KVLAB_RETURN_IF_ERROR(Bound(path, v, CheckIntIn("'" + full + "'", x, static_cast<int64_t>(spec->min),
+                                                      static_cast<int64_t>(spec->max))));
+      o->Set(key, x);
+      return Status::OK();
+    }
+    case TaskOption::Type::kFloat: {
+      double x = 0;
+      if (!GetDouble(v, &x) || x < spec->min) return Where(path, v, "'" + full + "' must be a number >= " + lo);
+      KVLAB_RETURN_IF_ERROR(Bound(path, v, CheckFiniteIn("'" + full + "'", x, spec->min, spec->max)));
+      o->Set(key, x);
+      return Status::OK();
+    }
+    case TaskOption::Type::kBool:
+      if (!v.is_boolean()) return Where(path, v, "'" + full + "' must be true or false");
+      o->Set(key, v.as_boolean()->get());
+      return Status::OK();
+    case TaskOption::Type::kPath:
+      if (!v.is_string()) return Where(path, v, "'" + full + "' must be a string (" + spec->help + ")");
+      o->Set(key, Resolve(dir, v.as_string()->get()));
+      return Status::OK();
+    case TaskOption::Type::kIntList: {
+      std::vector<int64_t> xs;
+      KVLAB_RETURN_IF_ERROR(List<int64_t>(path, v, full, ("integers >= " + lo).c_str(), GetInt, &xs));
+      for (int64_t x : xs) {
+        if (x < spec->min) return Where(path, v, "'" + full + "' entries must be >= " + lo);
+        KVLAB_RETURN_IF_ERROR(Bound(path, v, CheckIntIn("'" + full + "' entry", x, static_cast<int64_t>(spec->min),
+                                                        static_cast<int64_t>(spec->max))));
+      }
+      o->Set(key, xs);
+      return Status::OK();
+    }
+    case TaskOption::Type::kFloatList: {
+      const std::string range = "[" + lo + ", " + hi + "]";
+      std::vector<double> xs;
+      KVLAB_RETURN_IF_ERROR(List<double>(path, v, full, ("numbers in " + range).c_str(), GetDouble, &xs));
+      for (double x : xs) {  // NaN fails every comparison: refused by CheckFiniteIn
+        if (x < spec->min || x > spec->max) return Where(path, v, "'" + full + "' entries must be in " + range);
+        KVLAB_RETURN_IF_ERROR(Bound(path, v, CheckFiniteIn("'" + full + "' entry", x, spec->min, spec->max)));
+      }
+      o->Set(key, xs);
+      return Status::OK();
+    }
+  }
+  return Status::OK();
 }
 
 // A stack template: per policy, per parameter, the list of values.
@@ -171,74 +249,21 @@ std::string StackLabel(const std::vector<PolicySpec>& stack) {
   return out;
 }
 
-// The [task.NAME] tables: each task's options, checked against the keys the
-// registered tasks declare (paths resolved against `dir`, the config's folder).
+// The [task.NAME] tables: each task's options, read and checked by the
+// options that task declares (paths resolved against `dir`, the config's folder).
 Status ReadTaskOptions(const std::string& path, const std::string& dir, const toml::node& n,
                        std::map<std::string, SweepTaskOptions>* options) {
   const toml::table* t = n.as_table();
   if (t == nullptr) return Where(path, n, "'task' must be a table of [task.NAME] tables");
   for (const auto& tk : *t) {
     const std::string tname(tk.first.str());
-    if (!KnownTask(tname)) return Where(path, tk.second, UnknownTask(tname));
+    const SweepTaskInfo* info = SweepTaskRegistry::Global().Find(tname);
+    if (info == nullptr) return Where(path, tk.second, UnknownTask(tname));
     const toml::table* opts = tk.second.as_table();
     if (opts == nullptr) return Where(path, tk.second, "[task." + tname + "] must be a table");
-    SweepTaskOptions& o = (*options)[tname];
+    SweepTaskOptions& o = options->emplace(tname, SweepTaskOptions(info->options)).first->second;
     for (const auto& ok : *opts) {
-      const std::string okey(ok.first.str());
-      const toml::node& v = ok.second;
-      const std::string full = "task." + tname + "." + okey;
-      auto want_int = [&](int64_t* dst, int64_t lo, int64_t hi = kMaxCount) -> Status {
-        if (!GetInt(v, dst) || *dst < lo) return Where(path, v, "'" + full + "' must be an integer >= " + std::to_string(lo));
-        return Bound(path, v, CheckIntIn("'" + full + "'", *dst, lo, hi));
-      };
-      // Any task's option is accepted in any task's table;
-      // the valid keys are those the registered tasks declare.
-      const std::vector<std::string> valid = SweepTaskRegistry::Global().OptionNames();
-      if (std::find(valid.begin(), valid.end(), okey) == valid.end()) {
-        return Where(path, v, "unknown key '" + full + "'; valid keys: " + JoinNames(valid));
-      }
-      if (okey == "text") {
-        if (!v.is_string()) return Where(path, v, "'" + full + "' must be a string (a text file)");
-        o.text = Resolve(dir, v.as_string()->get());
-      } else if (okey == "file") {
-        if (!v.is_string()) return Where(path, v, "'" + full + "' must be a string (a dataset file)");
-        o.file = Resolve(dir, v.as_string()->get());
-      } else if (okey == "query_aware" || okey == "truncate" || okey == "chat") {
-        if (!v.is_boolean()) return Where(path, v, "'" + full + "' must be true or false");
-        (okey == "query_aware" ? o.query_aware : okey == "truncate" ? o.truncate : o.chat) = v.as_boolean()->get();
-      } else if (okey == "windows") { KVLAB_RETURN_IF_ERROR(want_int(&o.windows, 1));
-      } else if (okey == "prefill") { KVLAB_RETURN_IF_ERROR(want_int(&o.prefill, 0, kMaxContextTokens));
-      } else if (okey == "buckets") { KVLAB_RETURN_IF_ERROR(want_int(&o.buckets, 1));
-      } else if (okey == "samples") { KVLAB_RETURN_IF_ERROR(want_int(&o.samples, 1));
-      } else if (okey == "needles") { KVLAB_RETURN_IF_ERROR(want_int(&o.needles, 1));
-      } else if (okey == "pairs") { KVLAB_RETURN_IF_ERROR(want_int(&o.pairs, 1));
-      } else if (okey == "decode_tokens") { KVLAB_RETURN_IF_ERROR(want_int(&o.decode_tokens, 1, kMaxContextTokens));
-      } else if (okey == "window") { KVLAB_RETURN_IF_ERROR(want_int(&o.window, 1, kMaxContextTokens));
-      } else if (okey == "requests") { KVLAB_RETURN_IF_ERROR(want_int(&o.requests, 1));
-      } else if (okey == "median") { KVLAB_RETURN_IF_ERROR(want_int(&o.median, 0, kMaxContextTokens));
-      } else if (okey == "tokens_to_generate") {
-        KVLAB_RETURN_IF_ERROR(want_int(&o.tokens_to_generate, 1, kMaxContextTokens));
-      } else if (okey == "fewshot") { KVLAB_RETURN_IF_ERROR(want_int(&o.fewshot, 0, 1));
-      } else if (okey == "sigma") {
-        if (!GetDouble(v, &o.sigma) || o.sigma < 0) return Where(path, v, "'" + full + "' must be a number >= 0");
-        // Lengths are median * exp(sigma * z): past 4 they overflow before they are clipped.
-        KVLAB_RETURN_IF_ERROR(Bound(path, v, CheckFiniteIn("'" + full + "'", o.sigma, 0, 4)));
-      } else if (okey == "block_sizes") {
-        KVLAB_RETURN_IF_ERROR(List<int64_t>(path, v, full, "integers >= 1", GetInt, &o.block_sizes));
-        for (int64_t b : o.block_sizes) {
-          if (b < 1) return Where(path, v, "'" + full + "' entries must be >= 1");
-          KVLAB_RETURN_IF_ERROR(Bound(path, v, CheckIntIn("'" + full + "' entry", b, 1, kMaxBlockSize)));
-        }
-      } else if (okey == "depths") {
-        KVLAB_RETURN_IF_ERROR(List<double>(path, v, full, "numbers in [0, 1]", GetDouble, &o.depths));
-        for (double d : o.depths) {  // NaN fails every comparison: refused by CheckFiniteIn
-          if (d < 0 || d > 1) return Where(path, v, "'" + full + "' entries must be in [0, 1]");
-          KVLAB_RETURN_IF_ERROR(Bound(path, v, CheckFiniteIn("'" + full + "' entry", d, 0, 1)));
-        }
-      } else {
-        // A task declares an option this parser does not read yet.
-        return Where(path, v, "'" + full + "': no parser for this option (evals/sweep_config.cpp)");
-      }
+      KVLAB_RETURN_IF_ERROR(ReadTaskOption(path, dir, tname, *info, std::string(ok.first.str()), ok.second, &o));
     }
   }
   return Status::OK();
@@ -415,7 +440,9 @@ Status ParseSweepConfig(const std::string& text, const std::string& path, const 
     c.model_labels.push_back(label);
     m = Resolve(dir, m);
   }
-  for (const std::string& t : c.tasks) c.task_options[t];  // defaults for tasks without a table
+  for (const std::string& t : c.tasks) {  // defaults for tasks without a table
+    c.task_options.emplace(t, SweepTaskOptions(SweepTaskRegistry::Global().Find(t)->options));
+  }
   KVLAB_RETURN_IF_ERROR(AddStacks(path, grids, points, &c));
   // Points: models x stacks x tasks x lengths x batches x seeds x repetitions.
   const double num_points = static_cast<double>(c.models.size()) * static_cast<double>(c.stacks.size()) *
@@ -486,6 +513,32 @@ std::vector<SweepPoint> ExpandPoints(const SweepConfig& c) {
     }
   }
   return out;
+}
+
+SweepTaskOptions::SweepTaskOptions(const std::vector<TaskOption>& declared) {
+  for (const TaskOption& o : declared) values_[o.name] = o.default_value;
+}
+
+const nlohmann::ordered_json& SweepTaskOptions::Get(const std::string& name) const {
+  const auto it = values_.find(name);
+  if (it == values_.end()) {
+    std::fprintf(stderr, "kvlab: internal error: a task read option '%s', which it does not declare\n", name.c_str());
+    std::abort();
+  }
+  return *it;
+}
+
+int64_t SweepTaskOptions::Int(const std::string& name) const { return Get(name).get<int64_t>(); }
+double SweepTaskOptions::Float(const std::string& name) const { return Get(name).get<double>(); }
+bool SweepTaskOptions::Bool(const std::string& name) const { return Get(name).get<bool>(); }
+const std::string& SweepTaskOptions::Path(const std::string& name) const {
+  return Get(name).get_ref<const std::string&>();
+}
+std::vector<int64_t> SweepTaskOptions::Ints(const std::string& name) const {
+  return Get(name).get<std::vector<int64_t>>();
+}
+std::vector<double> SweepTaskOptions::Floats(const std::string& name) const {
+  return Get(name).get<std::vector<double>>();
 }
 
 }  // namespace kvlab

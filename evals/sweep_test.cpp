@@ -69,7 +69,7 @@ TEST(SweepConfigTest, GridsExpandWithBaselineFirst) {
   c = Parse(dir, "models = [\"small\"]\ntasks = [\"bpb\"]\nlengths = [64, 128]\n",
             {"lengths=[256]", "task.bpb.windows=3", "name=renamed"});
   EXPECT_EQ(c.lengths, std::vector<int64_t>{256});
-  EXPECT_EQ(c.task_options.at("bpb").windows, 3);
+  EXPECT_EQ(c.task_options.at("bpb").Int("windows"), 3);
   EXPECT_EQ(c.name, "renamed");
   fs::remove_all(dir);
 }
@@ -102,6 +102,47 @@ TEST(SweepConfigTest, ErrorsNameFileLineColumn) {
   EXPECT_NE(e.find(path + ":4:"), std::string::npos) << e;
   e = error("models = [\"small\"]\ntasks = [\"bpb\"]\nlengths = [64\n");  // TOML syntax
   EXPECT_NE(e.find(path + ":"), std::string::npos) << e;
+  fs::remove_all(dir);
+}
+
+// Each task reads its table by the options it declares: another task's key
+// is refused (never silently unused), and each type and range is checked.
+TEST(SweepConfigTest, TaskTablesTakeTheirTasksOptionsOnly) {
+  const std::string dir = TempDir("task-options");
+  const std::string path = dir + "/t.toml";
+  auto load = [&](const std::string& table, SweepConfig* c) {
+    std::ofstream(path) << "models = [\"small\"]\ntasks = [\"passkey\", \"paging\"]\n" << table;
+    return LoadSweepConfig(path, {}, c);
+  };
+  SweepConfig c;
+  ASSERT_TRUE(load("", &c).ok());
+  EXPECT_EQ(c.task_options.at("passkey").Int("samples"), 2);  // declared defaults
+  EXPECT_EQ(c.task_options.at("passkey").Floats("depths"), (std::vector<double>{0.0, 0.25, 0.5, 0.75, 1.0}));
+  EXPECT_EQ(c.task_options.at("paging").Ints("block_sizes"), (std::vector<int64_t>{1, 16, 64, 256}));
+  EXPECT_FALSE(c.task_options.at("passkey").Has("windows"));
+  ASSERT_TRUE(load("[task.passkey]\nsamples = 3\ndepths = 0.5\n[task.paging]\nsigma = 2\n", &c).ok());
+  EXPECT_EQ(c.task_options.at("passkey").Int("samples"), 3);
+  EXPECT_EQ(c.task_options.at("passkey").Floats("depths"), std::vector<double>{0.5});
+  EXPECT_EQ(c.task_options.at("paging").Float("sigma"), 2.0);
+
+  Status s = load("[task.passkey]\nwindows = 4\n", &c);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(path + ":4:"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("unknown key 'task.passkey.windows'; valid keys of task 'passkey': depths, samples"),
+            std::string::npos)
+      << s.message();
+  s = load("[task.passkey]\ndepths = [0.5, 1.5]\n", &c);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("'task.passkey.depths' entries must be in [0, 1]"), std::string::npos) << s.message();
+  s = load("[task.passkey]\nsamples = \"3\"\n", &c);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("'task.passkey.samples' must be an integer >= 1"), std::string::npos) << s.message();
+  s = load("[task.paging]\nsigma = 5.0\n", &c);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("'task.paging.sigma'"), std::string::npos) << s.message();
+  s = load("[task.paging]\nblock_sizes = [16, 0]\n", &c);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("'task.paging.block_sizes' entries must be >= 1"), std::string::npos) << s.message();
   fs::remove_all(dir);
 }
 

@@ -112,12 +112,12 @@ void ScoreWindow(const std::vector<int32_t>& ids, const std::vector<float>& logi
 
 Status RunBpb(bool recompute, TaskContext* ctx, const SweepPoint& p, const SweepTaskOptions& o, json* m) {
   const TaskTokens* text = nullptr;
-  KVLAB_RETURN_IF_ERROR(ctx->Tokens(p, o.text, &text));
+  KVLAB_RETURN_IF_ERROR(ctx->Tokens(p, o.Path("text"), &text));
   if (static_cast<int64_t>(text->ids.size()) < p.length) {
-    return Status::InvalidArgument(o.text + ": text has " + std::to_string(text->ids.size()) + " " + text->unit +
+    return Status::InvalidArgument(o.Path("text") + ": text has " + std::to_string(text->ids.size()) + " " + text->unit +
                                    "s, fewer than length " + std::to_string(p.length));
   }
-  const int64_t buckets = o.buckets;
+  const int64_t buckets = o.Int("buckets");
   BpbSums s;
   s.kl_b.assign(static_cast<size_t>(buckets), 0);
   s.top_b.assign(static_cast<size_t>(buckets), 0);
@@ -125,7 +125,7 @@ Status RunBpb(bool recompute, TaskContext* ctx, const SweepPoint& p, const Sweep
   MemoryStats mem;
   // Per window, for the reports' intervals (windows are the units: positions within one are not independent).
   json per_bpb = json::array(), per_kl = json::array(), per_top1 = json::array();
-  for (int64_t w = 0; w < o.windows; ++w) {
+  for (int64_t w = 0; w < o.Int("windows"); ++w) {
     SplitMix rng(p.seed * 1000003ull + static_cast<uint64_t>(w) * 7919ull + static_cast<uint64_t>(p.length));
     const size_t off = static_cast<size_t>(rng.Below(text->ids.size() - static_cast<size_t>(p.length) + 1));
     // BOS (when the model has one), then the window's tokens: p.length in all.
@@ -137,23 +137,23 @@ Status RunBpb(bool recompute, TaskContext* ctx, const SweepPoint& p, const Sweep
     std::vector<float> logits;
     int64_t V = 0;
     if (recompute) {
-      KVLAB_RETURN_IF_ERROR(Recomputed(eo, p.stack, ids, o.window, &logits, &mem, &V));
+      KVLAB_RETURN_IF_ERROR(Recomputed(eo, p.stack, ids, o.Int("window"), &logits, &mem, &V));
     } else {
-      KVLAB_RETURN_IF_ERROR(TeacherForced(eo, p.stack, ids, o.prefill, &logits, &mem, &V));
+      KVLAB_RETURN_IF_ERROR(TeacherForced(eo, p.stack, ids, o.Int("prefill"), &logits, &mem, &V));
     }
     // The baseline's logits of the same window, from the same procedure
     // (for recompute: the full cache's).
     const std::vector<float>* base = &logits;
     if (!p.baseline || recompute) {
       const std::string bkey = p.model + "|" + std::to_string(p.length) + "|" + std::to_string(p.seed) + "|" +
-                               std::to_string(w) + "|" + std::to_string(o.prefill) + "|" + o.text;
+                               std::to_string(w) + "|" + std::to_string(o.Int("prefill")) + "|" + o.Path("text");
       std::map<std::string, std::vector<float>>* cache = ctx->logits_cache();
       auto it = cache->find(bkey);
       if (it == cache->end()) {
         std::vector<float> bl;
         MemoryStats bm;
         int64_t bv = 0;
-        KVLAB_RETURN_IF_ERROR(TeacherForced(eo, {PolicySpec{"full", {}, "baseline"}}, ids, o.prefill, &bl, &bm, &bv));
+        KVLAB_RETURN_IF_ERROR(TeacherForced(eo, {PolicySpec{"full", {}, "baseline"}}, ids, o.Int("prefill"), &bl, &bm, &bv));
         if (cache->size() > 64) cache->clear();
         it = cache->emplace(bkey, std::move(bl)).first;
       }
@@ -186,23 +186,30 @@ Status RunBpb(bool recompute, TaskContext* ctx, const SweepPoint& p, const Sweep
   return Status::OK();
 }
 
+std::vector<TaskOption> BpbOptions() {
+  return {PathOption("text", "a text file, or token ids in a file ending in .ids (\"\": the built-in text)"),
+          IntOption("windows", 1, 1, kMaxCount, "text windows scored"),
+          IntOption("prefill", 0, 0, kMaxContextTokens, "tokens of each window prefilled before scoring"),
+          IntOption("buckets", 4, 1, kMaxCount, "position buckets of the KL and top-1 by position")};
+}
+
 }  // namespace
 
 void RegisterBpbTasks(SweepTaskRegistry* registry) {
   SweepTaskInfo bpb;
   bpb.name = "bpb";
   bpb.summary = "bits per byte (or token) of a text window, KL and top-1 agreement against the full cache";
-  bpb.options = {"text", "windows", "prefill", "buckets"};
+  bpb.options = BpbOptions();
   bpb.key_options = [](const SweepTaskOptions& o, json* k) {
-    (*k)["windows"] = o.windows;
-    (*k)["prefill"] = o.prefill;
+    (*k)["windows"] = o.Int("windows");
+    (*k)["prefill"] = o.Int("prefill");
   };
   bpb.estimate = [](const TaskCost& c, const SweepPoint& p, const SweepTaskOptions& o) {
     const double L = static_cast<double>(p.length);
-    const double steps = L - static_cast<double>(o.prefill);
+    const double steps = L - static_cast<double>(o.Int("prefill"));
     const double one = steps * (c.step_overhead_s + c.token_s + c.attention_s * L / 2) +
-                       static_cast<double>(o.prefill) * c.token_s;
-    return static_cast<double>(o.windows) * one * (p.baseline ? 1.0 : 1.5);
+                       static_cast<double>(o.Int("prefill")) * c.token_s;
+    return static_cast<double>(o.Int("windows")) * one * (p.baseline ? 1.0 : 1.5);
   };
   bpb.run = [](TaskContext* ctx, const SweepPoint& p, const SweepTaskOptions& o, json* m) {
     return RunBpb(/*recompute=*/false, ctx, p, o, m);
@@ -212,15 +219,16 @@ void RegisterBpbTasks(SweepTaskRegistry* registry) {
   SweepTaskInfo rc;
   rc.name = "bpb-recompute";
   rc.summary = "bpb with StreamingLLM's sliding window with recompute: each prediction from the last `window` tokens";
-  rc.options = {"text", "windows", "prefill", "buckets", "window"};
+  rc.options = BpbOptions();
+  rc.options.push_back(IntOption("window", 256, 1, kMaxContextTokens, "tokens recomputed for each prediction"));
   rc.key_options = [](const SweepTaskOptions& o, json* k) {
-    (*k)["windows"] = o.windows;
-    (*k)["prefill"] = o.prefill;
-    (*k)["window"] = o.window;
+    (*k)["windows"] = o.Int("windows");
+    (*k)["prefill"] = o.Int("prefill");
+    (*k)["window"] = o.Int("window");
   };
   rc.estimate = [](const TaskCost& c, const SweepPoint& p, const SweepTaskOptions& o) {
-    const double L = static_cast<double>(p.length), w = static_cast<double>(o.window);
-    return static_cast<double>(o.windows) * L * (w * (c.token_s + c.attention_s * w / 2) + c.step_overhead_s) * 1.2;
+    const double L = static_cast<double>(p.length), w = static_cast<double>(o.Int("window"));
+    return static_cast<double>(o.Int("windows")) * L * (w * (c.token_s + c.attention_s * w / 2) + c.step_overhead_s) * 1.2;
   };
   rc.run = [](TaskContext* ctx, const SweepPoint& p, const SweepTaskOptions& o, json* m) {
     return RunBpb(/*recompute=*/true, ctx, p, o, m);

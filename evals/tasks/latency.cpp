@@ -23,8 +23,8 @@ double Percentile(std::vector<double> v, double q) {
 
 Status RunLatency(TaskContext* ctx, const SweepPoint& p, const SweepTaskOptions& o, json* m) {
   const TaskTokens* text = nullptr;
-  KVLAB_RETURN_IF_ERROR(ctx->Tokens(p, o.text, &text));
-  if (text->ids.empty()) return Status::InvalidArgument(o.text + ": no tokens");
+  KVLAB_RETURN_IF_ERROR(ctx->Tokens(p, o.Path("text"), &text));
+  if (text->ids.empty()) return Status::InvalidArgument(o.Path("text") + ": no tokens");
   std::vector<int32_t> tokens = text->ids;
   while (static_cast<int64_t>(tokens.size()) < p.length + p.batch) {
     tokens.insert(tokens.end(), text->ids.begin(), text->ids.end());
@@ -40,9 +40,9 @@ Status RunLatency(TaskContext* ctx, const SweepPoint& p, const SweepTaskOptions&
   }
   std::unique_ptr<Engine> e;
   KVLAB_RETURN_IF_ERROR(
-      Engine::Create(PointEngineOptions(ctx->config(), p, p.length + o.decode_tokens + 1, p.batch), p.stack, &e));
+      Engine::Create(PointEngineOptions(ctx->config(), p, p.length + o.Int("decode_tokens") + 1, p.batch), p.stack, &e));
   GenerateOptions go;
-  go.max_new_tokens = o.decode_tokens + 1;  // the first token comes from the prefill
+  go.max_new_tokens = o.Int("decode_tokens") + 1;  // the first token comes from the prefill
   go.stop_at_eos = false;
   std::vector<GenerateResult> results;
   GenerateStats st;
@@ -60,17 +60,18 @@ Status RunLatency(TaskContext* ctx, const SweepPoint& p, const SweepTaskOptions&
 
 }  // namespace
 
-void RegisterLatencyTask(SweepTaskRegistry* registry) {
+void RegisterLatencyTasks(SweepTaskRegistry* registry) {
   SweepTaskInfo info;
   info.name = "latency";
   info.summary = "prefill time and per-step decode time of `batch` prompts";
-  info.options = {"text", "decode_tokens"};
+  info.options = {PathOption("text", "a text file, or token ids in a file ending in .ids (\"\": the built-in text)"),
+                  IntOption("decode_tokens", 16, 1, kMaxContextTokens, "tokens decoded after the prefill")};
   info.batched = true;
-  info.key_options = [](const SweepTaskOptions& o, json* k) { (*k)["decode_tokens"] = o.decode_tokens; };
+  info.key_options = [](const SweepTaskOptions& o, json* k) { (*k)["decode_tokens"] = o.Int("decode_tokens"); };
   info.estimate = [](const TaskCost& c, const SweepPoint& p, const SweepTaskOptions& o) {
     const double B = static_cast<double>(p.batch), L = static_cast<double>(p.length);
     return B * L * (c.token_s + c.attention_s * L / 2) +
-           static_cast<double>(o.decode_tokens) * (c.step_overhead_s + B * (c.token_s + c.attention_s * L));
+           static_cast<double>(o.Int("decode_tokens")) * (c.step_overhead_s + B * (c.token_s + c.attention_s * L));
   };
   info.run = RunLatency;
   registry->Register(info);

@@ -74,17 +74,17 @@ struct DatasetRun {
 
 Status StartDatasetRun(TaskContext* ctx, const SweepPoint& p, const SweepTaskOptions& o, int64_t default_gen,
                        DatasetRun* r) {
-  if (o.file.empty()) {
+  if (o.Path("file").empty()) {
     return Status::InvalidArgument("task '" + p.task + "' reads a dataset file: set [task." + p.task +
                                    "] file = a LongBench-format .jsonl (docs/sweeps.md, \"LongBench\")");
   }
   KVLAB_RETURN_IF_ERROR(ctx->ModelTokenizer(p, &r->tok));
-  if (o.chat) KVLAB_RETURN_IF_ERROR(PointChatTemplate(p, &r->chat));
-  KVLAB_RETURN_IF_ERROR(ReadFileBounded(o.file, kMaxDatasetBytes, &r->text));
+  if (o.Bool("chat")) KVLAB_RETURN_IF_ERROR(PointChatTemplate(p, &r->chat));
+  KVLAB_RETURN_IF_ERROR(ReadFileBounded(o.Path("file"), kMaxDatasetBytes, &r->text));
   ModelConfig mc;
   KVLAB_RETURN_IF_ERROR(PointModelConfig(p, &mc));
   r->max_positions = mc.max_position_embeddings;
-  r->gen = o.tokens_to_generate > 0 ? o.tokens_to_generate : default_gen;
+  r->gen = o.Int("tokens_to_generate") > 0 ? o.Int("tokens_to_generate") : default_gen;
   r->budget = p.length - r->gen;
   if (r->budget < 16) {
     return Status::InvalidArgument("task '" + p.task + "': length " + std::to_string(p.length) +
@@ -113,9 +113,9 @@ void PutCommon(const SweepTaskOptions& o, const DatasetRun& r, int64_t n, double
   (*m)["score"] = n > 0 ? 100 * sum / static_cast<double>(n) : 0.0;
   (*m)["samples"] = n;
   (*m)["tokens_to_generate"] = r.gen;
-  (*m)["query_aware"] = o.query_aware;
-  (*m)["truncate"] = o.truncate;
-  (*m)["chat"] = o.chat;
+  (*m)["query_aware"] = o.Bool("query_aware");
+  (*m)["truncate"] = o.Bool("truncate");
+  (*m)["chat"] = o.Bool("chat");
   (*m)["truncated"] = truncated;
   (*m)["sequence_tokens_mean"] = n > 0 ? tokens / static_cast<double>(n) : 0.0;
   (*m)["memory"] = MemoryJson(mem);
@@ -133,7 +133,7 @@ Status RunLongBench(TaskContext* ctx, const SweepPoint& p, const SweepTaskOption
   DatasetRun r;
   KVLAB_RETURN_IF_ERROR(StartDatasetRun(ctx, p, o, d->max_gen, &r));
   std::vector<LongBenchRecord> recs;
-  KVLAB_RETURN_IF_ERROR(LoadLongBenchFile(o.file, r.text, *d, o.samples, &recs));
+  KVLAB_RETURN_IF_ERROR(LoadLongBenchFile(o.Path("file"), r.text, *d, o.Int("samples"), &recs));
   json per_score = json::array(), per_tokens = json::array(), per_length = json::array(), per_q = json::array();
   SampleTextLog texts;  // LongBench's "pred" per record, its question part and answers (bounded)
   std::map<std::string, std::pair<double, int64_t>> by_length;
@@ -144,10 +144,10 @@ Status RunLongBench(TaskContext* ctx, const SweepPoint& p, const SweepTaskOption
   for (const LongBenchRecord& rec : recs) {
     Prompt pr;
     const SplitPrompt sp = LongBenchPrompt(*d, rec);
-    KVLAB_RETURN_IF_ERROR(BuildPrompt(*r.tok, r.chat.get(), sp, o.file, rec.line, r.budget, o.truncate, &pr));
-    KVLAB_RETURN_IF_ERROR(CheckPositions(*ctx, p, r, pr, o.file));
+    KVLAB_RETURN_IF_ERROR(BuildPrompt(*r.tok, r.chat.get(), sp, o.Path("file"), rec.line, r.budget, o.Bool("truncate"), &pr));
+    KVLAB_RETURN_IF_ERROR(CheckPositions(*ctx, p, r, pr, o.Path("file")));
     std::string text;
-    KVLAB_RETURN_IF_ERROR(RunPrompt(ctx, p, *r.tok, pr, r.gen, o.query_aware, &text, &mem));
+    KVLAB_RETURN_IF_ERROR(RunPrompt(ctx, p, *r.tok, pr, r.gen, o.Bool("query_aware"), &text, &mem));
     const double s = LongBenchScore(*d, text, rec);
     texts.Add(text, sp.tail, rec.answers);
     sum += s;
@@ -189,7 +189,7 @@ Status RunLongBenchV2(TaskContext* ctx, const SweepPoint& p, const SweepTaskOpti
   DatasetRun r;
   KVLAB_RETURN_IF_ERROR(StartDatasetRun(ctx, p, o, kLongBenchV2MaxGen, &r));
   std::vector<LongBenchV2Record> recs;
-  KVLAB_RETURN_IF_ERROR(LoadLongBenchV2File(o.file, r.text, o.samples, &recs));
+  KVLAB_RETURN_IF_ERROR(LoadLongBenchV2File(o.Path("file"), r.text, o.Int("samples"), &recs));
   json per_score = json::array(), per_tokens = json::array(), per_answered = json::array(), per_q = json::array();
   SampleTextLog texts;
   std::map<std::string, std::pair<double, int64_t>> by_difficulty, by_length;
@@ -199,10 +199,10 @@ Status RunLongBenchV2(TaskContext* ctx, const SweepPoint& p, const SweepTaskOpti
   for (const LongBenchV2Record& rec : recs) {
     Prompt pr;
     const SplitPrompt sp = LongBenchV2Prompt(rec);
-    KVLAB_RETURN_IF_ERROR(BuildPrompt(*r.tok, r.chat.get(), sp, o.file, rec.line, r.budget, o.truncate, &pr));
-    KVLAB_RETURN_IF_ERROR(CheckPositions(*ctx, p, r, pr, o.file));
+    KVLAB_RETURN_IF_ERROR(BuildPrompt(*r.tok, r.chat.get(), sp, o.Path("file"), rec.line, r.budget, o.Bool("truncate"), &pr));
+    KVLAB_RETURN_IF_ERROR(CheckPositions(*ctx, p, r, pr, o.Path("file")));
     std::string text;
-    KVLAB_RETURN_IF_ERROR(RunPrompt(ctx, p, *r.tok, pr, r.gen, o.query_aware, &text, &mem));
+    KVLAB_RETURN_IF_ERROR(RunPrompt(ctx, p, *r.tok, pr, r.gen, o.Bool("query_aware"), &text, &mem));
     const std::string choice = ExtractChoice(text);
     texts.Add(text, sp.tail, {rec.answer}, {{"difficulty", rec.difficulty}, {"length", rec.length}});
     const double s = choice == rec.answer ? 1 : 0;
@@ -245,7 +245,7 @@ Status RunInfiniteBench(TaskContext* ctx, const SweepPoint& p, const SweepTaskOp
   DatasetRun r;
   KVLAB_RETURN_IF_ERROR(StartDatasetRun(ctx, p, o, t->max_gen, &r));
   std::vector<InfiniteBenchRecord> recs;
-  KVLAB_RETURN_IF_ERROR(LoadInfiniteBenchFile(o.file, r.text, *t, o.samples, &recs));
+  KVLAB_RETURN_IF_ERROR(LoadInfiniteBenchFile(o.Path("file"), r.text, *t, o.Int("samples"), &recs));
   json per_score = json::array(), per_tokens = json::array(), per_q = json::array();
   SampleTextLog texts;
   double sum = 0, tokens = 0;
@@ -254,10 +254,10 @@ Status RunInfiniteBench(TaskContext* ctx, const SweepPoint& p, const SweepTaskOp
   for (const InfiniteBenchRecord& rec : recs) {
     Prompt pr;
     const SplitPrompt sp = InfiniteBenchPrompt(*t, rec);
-    KVLAB_RETURN_IF_ERROR(BuildPrompt(*r.tok, r.chat.get(), sp, o.file, rec.line, r.budget, o.truncate, &pr));
-    KVLAB_RETURN_IF_ERROR(CheckPositions(*ctx, p, r, pr, o.file));
+    KVLAB_RETURN_IF_ERROR(BuildPrompt(*r.tok, r.chat.get(), sp, o.Path("file"), rec.line, r.budget, o.Bool("truncate"), &pr));
+    KVLAB_RETURN_IF_ERROR(CheckPositions(*ctx, p, r, pr, o.Path("file")));
     std::string text;
-    KVLAB_RETURN_IF_ERROR(RunPrompt(ctx, p, *r.tok, pr, r.gen, o.query_aware, &text, &mem));
+    KVLAB_RETURN_IF_ERROR(RunPrompt(ctx, p, *r.tok, pr, r.gen, o.Bool("query_aware"), &text, &mem));
     const double s = InfiniteBenchScore(*t, text, rec);
     texts.Add(text, sp.tail, rec.labels);
     sum += s;
@@ -283,22 +283,28 @@ SweepTaskInfo DatasetTask(const std::string& name, const std::string& summary, i
   SweepTaskInfo info;
   info.name = name;
   info.summary = summary;
-  info.options = {"file", "samples", "tokens_to_generate", "query_aware", "truncate", "chat"};
+  info.options = {PathOption("file", "a dataset file"),
+                  SamplesOption(),
+                  TokensToGenerateOption(),
+                  QueryAwareOption(),
+                  BoolOption("truncate", true,
+                             "LongBench's middle truncation of a prompt to the point's length (false: an error)"),
+                  ChatOption()};
   info.key_options = [](const SweepTaskOptions& o, json* k) {
     // The file's name, not its directory: hotpotqa.jsonl and hotpotqa_e.jsonl
     // are different points, one file on two machines' paths is one point.
-    const size_t slash = o.file.find_last_of('/');
-    (*k)["file"] = slash == std::string::npos ? o.file : o.file.substr(slash + 1);
-    (*k)["samples"] = o.samples;
-    (*k)["tokens_to_generate"] = o.tokens_to_generate;
-    (*k)["query_aware"] = o.query_aware;
-    (*k)["truncate"] = o.truncate;
-    if (o.chat) (*k)["chat"] = true;  // only then: older records' keys stay valid
+    const size_t slash = o.Path("file").find_last_of('/');
+    (*k)["file"] = slash == std::string::npos ? o.Path("file") : o.Path("file").substr(slash + 1);
+    (*k)["samples"] = o.Int("samples");
+    (*k)["tokens_to_generate"] = o.Int("tokens_to_generate");
+    (*k)["query_aware"] = o.Bool("query_aware");
+    (*k)["truncate"] = o.Bool("truncate");
+    if (o.Bool("chat")) (*k)["chat"] = true;  // only then: older records' keys stay valid
   };
   info.estimate = [default_gen](const TaskCost& c, const SweepPoint& p, const SweepTaskOptions& o) {
     const double L = static_cast<double>(p.length);
-    const double gen = static_cast<double>(o.tokens_to_generate > 0 ? o.tokens_to_generate : default_gen);
-    return static_cast<double>(o.samples) *
+    const double gen = static_cast<double>(o.Int("tokens_to_generate") > 0 ? o.Int("tokens_to_generate") : default_gen);
+    return static_cast<double>(o.Int("samples")) *
            (L * (c.token_s + c.attention_s * L / 2) + gen * (c.step_overhead_s + c.token_s + c.attention_s * L) + 0.05);
   };
   return info;

@@ -19,26 +19,26 @@ Status RunPaging(TaskContext* ctx, const SweepPoint& p, const SweepTaskOptions& 
   ModelConfig mc;
   KVLAB_RETURN_IF_ERROR(PointModelConfig(p, &mc));
   SplitMix rng(p.seed * 1000003ull + 17);
-  const double median = static_cast<double>(o.median > 0 ? o.median : std::max<int64_t>(16, p.length / 8));
+  const double median = static_cast<double>(o.Int("median") > 0 ? o.Int("median") : std::max<int64_t>(16, p.length / 8));
   std::vector<int64_t> lens;
   int64_t tokens = 0;
-  for (int64_t i = 0; i < o.requests; ++i) {
+  for (int64_t i = 0; i < o.Int("requests"); ++i) {
     const double u1 = std::max(1e-12, rng.Uniform()), u2 = rng.Uniform();
     const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
-    const int64_t len = std::clamp<int64_t>(static_cast<int64_t>(std::llround(median * std::exp(o.sigma * z))), 16, p.length);
+    const int64_t len = std::clamp<int64_t>(static_cast<int64_t>(std::llround(median * std::exp(o.Float("sigma") * z))), 16, p.length);
     lens.push_back(len);
     tokens += len;
   }
   const int bytes = DTypeBytes(ctx->config().kv_dtype);
   const int64_t per_token = mc.KVBytesPerToken(bytes);
-  (*m)["requests"] = o.requests;
+  (*m)["requests"] = o.Int("requests");
   (*m)["tokens"] = tokens;
-  (*m)["mean_length"] = static_cast<double>(tokens) / static_cast<double>(o.requests);
+  (*m)["mean_length"] = static_cast<double>(tokens) / static_cast<double>(o.Int("requests"));
   (*m)["kv_bytes_tokens"] = tokens * per_token;
-  (*m)["contiguous_reserved_bytes"] = o.requests * p.length * per_token;
-  (*m)["contiguous_utilization"] = static_cast<double>(tokens) / static_cast<double>(o.requests * p.length);
+  (*m)["contiguous_reserved_bytes"] = o.Int("requests") * p.length * per_token;
+  (*m)["contiguous_utilization"] = static_cast<double>(tokens) / static_cast<double>(o.Int("requests") * p.length);
   json paged = json::object(), held = json::object();
-  for (int64_t bs : o.block_sizes) {
+  for (int64_t bs : o.Ints("block_sizes")) {
     CacheShape shape;
     shape.num_layers = static_cast<int>(mc.num_hidden_layers);
     shape.num_kv_heads = static_cast<int>(mc.num_key_value_heads);
@@ -66,19 +66,23 @@ Status RunPaging(TaskContext* ctx, const SweepPoint& p, const SweepTaskOptions& 
 
 }  // namespace
 
-void RegisterPagingTask(SweepTaskRegistry* registry) {
+void RegisterPagingTasks(SweepTaskRegistry* registry) {
   SweepTaskInfo info;
   info.name = "paging";
   info.summary = "share of reserved KV memory holding tokens, contiguous against paged pools of each block size";
-  info.options = {"requests", "median", "sigma", "block_sizes"};
+  info.options = {IntOption("requests", 256, 1, kMaxCount, "requests held in the pools"),
+                  IntOption("median", 0, 0, kMaxContextTokens, "median request length (0: length / 8)"),
+                  // Lengths are median * exp(sigma * z): past 4 they overflow before they are clipped.
+                  FloatOption("sigma", 1.0, 0, 4, "lognormal spread of the request lengths"),
+                  IntListOption("block_sizes", {1, 16, 64, 256}, 1, kMaxBlockSize, "block sizes of the pools")};
   info.key_options = [](const SweepTaskOptions& o, json* k) {
-    (*k)["requests"] = o.requests;
-    (*k)["median"] = o.median;
-    (*k)["sigma"] = o.sigma;
-    (*k)["block_sizes"] = o.block_sizes;
+    (*k)["requests"] = o.Int("requests");
+    (*k)["median"] = o.Int("median");
+    (*k)["sigma"] = o.Float("sigma");
+    (*k)["block_sizes"] = o.Ints("block_sizes");
   };
   info.estimate = [](const TaskCost&, const SweepPoint&, const SweepTaskOptions& o) {
-    return 0.05 * static_cast<double>(o.requests) * static_cast<double>(o.block_sizes.size()) / 256.0;
+    return 0.05 * static_cast<double>(o.Int("requests")) * static_cast<double>(o.Ints("block_sizes").size()) / 256.0;
   };
   info.run = RunPaging;
   registry->Register(info);

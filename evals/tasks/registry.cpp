@@ -2,16 +2,29 @@
 
 #include <algorithm>
 
+#include "core/base/untrusted.h"
+
 namespace kvlab {
 
+// The built-in task files, one line each in the order `valid: ...` lists
+// them: X(Name) stands for Register<Name>Tasks(SweepTaskRegistry*), defined
+// in the task's own file (which may register several tasks).
+#define KVLAB_BUILTIN_TASKS(X) \
+  X(Bpb)                       \
+  X(Retrieval)                 \
+  X(Latency)                   \
+  X(Paging)                    \
+  X(Ruler)                     \
+  X(Dataset)
+
+#define KVLAB_DECLARE_TASKS(Name) void Register##Name##Tasks(SweepTaskRegistry* registry);
+KVLAB_BUILTIN_TASKS(KVLAB_DECLARE_TASKS)
+#undef KVLAB_DECLARE_TASKS
+
 void RegisterBuiltinSweepTasks(SweepTaskRegistry* registry) {
-  // One line per task file; the order is the order `valid: ...` lists them in.
-  RegisterBpbTasks(registry);
-  RegisterRetrievalTasks(registry);
-  RegisterLatencyTask(registry);
-  RegisterPagingTask(registry);
-  RegisterRulerTasks(registry);
-  RegisterDatasetTasks(registry);
+#define KVLAB_CALL_TASKS(Name) Register##Name##Tasks(registry);
+  KVLAB_BUILTIN_TASKS(KVLAB_CALL_TASKS)
+#undef KVLAB_CALL_TASKS
 }
 
 SweepTaskRegistry& SweepTaskRegistry::Global() {
@@ -38,14 +51,44 @@ std::vector<std::string> SweepTaskRegistry::Names() const {
   return names;
 }
 
-std::vector<std::string> SweepTaskRegistry::OptionNames() const {
-  std::vector<std::string> names;
-  for (const SweepTaskInfo& i : infos_) {
-    for (const std::string& o : i.options) {
-      if (std::find(names.begin(), names.end(), o) == names.end()) names.push_back(o);
-    }
-  }
-  return names;
+TaskOption IntOption(const std::string& name, int64_t value, int64_t min, int64_t max, const std::string& help) {
+  return TaskOption{name, TaskOption::Type::kInt, value, static_cast<double>(min), static_cast<double>(max), help};
+}
+TaskOption FloatOption(const std::string& name, double value, double min, double max, const std::string& help) {
+  return TaskOption{name, TaskOption::Type::kFloat, value, min, max, help};
+}
+TaskOption BoolOption(const std::string& name, bool value, const std::string& help) {
+  return TaskOption{name, TaskOption::Type::kBool, value, 0, 0, help};
+}
+TaskOption PathOption(const std::string& name, const std::string& what) {
+  return TaskOption{name, TaskOption::Type::kPath, "", 0, 0, what};
+}
+TaskOption IntListOption(const std::string& name, std::vector<int64_t> value, int64_t min, int64_t max,
+                         const std::string& help) {
+  return TaskOption{name, TaskOption::Type::kIntList, value, static_cast<double>(min), static_cast<double>(max), help};
+}
+TaskOption FloatListOption(const std::string& name, std::vector<double> value, double min, double max,
+                           const std::string& help) {
+  return TaskOption{name, TaskOption::Type::kFloatList, value, min, max, help};
+}
+
+TaskOption TextOption() { return PathOption("text", "a text file"); }
+TaskOption SamplesOption() {
+  return IntOption("samples", 2, 1, kMaxCount, "prompts (per depth where the task has depths)");
+}
+TaskOption DepthsOption() {
+  return FloatListOption("depths", {0.0, 0.25, 0.5, 0.75, 1.0}, 0, 1, "where the needle sits: 0 = start, 1 = end");
+}
+TaskOption TokensToGenerateOption() {
+  return IntOption("tokens_to_generate", 0, 1, kMaxContextTokens, "tokens generated per prompt (0: the task's own)");
+}
+TaskOption QueryAwareOption() {
+  return BoolOption("query_aware", true,
+                    "the question inside what the policies compress (false: the context is prefilled and "
+                    "compressed first)");
+}
+TaskOption ChatOption() {
+  return BoolOption("chat", false, "the prompt as one user message through the model's chat template");
 }
 
 Status PointModelConfig(const SweepPoint& p, ModelConfig* out) {

@@ -137,14 +137,18 @@ Status RunRetrieval(TaskContext* ctx, const SweepPoint& p, const SweepTaskOption
   int64_t total = 0;
   MemoryStats mem;
   SampleTextLog texts;  // the generated texts and answers (bounded); the question is the prompt's end
-  for (size_t di = 0; di < o.depths.size(); ++di) {
+  const std::vector<double> depths = o.Floats("depths");
+  // Options of one kind (multi-needle's needles, recall's pairs); the others' defaults unused.
+  const int needles = static_cast<int>(o.Has("needles") ? o.Int("needles") : 4);
+  const int pairs = static_cast<int>(o.Has("pairs") ? o.Int("pairs") : 8);
+  for (size_t di = 0; di < depths.size(); ++di) {
     double depth_correct = 0;
-    for (int64_t s = 0; s < o.samples; ++s) {
+    for (int64_t s = 0; s < o.Int("samples"); ++s) {
       TaskSpec spec;
       spec.kind = kind;
-      spec.depth = o.depths[di];
-      spec.num_needles = static_cast<int>(o.needles);
-      spec.num_pairs = static_cast<int>(o.pairs);
+      spec.depth = depths[di];
+      spec.num_needles = needles;
+      spec.num_pairs = pairs;
       spec.seed = p.seed * 1000003ull + static_cast<uint64_t>(s) * 101ull + di * 7ull +
                   static_cast<uint64_t>(p.repetition) * 65537ull;
       RetrievalPrompt prompt;
@@ -168,13 +172,13 @@ Status RunRetrieval(TaskContext* ctx, const SweepPoint& p, const SweepTaskOption
       chars += ch;
       per_exact.push_back(ok);
       per_chars.push_back(ch);
-      per_depth.push_back(o.depths[di]);
+      per_depth.push_back(depths[di]);
       ++total;
       mem = st.memory_at_end;
     }
     char key[32];
-    std::snprintf(key, sizeof(key), "%.3g", o.depths[di]);
-    by_depth[key] = depth_correct / static_cast<double>(o.samples);
+    std::snprintf(key, sizeof(key), "%.3g", depths[di]);
+    by_depth[key] = depth_correct / static_cast<double>(o.Int("samples"));
   }
   (*m)["accuracy"] = correct / static_cast<double>(total);
   (*m)["char_accuracy"] = chars / static_cast<double>(total);
@@ -187,20 +191,20 @@ Status RunRetrieval(TaskContext* ctx, const SweepPoint& p, const SweepTaskOption
 }
 
 void Register(SweepTaskRegistry* registry, const std::string& name, const std::string& summary,
-              std::vector<std::string> options) {
+              std::vector<TaskOption> options) {
   SweepTaskInfo info;
   info.name = name;
   info.summary = summary;
   info.options = std::move(options);
   info.key_options = [name](const SweepTaskOptions& o, json* k) {
-    (*k)["depths"] = o.depths;
-    (*k)["samples"] = o.samples;
-    if (name == "multi-needle") (*k)["needles"] = o.needles;
-    if (name == "recall") (*k)["pairs"] = o.pairs;
+    (*k)["depths"] = o.Floats("depths");
+    (*k)["samples"] = o.Int("samples");
+    if (name == "multi-needle") (*k)["needles"] = o.Int("needles");
+    if (name == "recall") (*k)["pairs"] = o.Int("pairs");
   };
   info.estimate = [](const TaskCost& c, const SweepPoint& p, const SweepTaskOptions& o) {
     const double L = static_cast<double>(p.length);
-    const double n = static_cast<double>(o.depths.size() * static_cast<size_t>(o.samples));
+    const double n = static_cast<double>(o.Floats("depths").size() * static_cast<size_t>(o.Int("samples")));
     return n * (L * (c.token_s + c.attention_s * L / 2) + 6 * (c.step_overhead_s + c.token_s + c.attention_s * L) + 0.05);
   };
   info.run = RunRetrieval;
@@ -210,11 +214,12 @@ void Register(SweepTaskRegistry* registry, const std::string& name, const std::s
 }  // namespace
 
 void RegisterRetrievalTasks(SweepTaskRegistry* registry) {
-  Register(registry, "passkey", "a pass key hidden in filler at each depth, asked for at the end", {"depths", "samples"});
+  Register(registry, "passkey", "a pass key hidden in filler at each depth, asked for at the end",
+           {DepthsOption(), SamplesOption()});
   Register(registry, "multi-needle", "several key-value facts in filler, one asked for",
-           {"depths", "samples", "needles"});
+           {DepthsOption(), SamplesOption(), IntOption("needles", 4, 1, kMaxCount, "facts in the filler")});
   Register(registry, "recall", "key:value pairs at each depth, one key queried (associative recall)",
-           {"depths", "samples", "pairs"});
+           {DepthsOption(), SamplesOption(), IntOption("pairs", 8, 1, kMaxCount, "key:value pairs")});
 }
 
 }  // namespace kvlab

@@ -64,15 +64,15 @@ Status RunRuler(TaskContext* ctx, const SweepPoint& p, const SweepTaskOptions& o
   }
   const std::string* essay = nullptr;
   if (info.needs_essay) {
-    if (o.text.empty()) {
+    if (o.Path("text").empty()) {
       return Status::InvalidArgument("task '" + p.task + "' reads an essay haystack: set [task." + p.task +
                                      "] text = a prose file (for example the built corpus "
                                      "datasets/corpus/brown-heldout.txt, `bash datasets/build.sh`)");
     }
-    KVLAB_RETURN_IF_ERROR(ctx->Text(o.text, &essay));
+    KVLAB_RETURN_IF_ERROR(ctx->Text(o.Path("text"), &essay));
   }
   std::unique_ptr<ChatTemplate> chat;
-  if (o.chat) KVLAB_RETURN_IF_ERROR(PointChatTemplate(p, &chat));
+  if (o.Bool("chat")) KVLAB_RETURN_IF_ERROR(PointChatTemplate(p, &chat));
   int64_t overhead = 0;  // the chat template's tokens count in the length
   KVLAB_RETURN_IF_ERROR(ChatOverheadTokens(*tok, chat.get(), &overhead));
   const TokenCounter count = [tok, overhead](const std::string& text, int64_t* n) {
@@ -87,13 +87,15 @@ Status RunRuler(TaskContext* ctx, const SweepPoint& p, const SweepTaskOptions& o
   MemoryStats mem;
   SampleTextLog texts;  // what was generated, the question and the references (bounded)
   const uint64_t task_seed = SeedOf(p.task);
-  for (int64_t s = 0; s < o.samples; ++s) {
+  const std::vector<double> depths = info.has_depth ? o.Floats("depths") : std::vector<double>();
+  const int64_t fewshot = info.default_fewshot > 0 ? o.Int("fewshot") : -1;  // -1: RULER's (none without one)
+  for (int64_t s = 0; s < o.Int("samples"); ++s) {
     RulerSpec spec;
     spec.task = p.task;
     spec.length = p.length;
-    spec.depth = info.has_depth ? o.depths[static_cast<size_t>(s) % o.depths.size()] : -1;
-    spec.tokens_to_generate = o.tokens_to_generate;
-    spec.fewshot = static_cast<int>(o.fewshot);
+    spec.depth = info.has_depth ? depths[static_cast<size_t>(s) % depths.size()] : -1;
+    spec.tokens_to_generate = o.Int("tokens_to_generate");
+    spec.fewshot = static_cast<int>(fewshot);
     spec.essay = essay;
     spec.seed = task_seed ^ (p.seed * 1000003ull + static_cast<uint64_t>(s) * 101ull +
                              static_cast<uint64_t>(p.repetition) * 65537ull);
@@ -110,7 +112,7 @@ Status RunRuler(TaskContext* ctx, const SweepPoint& p, const SweepTaskOptions& o
                                            static_cast<size_t>(sample.context_end), &ids, &split));
     const int64_t context = static_cast<int64_t>(ids.size()) + sample.tokens_to_generate + 1;
     std::string text;
-    if (o.query_aware) {
+    if (o.Bool("query_aware")) {
       KVLAB_RETURN_IF_ERROR(GenerateWhole(ctx, p, *tok, ids, context, sample.tokens_to_generate, &text, &mem));
     } else {  // the haystack (and its needles) compressed before the question is read
       per_question.push_back(ids.size() - split);
@@ -129,13 +131,13 @@ Status RunRuler(TaskContext* ctx, const SweepPoint& p, const SweepTaskOptions& o
       ++d.second;
     }
   }
-  const double n = static_cast<double>(o.samples);
+  const double n = static_cast<double>(o.Int("samples"));
   (*m)["accuracy"] = sum / n;  // RULER's score / 100
   (*m)["score"] = 100 * sum / n;
   (*m)["metric"] = info.metric;
-  (*m)["samples"] = o.samples;
-  (*m)["tokens_to_generate"] = o.tokens_to_generate > 0 ? o.tokens_to_generate : info.tokens_to_generate;
-  (*m)["fewshot"] = o.fewshot < 0 ? info.default_fewshot : o.fewshot;
+  (*m)["samples"] = o.Int("samples");
+  (*m)["tokens_to_generate"] = o.Int("tokens_to_generate") > 0 ? o.Int("tokens_to_generate") : info.tokens_to_generate;
+  (*m)["fewshot"] = fewshot < 0 ? info.default_fewshot : fewshot;
   (*m)["sequence_tokens_mean"] = tokens / n;  // prompt + generation budget
   if (info.has_depth) {
     json bd = json::object();
@@ -150,11 +152,11 @@ Status RunRuler(TaskContext* ctx, const SweepPoint& p, const SweepTaskOptions& o
   per["accuracy"] = per_score;
   if (info.has_depth) per["depth"] = per_depth;
   per["prompt_tokens"] = per_tokens;
-  if (!o.query_aware) per["question_tokens"] = per_question;
+  if (!o.Bool("query_aware")) per["question_tokens"] = per_question;
   (*m)["per_sample"] = per;
   texts.Put(m);
-  (*m)["query_aware"] = o.query_aware;
-  (*m)["chat"] = o.chat;
+  (*m)["query_aware"] = o.Bool("query_aware");
+  (*m)["chat"] = o.Bool("chat");
   (*m)["memory"] = MemoryJson(mem);
   return Status::OK();
 }
@@ -182,22 +184,24 @@ void RegisterRulerTasks(SweepTaskRegistry* registry) {
     SweepTaskInfo info;
     info.name = name;
     info.summary = summaries[i++];
-    info.options = {"samples", "tokens_to_generate", "query_aware", "chat"};
-    if (t.has_depth) info.options.push_back("depths");
-    if (t.needs_essay) info.options.push_back("text");
-    if (t.default_fewshot > 0) info.options.push_back("fewshot");
+    info.options = {SamplesOption(), TokensToGenerateOption(), QueryAwareOption(), ChatOption()};
+    if (t.has_depth) info.options.push_back(DepthsOption());
+    if (t.needs_essay) info.options.push_back(PathOption("text", "a prose file, the essay haystack"));
+    if (t.default_fewshot > 0) {
+      info.options.push_back(IntOption("fewshot", -1, 0, 1, "RULER's worked example before the task (-1: RULER's one)"));
+    }
     info.key_options = [t](const SweepTaskOptions& o, json* k) {
-      (*k)["samples"] = o.samples;
-      if (t.has_depth) (*k)["depths"] = o.depths;
-      (*k)["tokens_to_generate"] = o.tokens_to_generate;
-      if (t.default_fewshot > 0) (*k)["fewshot"] = o.fewshot;
-      if (!o.query_aware) (*k)["query_aware"] = false;  // only then: older records' keys stay valid
-      if (o.chat) (*k)["chat"] = true;
+      (*k)["samples"] = o.Int("samples");
+      if (t.has_depth) (*k)["depths"] = o.Floats("depths");
+      (*k)["tokens_to_generate"] = o.Int("tokens_to_generate");
+      if (t.default_fewshot > 0) (*k)["fewshot"] = o.Int("fewshot");
+      if (!o.Bool("query_aware")) (*k)["query_aware"] = false;  // only then: older records' keys stay valid
+      if (o.Bool("chat")) (*k)["chat"] = true;
     };
     info.estimate = [t](const TaskCost& c, const SweepPoint& p, const SweepTaskOptions& o) {
       const double L = static_cast<double>(p.length);
-      const double gen = static_cast<double>(o.tokens_to_generate > 0 ? o.tokens_to_generate : t.tokens_to_generate);
-      return static_cast<double>(o.samples) *
+      const double gen = static_cast<double>(o.Int("tokens_to_generate") > 0 ? o.Int("tokens_to_generate") : t.tokens_to_generate);
+      return static_cast<double>(o.Int("samples")) *
              (L * (c.token_s + c.attention_s * L / 2) + gen * (c.step_overhead_s + c.token_s + c.attention_s * L) + 0.05);
     };
     info.run = RunRuler;

@@ -1,11 +1,12 @@
 // The sweep's tasks, by name: what a point measures (bpb, passkey, latency,
 // paging, ...). Called by the sweep harness (evals/sweep_*.cpp) only.
 //
-// Each task file defines a Register*() function; RegisterBuiltinSweepTasks()
-// (evals/tasks/registry.cpp) calls them, one line per file. Explicit calls
-// instead of static initialisers, so a static library link can never silently
-// drop a task (as policies/registry.h does for policies). Adding a task:
-// docs/sweeps.md, "Adding a task".
+// Each task file defines a Register<Name>Tasks() function;
+// RegisterBuiltinSweepTasks() (evals/tasks/registry.cpp) calls them, one line
+// per file in KVLAB_BUILTIN_TASKS. Explicit calls instead of static
+// initialisers, so a static library link can never silently drop a task (as
+// policies/registry.h does for policies); CMake compiles every
+// evals/tasks/*.cpp. Adding a task: docs/sweeps.md, "Adding a task".
 #pragma once
 
 #include <functional>
@@ -16,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/base/untrusted.h"
 #include "core/engine/engine.h"
 #include "core/model/chat_template.h"
 #include "core/model/model_config.h"
@@ -61,8 +63,9 @@ struct TaskCost {
 struct SweepTaskInfo {
   std::string name;     // as written in `tasks = [...]`
   std::string summary;  // one line: what it measures
-  // The [task.NAME] keys it reads (docs and the parser's list of valid keys).
-  std::vector<std::string> options;
+  // The [task.NAME] keys it reads, with their types, defaults and ranges:
+  // the parser reads and checks a task's table by them alone.
+  std::vector<TaskOption> options;
   bool batched = false;  // runs once per batch size (batch_sizes); else one sequence
   // Adds the options that are part of a point's identity to its key (resume
   // and merge match on the key's text, so the order of insertion is fixed).
@@ -81,8 +84,6 @@ class SweepTaskRegistry {
   void Register(SweepTaskInfo info);
   const SweepTaskInfo* Find(const std::string& name) const;
   std::vector<std::string> Names() const;  // in registration order
-  // Every task's options, each once, in registration order.
-  std::vector<std::string> OptionNames() const;
 
  private:
   std::vector<SweepTaskInfo> infos_;
@@ -90,15 +91,25 @@ class SweepTaskRegistry {
 
 void RegisterBuiltinSweepTasks(SweepTaskRegistry* registry);
 
-// One registration function per task file.
-void RegisterBpbTasks(SweepTaskRegistry* registry);        // bpb.cpp: bpb, bpb-recompute
-void RegisterRetrievalTasks(SweepTaskRegistry* registry);  // retrieval.cpp: passkey, multi-needle, recall
-void RegisterLatencyTask(SweepTaskRegistry* registry);     // latency.cpp
-void RegisterPagingTask(SweepTaskRegistry* registry);      // paging.cpp
-void RegisterRulerTasks(SweepTaskRegistry* registry);      // ruler.cpp: RULER's niah_*, vt, cwe, fwe
-void RegisterDatasetTasks(SweepTaskRegistry* registry);    // longbench.cpp: longbench-*, infinitebench-* (files)
-
 // ---- helpers the task files share (registry.cpp) ----
+
+// Task options by type (TaskOption): an integer or number in [min, max], a
+// flag, a file (`what` it is, for the error: "a text file"), lists.
+TaskOption IntOption(const std::string& name, int64_t value, int64_t min, int64_t max, const std::string& help);
+TaskOption FloatOption(const std::string& name, double value, double min, double max, const std::string& help);
+TaskOption BoolOption(const std::string& name, bool value, const std::string& help);
+TaskOption PathOption(const std::string& name, const std::string& what);
+TaskOption IntListOption(const std::string& name, std::vector<int64_t> value, int64_t min, int64_t max,
+                         const std::string& help);
+TaskOption FloatListOption(const std::string& name, std::vector<double> value, double min, double max,
+                           const std::string& help);
+// The options several tasks take, each with one meaning and default.
+TaskOption TextOption();             // text: a text file ("": the built-in text)
+TaskOption SamplesOption();          // samples: prompts (per depth where there are depths)
+TaskOption DepthsOption();           // depths: where the needle sits, 0 = start, 1 = end
+TaskOption TokensToGenerateOption(); // tokens_to_generate: 0 = the task's own
+TaskOption QueryAwareOption();       // query_aware: the question inside what the policies compress
+TaskOption ChatOption();             // chat: the prompt through the model's chat template
 
 // The point's model config: a preset's, or MODEL/config.json.
 Status PointModelConfig(const SweepPoint& p, ModelConfig* out);
