@@ -1,0 +1,149 @@
+// The results directory's write path (evals/results_io.h) without faults:
+// names from data mapped to one safe path component, and no primitive that
+// writes through a link: each refuses it, the file outside is untouched
+// (content and mtime), and the error names the link.
+#include "evals/results_io.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "evals/sweep_test_util.h"
+
+namespace kvlab {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string TempDir(const std::string& name) { return sweep_test::TempDir("results_io_test", name); }
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A file outside the directory under test, and what it must still be.
+struct Outside {
+  std::string path, content;
+  fs::file_time_type mtime;
+  explicit Outside(const std::string& p) : path(p), content("outside, not kvlab's: " + p + "\n") {
+    std::ofstream(path, std::ios::binary) << content;
+    // An mtime in the past, so that a write in the same clock tick still shows.
+    mtime = fs::last_write_time(path) - std::chrono::hours(1);
+    fs::last_write_time(path, mtime);
+  }
+  void ExpectUntouched() const {
+    EXPECT_EQ(Slurp(path), content) << path;
+    EXPECT_EQ(fs::last_write_time(path), mtime) << path;
+  }
+};
+
+// Every path under `dir` (recursive), relative to it.
+std::set<std::string> Listing(const std::string& dir) {
+  std::set<std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) out.insert(e.path().lexically_relative(dir).string());
+  return out;
+}
+
+TEST(SafePathComponentTest, MapsEveryNameToOneComponent) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"tiny-gqa", "tiny-gqa"},
+      {"Qwen/Qwen3-0.6B", "Qwen--Qwen3-0.6B"},  // kvpress's own rule for a model id
+      {"../../x", "..--..--x"},
+      {"..", "_.."},
+      {".", "_."},
+      {"", "_"},
+      {"...", "_..."},
+      {".hidden", ".hidden"},
+      {std::string("a\0b", 3), "a_b"},
+      {"a\nb\x7f\\c", "a_b__c"},
+      {"h\xc3\xa9llo", "h\xc3\xa9llo"},  // UTF-8 kept
+  };
+  for (const auto& [name, want] : cases) {
+    EXPECT_EQ(SafePathComponent(name), want) << name;
+    EXPECT_TRUE(IsSafePathComponent(want)) << want;
+  }
+  // Long names: bounded, cut at a UTF-8 boundary, told apart by the hash of the whole name.
+  const std::string long_a = std::string(182, 'a') + "\xc3\xa9" + std::string(300, 'b');
+  const std::string long_b = long_a + "c";
+  const std::string a = SafePathComponent(long_a), b = SafePathComponent(long_b);
+  EXPECT_EQ(a.size(), 182u + 17u);  // the 2-byte character at 182..183 is not split
+  EXPECT_EQ(a.substr(0, 182), std::string(182, 'a'));
+  EXPECT_EQ(a[182], '-');
+  EXPECT_NE(a, b);
+  EXPECT_LE(b.size(), kMaxPathComponent);
+  EXPECT_TRUE(IsSafePathComponent(a));
+  EXPECT_FALSE(IsSafePathComponent(long_a));
+  // Whatever the bytes, the result is one component: no '/', not "." or "..", no NUL.
+  for (int c = 0; c < 256; ++c) {
+    for (const std::string& n : {std::string(1, static_cast<char>(c)), std::string(2, static_cast<char>(c)),
+                                 std::string(".") + static_cast<char>(c) + "."}) {
+      const std::string s = SafePathComponent(n);
+      EXPECT_EQ(s.find('/'), std::string::npos) << c;
+      EXPECT_EQ(s.find('\0'), std::string::npos) << c;
+      EXPECT_NE(s, ".");
+      EXPECT_NE(s, "..");
+      EXPECT_FALSE(s.empty());
+      EXPECT_EQ(SafePathComponent(s), s) << c;  // a safe name maps to itself
+    }
+  }
+}
+
+// The primitives, each on a link, a dangling link and a second hard link.
+TEST(ResultsIOTest, NoPrimitiveWritesThroughALink) {
+  const std::string dir = TempDir("primitives");
+  fs::create_directories(dir + "/in");
+  const Outside victim(dir + "/victim.txt");
+  const std::string link = dir + "/in/f";
+  fs::create_symlink(victim.path, link);
+  Status s = AppendDurable(link, "x\n", "a line");
+  EXPECT_NE(s.message().find(link + " is a symbolic link"), std::string::npos) << s.message();
+  s = WriteFileAtomic(link, "x\n");
+  EXPECT_NE(s.message().find(link + " is a symbolic link"), std::string::npos) << s.message();
+  s = TruncateDurable(link, 0);
+  EXPECT_NE(s.message().find(link + " is a symbolic link"), std::string::npos) << s.message();
+  int fd = -1;
+  s = OpenLockFile(link, &fd);
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(s.message().find(link + " is a symbolic link"), std::string::npos) << s.message();
+  EXPECT_EQ(fd, -1);
+  victim.ExpectUntouched();
+  EXPECT_TRUE(fs::is_symlink(link));  // refused, not replaced
+  // A dangling link: its target is not created.
+  fs::remove(link);
+  fs::create_symlink(dir + "/made.txt", link);
+  EXPECT_FALSE(AppendDurable(link, "x\n", "a line").ok());
+  EXPECT_FALSE(OpenLockFile(link, &fd).ok());
+  EXPECT_FALSE(WriteFileAtomic(link, "x\n").ok());
+  EXPECT_FALSE(fs::exists(dir + "/made.txt"));
+  // A second name for the outside file: appending would write it.
+  fs::remove(link);
+  fs::create_hard_link(victim.path, link);
+  s = AppendDurable(link, "x\n", "a line");
+  EXPECT_NE(s.message().find(link + " has 2 hard links"), std::string::npos) << s.message();
+  s = OpenLockFile(link, &fd);
+  EXPECT_NE(s.message().find(link + " has 2 hard links"), std::string::npos) << s.message();
+  victim.ExpectUntouched();
+  // Replacing a hard-linked file is fine: rename gives the name a new file.
+  ASSERT_TRUE(WriteFileAtomic(link, "new\n").ok());
+  EXPECT_EQ(Slurp(link), "new\n");
+  victim.ExpectUntouched();
+  // A link to a directory where a directory is made.
+  fs::create_directories(dir + "/elsewhere");
+  fs::create_directory_symlink(dir + "/elsewhere", dir + "/in/d");
+  s = MakeDirNoFollow(dir + "/in/d");
+  EXPECT_NE(s.message().find(dir + "/in/d is a symbolic link"), std::string::npos) << s.message();
+  // Nothing else in the directory: no temporary file left behind.
+  EXPECT_EQ(Listing(dir + "/in"), (std::set<std::string>{"f", "d"}));
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace kvlab
