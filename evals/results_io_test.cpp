@@ -1,7 +1,10 @@
 // The results directory's write path (evals/results_io.h) without faults:
-// names from data mapped to one safe path component, and no primitive that
-// writes through a link: each refuses it, the file outside is untouched
-// (content and mtime), and the error names the link.
+// names from data mapped to one safe path component, and no write through a
+// link: for each writer (`kvlab run`'s results.jsonl, results.csv,
+// summary.md, config.toml and .kvlab.lock; `kvlab merge`'s) a link is
+// refused, the file outside is untouched (content and mtime), and the error
+// names the link. Also the torn-line repair of results.jsonl, which
+// keeps a complete last record that lacks only its newline.
 #include "evals/results_io.h"
 
 #include <gtest/gtest.h>
@@ -13,6 +16,8 @@
 #include <set>
 #include <sstream>
 
+#include "evals/sweep.h"
+#include "evals/sweep_internal.h"
 #include "evals/sweep_test_util.h"
 
 namespace kvlab {
@@ -50,6 +55,18 @@ std::set<std::string> Listing(const std::string& dir) {
   std::set<std::string> out;
   for (const auto& e : fs::recursive_directory_iterator(dir)) out.insert(e.path().lexically_relative(dir).string());
   return out;
+}
+
+// The tiny sweep of these tests: the `small` preset, bpb at one length, the
+// full cache and one sink setting.
+SweepConfig TinySweep(const std::string& dir) {
+  std::string text;
+  const char* words[] = {"keys ", "values ", "cache ", "tokens ", "heads ", "blocks "};
+  for (size_t i = 0; text.size() < 400; ++i) text += words[(i * 7 + i / 3) % 6];
+  std::ofstream(dir + "/text.txt") << text;
+  return sweep_test::Parse(dir, "name = \"tiny\"\nmodels = [\"small\"]\ntasks = [\"bpb\"]\nlengths = [48]\nthreads = 1\n"
+                                "[task.bpb]\ntext = \"text.txt\"\nprefill = 16\n"
+                                "[[sweep]]\n[[sweep.policy]]\nname = \"sink\"\nn_sink = 4\nwindow = 16\n");
 }
 
 TEST(SafePathComponentTest, MapsEveryNameToOneComponent) {
@@ -142,6 +159,100 @@ TEST(ResultsIOTest, NoPrimitiveWritesThroughALink) {
   EXPECT_NE(s.message().find(dir + "/in/d is a symbolic link"), std::string::npos) << s.message();
   // Nothing else in the directory: no temporary file left behind.
   EXPECT_EQ(Listing(dir + "/in"), (std::set<std::string>{"f", "d"}));
+  fs::remove_all(dir);
+}
+
+// `kvlab run` on a results directory holding a link where it writes: an error
+// naming the link before any point runs, the link's target untouched.
+TEST(ResultsIOTest, RunRefusesALinkInItsDirectory) {
+  for (const char* name : {"results.jsonl", "results.csv", "summary.md", "config.toml", ".kvlab.lock"}) {
+    const std::string dir = TempDir(std::string("run-link") + name);
+    const SweepConfig c = TinySweep(dir);
+    const std::string out = dir + "/out";
+    fs::create_directories(out);
+    const Outside victim(dir + "/victim.txt");
+    fs::create_symlink(victim.path, out + "/" + name);
+    std::string report;
+    const Status s = RunSweep(c, sweep_test::Quiet(out), &report);
+    ASSERT_FALSE(s.ok()) << name;
+    EXPECT_NE(s.message().find(out + "/" + name + " is a symbolic link"), std::string::npos) << s.message();
+    EXPECT_EQ(report, "");
+    victim.ExpectUntouched();
+    EXPECT_FALSE(fs::exists(out + "/results.jsonl") && !fs::is_symlink(out + "/results.jsonl")) << name;
+    fs::remove_all(dir);
+  }
+  // A dangling link: no file is created at its target.
+  const std::string dir = TempDir("run-dangling");
+  const SweepConfig c = TinySweep(dir);
+  fs::create_directories(dir + "/out");
+  fs::create_symlink(dir + "/made.jsonl", dir + "/out/results.jsonl");
+  std::string report;
+  EXPECT_FALSE(RunSweep(c, sweep_test::Quiet(dir + "/out"), &report).ok());
+  EXPECT_FALSE(fs::exists(dir + "/made.jsonl"));
+  // results.jsonl a second name of a file outside: refused before any point runs.
+  fs::remove(dir + "/out/results.jsonl");
+  const Outside victim(dir + "/victim.jsonl");
+  fs::create_hard_link(victim.path, dir + "/out/results.jsonl");
+  const Status s = RunSweep(c, sweep_test::Quiet(dir + "/out"), &report);
+  EXPECT_NE(s.message().find(dir + "/out/results.jsonl has 2 hard links"), std::string::npos) << s.message();
+  EXPECT_FALSE(fs::exists(dir + "/out/results.csv"));
+  victim.ExpectUntouched();
+  fs::remove_all(dir);
+}
+
+// `kvlab merge` into a directory holding a link where it writes.
+TEST(ResultsIOTest, MergeRefusesALinkInItsOutput) {
+  const std::string dir = TempDir("merge-link");
+  const SweepConfig c = TinySweep(dir);
+  std::string report;
+  ASSERT_TRUE(RunSweep(c, sweep_test::Quiet(dir + "/shard"), &report).ok()) << report;
+  int i = 0;
+  for (const char* name : {"results.jsonl", "results.csv", "summary.md", ".kvlab.lock"}) {
+    const std::string out = dir + "/merged" + std::to_string(++i);
+    fs::create_directories(out);
+    const Outside victim(dir + "/victim" + std::to_string(i));
+    fs::create_symlink(victim.path, out + "/" + name);
+    const Status s = MergeResults({dir + "/shard"}, out, &report);
+    ASSERT_FALSE(s.ok()) << name;
+    EXPECT_NE(s.message().find(out + "/" + name + " is a symbolic link"), std::string::npos) << s.message();
+    victim.ExpectUntouched();
+  }
+  fs::remove_all(dir);
+}
+
+// The torn-line repair: a cut-off last line is dropped, a complete last record
+// without its newline is kept (and the newline written), nothing before it moves.
+TEST(ResultsIOTest, TornLineRepairKeepsEveryCompleteRecord) {
+  const std::string dir = TempDir("torn");
+  const SweepConfig c = TinySweep(dir);
+  std::string report;
+  ASSERT_TRUE(RunSweep(c, sweep_test::Quiet(dir + "/out"), &report).ok()) << report;
+  const std::string path = dir + "/out/results.jsonl";
+  const std::string full = Slurp(path);
+  const size_t second = full.find('\n') + 1;
+  ASSERT_EQ(full.back(), '\n');
+  // The last record whole but for its newline.
+  std::ofstream(path, std::ios::trunc) << full.substr(0, full.size() - 1);
+  std::vector<nlohmann::ordered_json> recs;
+  ASSERT_TRUE(LoadRecords(path, &recs).ok());
+  EXPECT_EQ(recs.size(), 2u);
+  EXPECT_EQ(Slurp(path), full);
+  // The last record cut: dropped, the first kept byte for byte.
+  std::ofstream(path, std::ios::trunc) << full.substr(0, full.size() - 10);
+  ASSERT_TRUE(LoadRecords(path, &recs).ok());
+  EXPECT_EQ(recs.size(), 1u);
+  EXPECT_EQ(Slurp(path), full.substr(0, second));
+  // A last line that is JSON but not a record is an error naming it; the file is unchanged.
+  std::ofstream(path, std::ios::trunc) << full.substr(0, second) << "[1, 2]";
+  const Status s = LoadRecords(path, &recs);
+  EXPECT_NE(s.message().find(path + ":2: a record must be a JSON object"), std::string::npos) << s.message();
+  EXPECT_EQ(Slurp(path), full.substr(0, second) + "[1, 2]");
+  // A run resumes from the repaired file: only the dropped point runs again.
+  std::ofstream(path, std::ios::trunc) << full.substr(0, full.size() - 10);
+  ASSERT_TRUE(RunSweep(c, sweep_test::Quiet(dir + "/out"), &report).ok()) << report;
+  EXPECT_NE(report.find("ran 1 of 2 points"), std::string::npos) << report;
+  EXPECT_EQ(sweep_test::Records(dir + "/out").size(), 2u);
+  EXPECT_EQ(Slurp(path).substr(0, second), full.substr(0, second));
   fs::remove_all(dir);
 }
 
