@@ -1,9 +1,10 @@
 // The results directory's write path (evals/results_io.h) without faults:
 // names from data mapped to one safe path component, and no write through a
 // link: for each writer (`kvlab run`'s results.jsonl, results.csv,
-// summary.md, config.toml and .kvlab.lock; `kvlab merge`'s) a link is
-// refused, the file outside is untouched (content and mtime), and the error
-// names the link. Also the torn-line repair of results.jsonl, which
+// summary.md, config.toml and .kvlab.lock; `kvlab merge`'s; `kvlab export`'s
+// directories and files, and its names from records) a link or a hostile name
+// is refused or mapped, the file outside is untouched (content and mtime), and
+// the error names the link. Also the torn-line repair of results.jsonl, which
 // keeps a complete last record that lacks only its newline.
 #include "evals/results_io.h"
 
@@ -16,6 +17,9 @@
 #include <set>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
+#include "evals/export_kvpress.h"
 #include "evals/sweep.h"
 #include "evals/sweep_internal.h"
 #include "evals/sweep_test_util.h"
@@ -24,6 +28,7 @@ namespace kvlab {
 namespace {
 
 namespace fs = std::filesystem;
+using json = nlohmann::json;
 
 std::string TempDir(const std::string& name) { return sweep_test::TempDir("results_io_test", name); }
 
@@ -217,6 +222,97 @@ TEST(ResultsIOTest, MergeRefusesALinkInItsOutput) {
     EXPECT_NE(s.message().find(out + "/" + name + " is a symbolic link"), std::string::npos) << s.message();
     victim.ExpectUntouched();
   }
+  fs::remove_all(dir);
+}
+
+// `kvlab export`: a link where it makes a run's directory or writes a file.
+TEST(ResultsIOTest, ExportRefusesALinkWhereItWrites) {
+  const std::string dir = TempDir("export-link");
+  const SweepConfig c = TinySweep(dir);
+  std::string report;
+  ASSERT_TRUE(RunSweep(c, sweep_test::Quiet(dir + "/run"), &report).ok()) << report;
+  const std::string run = "kvlab_bpb__48__small__no_press__0.00";
+  ExportOptions o;
+  o.out_dir = dir + "/clean";
+  ASSERT_TRUE(ExportResults(dir + "/run", o, &report).ok()) << report;
+  ASSERT_TRUE(fs::exists(dir + "/clean/" + run + "/metrics.json")) << report;
+  fs::create_directories(dir + "/elsewhere");
+  const Outside victim(dir + "/elsewhere/metrics.json");
+  // The run's directory a link to another directory.
+  o.out_dir = dir + "/x1";
+  fs::create_directories(o.out_dir);
+  fs::create_directory_symlink(dir + "/elsewhere", o.out_dir + "/" + run);
+  Status s = ExportResults(dir + "/run", o, &report);
+  EXPECT_NE(s.message().find(o.out_dir + "/" + run + " is a symbolic link"), std::string::npos) << s.message();
+  // A file in it a link.
+  o.out_dir = dir + "/x2";
+  fs::create_directories(o.out_dir + "/" + run);
+  fs::create_symlink(victim.path, o.out_dir + "/" + run + "/metrics.json");
+  s = ExportResults(dir + "/run", o, &report);
+  EXPECT_NE(s.message().find(o.out_dir + "/" + run + "/metrics.json is a symbolic link"), std::string::npos)
+      << s.message();
+  // The default output, DIR/kvpress, a link out of the results directory.
+  o.out_dir = "";
+  fs::create_directory_symlink(dir + "/elsewhere", dir + "/run/kvpress");
+  s = ExportResults(dir + "/run", o, &report);
+  EXPECT_NE(s.message().find(dir + "/run/kvpress is a symbolic link"), std::string::npos) << s.message();
+  victim.ExpectUntouched();
+  EXPECT_EQ(Listing(dir + "/elsewhere"), std::set<std::string>{"metrics.json"});
+  fs::remove_all(dir);
+}
+
+// Names from records (results.jsonl is untrusted input) never leave --out:
+// each run's directory is one component, mapped by SafePathComponent.
+TEST(ResultsIOTest, ExportNamesFromRecordsStayInsideOut) {
+  const std::string dir = TempDir("export-names");
+  fs::create_directories(dir + "/a/b/c/results");
+  std::ifstream in(sweep_test::Source() + "/evals/fixtures/export/results.jsonl");
+  std::string line, ok;
+  while (std::getline(in, line)) {
+    if (json::parse(line)["task"] == "longbench-hotpotqa") ok = line;
+  }
+  ASSERT_FALSE(ok.empty());
+  // The names a hostile file could give: the model, the task (the run's
+  // DATA_DIR), the stack (an unmapped press's name), long and odd bytes.
+  const std::string up = "x/../../../../victim";
+  const std::vector<std::pair<std::string, std::string>> fields = {
+      {"model", up}, {"model", "../../../victim"}, {"task", "longbench-" + up},
+      {"model", std::string(400, '.') + "/victim"}, {"model", std::string("a\0/../b", 7)}};
+  std::ofstream jsonl(dir + "/a/b/c/results/results.jsonl");
+  for (size_t i = 0; i < fields.size(); ++i) {
+    json r = json::parse(ok);
+    r[fields[i].first] = fields[i].second;
+    r["key"] = "k" + std::to_string(i);
+    r["index"] = i;
+    jsonl << r.dump() << "\n";
+  }
+  jsonl.close();
+  const Outside victim(dir + "/victim.txt");
+  const std::set<std::string> before = Listing(dir);
+  ExportOptions o;
+  o.out_dir = dir + "/a/b/c/out";
+  std::string report;
+  const Status s = ExportResults(dir + "/a/b/c/results", o, &report);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  victim.ExpectUntouched();
+  // Everything new is under out/, and every run directory is a direct child.
+  std::set<std::string> added;
+  for (const std::string& p : Listing(dir)) {
+    if (!before.count(p)) added.insert(p);
+  }
+  std::set<std::string> runs;
+  for (const std::string& p : added) {
+    ASSERT_EQ(p.rfind("a/b/c/out", 0), 0u) << p;
+    const fs::path rel = fs::path(dir + "/" + p).lexically_relative(o.out_dir);
+    if (rel.string() != "." && std::distance(rel.begin(), rel.end()) == 1) runs.insert(rel.string());
+  }
+  EXPECT_EQ(runs.size(), fields.size()) << report;
+  for (const std::string& r : runs) {
+    EXPECT_TRUE(IsSafePathComponent(r)) << r;
+    EXPECT_TRUE(fs::exists(o.out_dir + "/" + r + "/metrics.json")) << r;
+  }
+  EXPECT_TRUE(runs.count("longbench__hotpotqa__x--..--..--..--..--victim__no_press__0.00__max_context1024__query_aware"))
+      << report;
   fs::remove_all(dir);
 }
 

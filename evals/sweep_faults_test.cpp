@@ -1,4 +1,4 @@
-// Full disks and I/O errors on every write of a sweep and a merge
+// Full disks and I/O errors on every write of a sweep, a merge and an export
 // (FaultyResultsIO, evals/results_io_fault.h): for each write and each fsync
 // in turn, failing with ENOSPC and then with EIO, the command returns an error
 // naming the file and the cause, no complete record written before is lost
@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "evals/export_kvpress.h"
 #include "evals/results_io_fault.h"
 #include "evals/sweep.h"
 #include "evals/sweep_test_util.h"
@@ -229,6 +230,40 @@ TEST(SweepFaultTest, EveryWriteOfAMergeFailingLosesNothing) {
         EXPECT_EQ(Slurp(out + "/results.jsonl"), whole.at("results.jsonl"));
       });
   EXPECT_EQ(runs, 2 * (6 + 6));
+  fs::remove_all(dir);
+}
+
+TEST(SweepFaultTest, EveryWriteOfAnExportFailingLeavesWholeFiles) {
+  const std::string dir = TempDir("export");
+  std::string report;
+  ASSERT_TRUE(RunSweep(Sweep(dir), sweep_test::Quiet(dir + "/run"), &report).ok()) << report;
+  ExportOptions o;
+  o.out_dir = dir + "/f";
+  ASSERT_TRUE(ExportResults(dir + "/run", o, &report).ok()) << report;
+  const std::map<std::string, std::string> whole = Files(o.out_dir);
+  fs::remove_all(o.out_dir);
+  FaultyResultsIO counter(Op::kWrite, -1, 0);
+  {
+    ScopedResultsIO scope(&counter);
+    ASSERT_TRUE(ExportResults(dir + "/run", o, &report).ok()) << report;
+  }
+  // Three runs (the full cache and two sink windows), three files each, each with its directory.
+  EXPECT_EQ(whole.size(), 9u);
+  EXPECT_EQ(counter.writes(), 9);
+  EXPECT_EQ(counter.fsyncs(), 18);
+  const int runs = ForEveryFault(
+      counter.writes(), counter.fsyncs(), [&] { fs::remove_all(o.out_dir); },
+      [&] { return ExportResults(dir + "/run", o, &report); },
+      [&](const Status&) {
+        for (const auto& [f, bytes] : Files(o.out_dir)) {
+          ASSERT_TRUE(whole.count(f)) << f;
+          EXPECT_EQ(bytes, whole.at(f)) << f;
+        }
+        ExpectNoTemporaryFile(o.out_dir);
+        ASSERT_TRUE(ExportResults(dir + "/run", o, &report).ok()) << report;
+        EXPECT_EQ(Files(o.out_dir), whole);
+      });
+  EXPECT_EQ(runs, 2 * (9 + 18));
   fs::remove_all(dir);
 }
 
