@@ -109,7 +109,7 @@ Status MakeDirNoFollow(const std::string& path);
 //  - a name that is empty or only dots ("", ".", "..") gets '_' in front;
 //  - a name longer than kMaxPathComponent bytes keeps its first bytes (cut at
 //    a UTF-8 character boundary) and ends in '-' and 16 hex digits of a
-//    64-bit FNV-1a hash of the whole name, kMaxPathComponent bytes in all.
+//    64-bit FNV-1a hash of the whole name, at most kMaxPathComponent bytes.
 // Every other byte is kept. The result has no '/', is not "." or "..", holds
 // no NUL and is at most kMaxPathComponent bytes; a safe name maps to itself.
 constexpr size_t kMaxPathComponent = 200;
