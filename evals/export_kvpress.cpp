@@ -14,6 +14,7 @@
 #include "datasets/tasks/ruler.h"
 #include "evals/export_kvpress.h"
 #include "evals/export_kvpress_internal.h"
+#include "evals/results_io.h"
 #include "evals/sweep_internal.h"
 
 namespace kvlab {
@@ -153,6 +154,14 @@ Status ExportResults(const std::string& results_dir, const ExportOptions& option
     groups[it->second].baselines.push_back(b == baselines.end() ? nullptr : b->second);
   }
   const std::string out = options.out_dir.empty() ? results_dir + "/kvpress" : options.out_dir;
+  // --out is the user's to name (and may be a link); the default, a name inside
+  // the results directory, is not followed if it is a link.
+  if (options.out_dir.empty()) {
+    KVLAB_RETURN_IF_ERROR(MakeDirNoFollow(out));
+  } else {
+    fs::create_directories(out, ec);
+    if (ec) return Status::IOError(out + ": cannot create directory: " + ec.message());
+  }
   std::map<std::string, int> used;  // a second stack with one directory name goes to DIR/1, as evaluate.py does
   std::string written, missing;
   for (ExportGroup& g : groups) {
@@ -162,9 +171,13 @@ Status ExportResults(const std::string& results_dir, const ExportOptions& option
                                                  ? g.press.head_compression_ratio : g.compression_ratio)};
     if (g.family.max_context) parts.push_back("max_context" + std::to_string(g.length));
     if (g.query_aware) parts.push_back("query_aware");
-    std::string name;
-    for (const std::string& p : parts) name += (name.empty() ? "" : "__") + p;
+    std::string joined;
+    for (const std::string& p : parts) joined += (joined.empty() ? "" : "__") + p;
+    // The model, stack and task come from the records (untrusted): one safe
+    // component, never a path ("../x" is "..--x"; docs/cli.md has the rule).
+    const std::string name = SafePathComponent(joined);
     const int n = used[name]++;
+    KVLAB_RETURN_IF_ERROR(MakeDirNoFollow(out + "/" + name));
     const std::string dir = out + "/" + name + (n > 0 ? "/" + std::to_string(n) : "");
     KVLAB_RETURN_IF_ERROR(WriteGroup(dir, out, g));
     written += "  " + dir + "  (" + g.recs.front()->value("stack", "") + ", " + std::to_string(g.rows.size()) +

@@ -4,16 +4,14 @@
 // EvaluationConfig's fields, and kvlab.json.
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <map>
 
 #include "evals/export_kvpress_internal.h"
+#include "evals/results_io.h"
 #include "evals/sweep_internal.h"
 
 namespace kvlab {
 
-namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
 
 namespace {
@@ -233,14 +231,6 @@ json KvlabJson(const ExportGroup& g) {
           {"intervals_95", intervals}};
 }
 
-Status WriteText(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f << text;
-  f.close();
-  if (!f) return Status::IOError(path + ": cannot write");
-  return Status::OK();
-}
-
 }  // namespace
 
 Status CollectRows(const std::string& path, ExportGroup* g) {
@@ -301,9 +291,7 @@ Status CollectRows(const std::string& path, ExportGroup* g) {
 }
 
 Status WriteGroup(const std::string& dir, const std::string& out_root, const ExportGroup& g) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return Status::IOError(dir + ": cannot create: " + ec.message());
+  KVLAB_RETURN_IF_ERROR(MakeDirNoFollow(dir));
   if (g.family.predictions) {
     const std::string& d = g.family.dataset;
     const bool lb = d == "longbench" || d == "longbench-e", v2 = d == "longbench-v2";
@@ -325,11 +313,11 @@ Status WriteGroup(const std::string& dir, const std::string& out_root, const Exp
                          row.predicted_answer, NumText(row.compression_ratio), NumText(row.kvlab_score)});
       csv += CsvRow(f);
     }
-    KVLAB_RETURN_IF_ERROR(WriteText(dir + "/predictions.csv", csv));
+    KVLAB_RETURN_IF_ERROR(WriteFileAtomic(dir + "/predictions.csv", csv));
   }
-  KVLAB_RETURN_IF_ERROR(WriteText(dir + "/metrics.json", MetricsJson(g).dump(4) + "\n"));
-  KVLAB_RETURN_IF_ERROR(WriteText(dir + "/config.yaml", ConfigYaml(g, out_root)));
-  return WriteText(dir + "/kvlab.json", KvlabJson(g).dump(2) + "\n");
+  KVLAB_RETURN_IF_ERROR(WriteFileAtomic(dir + "/metrics.json", MetricsJson(g).dump(4) + "\n"));
+  KVLAB_RETURN_IF_ERROR(WriteFileAtomic(dir + "/config.yaml", ConfigYaml(g, out_root)));
+  return WriteFileAtomic(dir + "/kvlab.json", KvlabJson(g).dump(2) + "\n");
 }
 
 }  // namespace kvlab

@@ -57,11 +57,14 @@ class ProgressBar {
 };
 
 // Reads results.jsonl (evals/sweep_records.cpp); a partial last line (a run
-// killed mid-write) is cut off the file. Each line is bounded (kMaxRecordBytes,
-// kMaxNestingDepth) and its fields checked for the types the reports read, so a
-// bad record is one error naming PATH:LINE and the field.
+// killed mid-write) is cut off the file, while a complete last record that
+// lacks only its newline is kept and the newline written. Each line is bounded
+// (kMaxRecordBytes, kMaxNestingDepth) and its fields checked for the types the
+// reports read, so a bad record is one error naming PATH:LINE and the field.
 Status LoadRecords(const std::string& path, std::vector<nlohmann::ordered_json>* records);
-// Appends one record as a line, flushed and fsynced.
+// Appends one record as a line: written, fsynced and closed, or, on any
+// failure, taken back out and an error naming the file, the point and the
+// cause (AppendDurable, evals/results_io.h).
 Status AppendRecord(const std::string& path, const nlohmann::ordered_json& record);
 // One record per point ("key") of `records`, taken in the order they were
 // written: an ok record wins over an error, and of two alike the latest wins
@@ -70,6 +73,11 @@ Status AppendRecord(const std::string& path, const nlohmann::ordered_json& recor
 enum class RepeatedRecord { kLatest, kFirst };
 std::vector<nlohmann::ordered_json> OneRecordPerKey(const std::vector<nlohmann::ordered_json>& records,
                                                     RepeatedRecord keep = RepeatedRecord::kLatest);
+
+// An error naming the first of DIR's results.jsonl, results.csv, summary.md and
+// config.toml that is a symbolic link (a run or a merge writes them), or a
+// results.jsonl that an append could not write (CheckAppendable).
+Status CheckResultsDirFiles(const std::string& dir);
 
 // An exclusive flock on DIR/.kvlab.lock, held while a run (or a merge) reads and
 // writes DIR, so that two processes never compute and append the same points.

@@ -1,7 +1,7 @@
 // results.jsonl as data from outside: records read back bounded (size, depth)
-// and checked field by field, appended whole, one kept per point where a point
-// was recorded more than once, and the lock that keeps two runs from writing
-// one results directory at once.
+// and checked field by field, appended whole and durably (evals/results_io.h),
+// one kept per point where a point was recorded more than once, and the lock
+// that keeps two runs from writing one results directory at once.
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
@@ -14,6 +14,7 @@
 #include <map>
 
 #include "core/base/untrusted_json.h"
+#include "evals/results_io.h"
 #include "evals/sweep_internal.h"
 
 namespace kvlab {
@@ -137,19 +138,30 @@ Status LoadRecords(const std::string& path, std::vector<json>* records) {
   size_t pos = 0;
   int64_t line_no = 0;
   while (pos < data.size()) {
-    const size_t nl = data.find('\n', pos);
+    size_t nl = data.find('\n', pos);
     ++line_no;
+    const std::string where = path + ":" + std::to_string(line_no);
     if (nl == std::string::npos) {
-      // No newline: the last record was cut by a killed run. Drop it.
-      std::error_code ec;
-      fs::resize_file(path, static_cast<uintmax_t>(pos), ec);
-      if (ec) return Status::IOError(path + ": cannot drop a partial last record: " + ec.message());
-      std::fprintf(stderr, "kvlab: %s:%ld: dropped a partial last record (an interrupted run)\n", path.c_str(),
-                   static_cast<long>(line_no));
-      break;
+      // No newline at the end. A whole JSON text there is a complete record
+      // (a proper prefix of a record's object never parses): it is kept, and
+      // its newline written. Anything else is the cut-off last record of a
+      // killed run (a failed append takes its bytes back itself): dropped.
+      const std::string_view tail(data.data() + pos, data.size() - pos);
+      const json whole = CheckJsonText(tail, path, kMaxRecordBytes, kMaxNestingDepth, line_no).ok()
+                             ? json::parse(tail.begin(), tail.end(), nullptr, /*allow_exceptions=*/false)
+                             : json(json::value_t::discarded);
+      if (whole.is_discarded()) {
+        KVLAB_RETURN_IF_ERROR(TruncateDurable(path, pos));
+        std::fprintf(stderr, "kvlab: %s: dropped a partial last record (a run killed while writing it)\n",
+                     where.c_str());
+        break;
+      }
+      KVLAB_RETURN_IF_ERROR(CheckRecord(whole, where));
+      KVLAB_RETURN_IF_ERROR(AppendDurable(path, "\n", "the newline that ends its last record (line " +
+                                                           std::to_string(line_no) + ")"));
+      nl = data.size();
     }
     const std::string_view line(data.data() + pos, nl - pos);
-    const std::string where = path + ":" + std::to_string(line_no);
     if (!line.empty()) {
       KVLAB_RETURN_IF_ERROR(CheckJsonText(line, path, kMaxRecordBytes, kMaxNestingDepth, line_no));
       json r;
@@ -167,14 +179,16 @@ Status LoadRecords(const std::string& path, std::vector<json>* records) {
 }
 
 Status AppendRecord(const std::string& path, const json& record) {
-  const std::string line = record.dump() + "\n";
-  FILE* f = std::fopen(path.c_str(), "ab");
-  if (f == nullptr) return Status::IOError(path + ": cannot open for appending");
-  const size_t n = std::fwrite(line.data(), 1, line.size(), f);
-  std::fflush(f);
-  ::fsync(fileno(f));
-  std::fclose(f);
-  if (n != line.size()) return Status::IOError(path + ": short write");
+  const json& index = record.contains("index") ? record["index"] : json();
+  return AppendDurable(path, record.dump() + "\n",
+                       "the record of point " + (index.is_number_integer() ? index.dump() : std::string("?")));
+}
+
+Status CheckResultsDirFiles(const std::string& dir) {
+  KVLAB_RETURN_IF_ERROR(CheckAppendable(dir + "/results.jsonl"));
+  for (const char* name : {"results.csv", "summary.md", "config.toml"}) {
+    KVLAB_RETURN_IF_ERROR(CheckNotALink(dir + "/" + name));
+  }
   return Status::OK();
 }
 
@@ -221,13 +235,17 @@ Status ResultsDirLock::Acquire(const std::string& dir, bool wait, const std::str
                                const std::function<void(const std::string&)>& on_wait) {
   std::unique_ptr<ResultsDirLock> lock(new ResultsDirLock());
   lock->path_ = dir + "/" + kLockFileName;
-  lock->fd_ = ::open(lock->path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // Not through a link: the lock file is truncated and written below.
+  const Status opened_status = OpenLockFile(lock->path_, &lock->fd_);
+  if (opened_status.code() == Status::Code::kInvalidArgument) return opened_status;
   const bool opened = lock->fd_ >= 0;
   if (!opened || ::flock(lock->fd_, LOCK_EX | LOCK_NB) != 0) {
     if (!opened || errno != EWOULDBLOCK) {
       // A file system without locks, or a read-only directory: go on unguarded, and say so.
-      std::fprintf(stderr, "kvlab: warning: cannot lock %s (%s); a second process on %s would not be detected\n",
-                   lock->path_.c_str(), std::strerror(errno), dir.c_str());
+      const std::string why = opened ? "cannot lock " + lock->path_ + " (" + std::strerror(errno) + ")"
+                                     : opened_status.message();
+      std::fprintf(stderr, "kvlab: warning: %s; a second process on %s would not be detected\n", why.c_str(),
+                   dir.c_str());
       *out = std::move(lock);
       return Status::OK();
     }
@@ -250,9 +268,8 @@ Status ResultsDirLock::Acquire(const std::string& dir, bool wait, const std::str
     }
   }
   const std::string me = std::to_string(::getpid()) + "\n";
-  if (::ftruncate(lock->fd_, 0) != 0 || ::pwrite(lock->fd_, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
-    return Status::IOError(lock->path_ + ": cannot record this process's pid: " + std::strerror(errno));
-  }
+  const Status wrote = WriteLockText(lock->fd_, lock->path_, me);
+  if (!wrote.ok()) return Status::IOError(wrote.message() + " (recording this process's pid)");
   *out = std::move(lock);
   return Status::OK();
 }

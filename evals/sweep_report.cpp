@@ -1,11 +1,10 @@
 // results.jsonl -> results.csv and summary.md (ratios against the baseline of
-// the same sweep; intervals and paired differences, evals/sweep_intervals.cpp),
-// and `kvlab merge`.
+// the same sweep; intervals and paired differences, evals/sweep_intervals.cpp;
+// each file replaced atomically, evals/results_io.h), and `kvlab merge`.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -14,6 +13,7 @@
 #include "datasets/tasks/infinitebench.h"
 #include "datasets/tasks/longbench.h"
 #include "datasets/tasks/ruler.h"
+#include "evals/results_io.h"
 #include "evals/sweep.h"
 #include "evals/sweep_internal.h"
 
@@ -214,7 +214,7 @@ Status WriteReports(const std::string& dir, std::string* summary) {
 
   // results.csv
   {
-    std::ofstream csv(dir + "/results.csv", std::ios::trunc);
+    std::ostringstream csv;
     csv << "index,sweep,model,stack,policy,baseline,task,length,batch,seed,repetition,kv_dtype,block_size,status,error,"
            "wall_s,kv_bytes_end,kv_bytes_per_token,peak_kv_bytes,blocks_in_use,device_bytes,host_bytes,disk_bytes,"
            "memory_ratio,compression,n_samples,bpb,bpb_lo,bpb_hi,bpb_ratio,bpb_delta,bpb_delta_lo,bpb_delta_hi,kl,kl_lo,"
@@ -261,7 +261,7 @@ Status WriteReports(const std::string& dir, std::string* summary) {
           << Fmt(Mem(r, "kv_read_ratio")) << "," << Fmt(d.read_ratio) << ","
           << Fmt(Num(r, "run_blocks"), "%.0f") << "," << Fmt(Mem(r, "peak_kv_bytes_run_reserve"), "%.0f") << "\n";
     }
-    if (!csv) return Status::IOError(dir + "/results.csv: cannot write");
+    KVLAB_RETURN_IF_ERROR(WriteFileAtomic(dir + "/results.csv", csv.str()));
   }
 
   // summary.md: per model, one row per policy setting, means over its points' samples.
@@ -489,11 +489,7 @@ Status WriteReports(const std::string& dir, std::string* summary) {
           "its point's mean, so their n counts points and their intervals are over points.\n\n";
   }
   md << RepeatedPointsNote(all);
-  {
-    std::ofstream out(dir + "/summary.md", std::ios::trunc);
-    out << md.str();
-    if (!out) return Status::IOError(dir + "/summary.md: cannot write");
-  }
+  KVLAB_RETURN_IF_ERROR(WriteFileAtomic(dir + "/summary.md", md.str()));
   *summary = md.str();
   return Status::OK();
 }
@@ -538,14 +534,11 @@ Status MergeResults(const std::vector<std::string>& dirs, const std::string& out
   if (ec) return Status::IOError(out_dir + ": cannot create directory: " + ec.message());
   std::unique_ptr<ResultsDirLock> lock;  // a run writing into out_dir would lose its records to the rename below
   KVLAB_RETURN_IF_ERROR(ResultsDirLock::Acquire(out_dir, /*wait=*/false, "merged", &lock));
+  KVLAB_RETURN_IF_ERROR(CheckResultsDirFiles(out_dir));
   const std::string out = out_dir + "/results.jsonl";
-  {
-    std::ofstream f(out + ".tmp", std::ios::trunc);
-    for (const json& r : recs) f << r.dump() << "\n";
-    if (!f) return Status::IOError(out + ".tmp: cannot write");
-  }
-  fs::rename(out + ".tmp", out, ec);
-  if (ec) return Status::IOError(out + ": cannot write: " + ec.message());
+  std::string lines;
+  for (const json& r : recs) lines += r.dump() + "\n";
+  KVLAB_RETURN_IF_ERROR(WriteFileAtomic(out, lines));
   std::string summary;
   KVLAB_RETURN_IF_ERROR(WriteReports(out_dir, &summary));
   *report = "merged " + std::to_string(all.size()) + " records from " + std::to_string(dirs.size()) + " directories into " +

@@ -1,6 +1,6 @@
 // Running sweep points (each through its task, evals/tasks/), results.jsonl
-// (appended and flushed per point; partial last lines from a killed run are
-// dropped), resume, shards, the progress bar.
+// (appended and fsynced per point, evals/results_io.h; partial last lines from
+// a killed run are dropped), resume, shards, the progress bar.
 #include <openssl/evp.h>
 #include <unistd.h>
 
@@ -22,6 +22,7 @@
 #include "core/model/model_config.h"
 #include "datasets/tasks/tasks.h"
 #include "core/model/tokenizer.h"
+#include "evals/results_io.h"
 #include "evals/sweep.h"
 #include "evals/sweep_internal.h"
 #include "evals/tasks/task.h"
@@ -251,6 +252,22 @@ Status CheckRecordedCheckpoints(const std::vector<SweepPoint>& all, const std::v
       "or remove those records; nothing was run");
 }
 
+// A copy of the config beside the results, with the --set overrides that were
+// applied on top of it, so that the copy says what ran (replaced atomically).
+Status WriteConfigCopy(const SweepConfig& config, const std::string& out_dir) {
+  if (config.path.empty()) return Status::OK();
+  std::string copy;
+  KVLAB_RETURN_IF_ERROR(ReadFileBounded(config.path, kMaxConfigBytes, &copy));
+  if (!config.overrides.empty()) {
+    copy += "\n# kvlab run applied these overrides on top of this file:\n#  ";
+    for (const std::string& o : config.overrides) copy += " --set '" + o + "'";
+    copy += "\n";
+  }
+  const Status wrote = WriteFileAtomic(out_dir + "/config.toml", copy);
+  if (wrote.code() == Status::Code::kIOError) return Status::IOError(wrote.message() + "; nothing was run");
+  return wrote;
+}
+
 }  // namespace
 
 Status RunSweep(const SweepConfig& config, const RunSweepOptions& opts, std::string* report) {
@@ -259,7 +276,7 @@ Status RunSweep(const SweepConfig& config, const RunSweepOptions& opts, std::str
     return Status::InvalidArgument("--shard I/N needs 0 <= I < N");
   }
   if (opts.out_dir.empty() && (config.name.empty() || config.name == "." || config.name == ".." ||
-                               config.name.find('/') != std::string::npos)) {
+                               !IsSafePathComponent(config.name))) {
     return Status::InvalidArgument("sweep name '" + QuoteBytes(config.name) +
                                    "' is not a directory name under results/ (give another name or --out DIR)");
   }
@@ -273,6 +290,8 @@ Status RunSweep(const SweepConfig& config, const RunSweepOptions& opts, std::str
     fs::create_directories(out_dir, ec);
     if (ec) return Status::IOError(out_dir + ": cannot create directory: " + ec.message());
     KVLAB_RETURN_IF_ERROR(ResultsDirLock::Acquire(out_dir, opts.wait_if_locked, "run", &lock, opts.on_lock_wait));
+    // Before any work: a link among the files this run writes is an error naming it.
+    KVLAB_RETURN_IF_ERROR(CheckResultsDirFiles(out_dir));
   }
   std::vector<SweepPoint> all = ExpandPoints(config);
   std::vector<SweepPoint> mine;
@@ -313,18 +332,7 @@ Status RunSweep(const SweepConfig& config, const RunSweepOptions& opts, std::str
     *report = rep.str();
     return Status::OK();
   }
-  std::error_code ec;
-  // Keep a copy of the config beside the results, with the --set overrides
-  // that were applied on top of it, so that the copy says what ran.
-  if (!config.path.empty()) {
-    fs::copy_file(config.path, out_dir + "/config.toml", fs::copy_options::overwrite_existing, ec);
-    if (!ec && !config.overrides.empty()) {
-      std::ofstream copy(out_dir + "/config.toml", std::ios::app);
-      copy << "\n# kvlab run applied these overrides on top of this file:\n#  ";
-      for (const std::string& o : config.overrides) copy << " --set '" << o << "'";
-      copy << "\n";
-    }
-  }
+  KVLAB_RETURN_IF_ERROR(WriteConfigCopy(config, out_dir));
 
   const std::string rev = GitRevision(), machine = MachineDescription(config.threads);
   std::vector<const SweepPoint*> todo;
@@ -387,13 +395,25 @@ Status RunSweep(const SweepConfig& config, const RunSweepOptions& opts, std::str
     r["git_revision"] = rev;
     r["machine"] = machine;
     r["wall_s"] = wall;
-    KVLAB_RETURN_IF_ERROR(AppendRecord(jsonl, r));
+    const Status appended = AppendRecord(jsonl, r);
+    if (!appended.ok()) {
+      // Stop: a point computed now could not be kept either.
+      if (opts.progress) std::fprintf(stderr, "\n");  // off the progress bar's line
+      return Status::IOError(appended.message() + "; this run recorded " + std::to_string(i) + " of its " +
+                             std::to_string(todo.size()) + " points before it (rerun to run the rest; results.csv "
+                             "and summary.md were not rewritten)");
+    }
     est_done += est[i];
     bar.Done(s.ok() ? "" : "point " + std::to_string(p->index) + " failed: " + s.ToString());
   }
   bar.Finish(Ms(t_start, Clock::now()) / 1e3);
   std::string summary;
-  KVLAB_RETURN_IF_ERROR(WriteReports(out_dir, &summary));
+  const Status reported = WriteReports(out_dir, &summary);
+  if (!reported.ok()) {
+    if (reported.code() != Status::Code::kIOError) return reported;
+    return Status::IOError(reported.message() + "; every point of this run is in " + jsonl +
+                           " (a rerun runs nothing and writes the reports)");
+  }
   rep << "ran " << todo.size() << " of " << mine.size() << " points (" << (mine.size() - todo.size())
       << " already in " << jsonl << ")";
   if (failures > 0) rep << "; " << failures << " failed (their errors are in results.jsonl)";
