@@ -10,12 +10,10 @@
 #include <sstream>
 
 #include "core/base/untrusted.h"
-#include "datasets/tasks/infinitebench.h"
-#include "datasets/tasks/longbench.h"
-#include "datasets/tasks/ruler.h"
 #include "evals/results_io.h"
 #include "evals/sweep.h"
 #include "evals/sweep_internal.h"
+#include "evals/tasks/task.h"
 
 namespace kvlab {
 
@@ -124,10 +122,10 @@ std::vector<int64_t> Lengths(const std::vector<json>& recs, const std::string& m
   return lengths;
 }
 
-std::vector<int64_t> RulerLengths(const std::vector<json>& recs, const std::string& model,
-                                  const std::vector<std::string>& ruler) {
+std::vector<int64_t> FamilyLengths(const std::vector<json>& recs, const std::string& model,
+                                  const std::vector<std::string>& family) {
   std::set<int64_t> all;
-  for (const std::string& t : ruler) for (int64_t L : Lengths(recs, model, t)) all.insert(L);
+  for (const std::string& t : family) for (int64_t L : Lengths(recs, model, t)) all.insert(L);
   return std::vector<int64_t>(all.begin(), all.end());
 }
 
@@ -151,43 +149,6 @@ std::string QueryMode(const std::vector<json>& recs, const std::string& model, c
   if (chats.size() == 2) s += ", chat-template and plain prompts mixed (chat)";
   if (chats.size() == 1 && *chats.begin()) s += ", chat template";
   return s;
-}
-
-// vLLM's paging: share of reserved KV bytes that hold real tokens.
-void WritePagingTable(const std::vector<json>& recs, const std::string& model, std::ostringstream* out) {
-  std::ostringstream& md = *out;
-  std::vector<std::string> sizes;
-  for (const json& r : recs) {
-    if (r.value("model", "") != model || r.value("task", "") != "paging" || r.value("status", "") != "ok") continue;
-    const json& paged = Field(Field(r, "metrics"), "paged_utilization_by_block_size");
-    if (!paged.is_object()) continue;
-    for (auto& kv : paged.items()) {
-      if (std::find(sizes.begin(), sizes.end(), kv.key()) == sizes.end()) sizes.push_back(kv.key());
-    }
-  }
-  std::sort(sizes.begin(), sizes.end(), [](const std::string& a, const std::string& b) { return std::stoll(a) < std::stoll(b); });
-  md << "### paging: share of reserved KV memory holding tokens\n\n| max length | requests | mean length | contiguous |";
-  for (const auto& b : sizes) md << " paged, block " << b << " |";
-  md << "\n|---|---|---|---|";
-  for (size_t i = 0; i < sizes.size(); ++i) md << "---|";
-  md << "\n";
-  for (int64_t L : Lengths(recs, model, "paging")) {
-    Mean contiguous, mean_len, reqs;
-    std::map<std::string, Mean> paged;
-    for (const json& r : recs) {
-      if (r.value("model", "") != model || r.value("task", "") != "paging" || r.value("length", 0) != L ||
-          r.value("status", "") != "ok") continue;
-      const json& m = Field(r, "metrics");
-      contiguous.Add(Num(m, "contiguous_utilization"));
-      mean_len.Add(Num(m, "mean_length"));
-      reqs.Add(Num(m, "requests"));
-      for (const auto& b : sizes) paged[b].Add(Num(Field(m, "paged_utilization_by_block_size"), b.c_str()));
-    }
-    md << "| " << L << " | " << reqs.Str("%.0f") << " | " << mean_len.Str("%.0f") << " | " << contiguous.Str("%.3f") << " |";
-    for (const auto& b : sizes) md << " " << paged[b].Str("%.3f") << " |";
-    md << "\n";
-  }
-  md << "\n(means over seeds)\n\n";
 }
 
 // A column of the summary's tables: a task's metric.
@@ -312,19 +273,25 @@ Status WriteReports(const std::string& dir, std::string* summary) {
       if (r.value("baseline", false)) is_baseline[s] = true;
       tasks.insert(r.value("task", ""));
     }
-    std::vector<std::string> ruler;
-    for (const std::string& t : RulerTaskNames()) if (tasks.count(t)) ruler.push_back(t);
+    // What each task present shows (SweepTaskInfo's report fields), in
+    // registration order: its columns, its benchmark family, its latency columns.
     std::vector<Column> cols;
-    if (tasks.count("bpb")) {
-      cols.push_back({"bpb", "bpb", "bpb", "%.3f"});
-      cols.push_back({"bpb", "kl", "KL", "%.4f"});
-      cols.push_back({"bpb", "top1_agreement", "top-1", "%.3f"});
+    std::vector<std::pair<std::string, std::vector<std::string>>> families;  // (name, its tasks present)
+    std::string ruler_title;  // the family whose average is a column of the model's table
+    std::vector<std::string> ruler;
+    bool has_lat = false;
+    for (const SweepTaskInfo& info : SweepTaskRegistry::Global().infos()) {
+      if (!tasks.count(info.name)) continue;
+      for (const SweepTaskInfo::Column& c : info.columns) cols.push_back({info.name, c.metric, c.title, c.fmt.c_str()});
+      has_lat = has_lat || info.decode_columns;
+      if (info.family.empty()) continue;
+      if (families.empty() || families.back().first != info.family) families.push_back({info.family, {}});
+      families.back().second.push_back(info.name);
+      if (info.family_average_column && (ruler.empty() || ruler_title == info.family)) {
+        ruler_title = info.family;
+        ruler.push_back(info.name);
+      }
     }
-    if (tasks.count("bpb-recompute")) cols.push_back({"bpb-recompute", "bpb", "bpb (recompute)", "%.3f"});
-    for (const char* t : {"passkey", "multi-needle", "recall"}) {
-      if (tasks.count(t)) cols.push_back({t, "accuracy", t, "%.2f"});
-    }
-    const bool has_lat = tasks.count("latency") > 0;
     // A benchmark's average over its tasks (RULER's, LongBench's), stratified by task.
     auto family_avg = [&](const std::vector<std::string>& family, const std::string& stack, int64_t L) {
       std::vector<std::vector<const json*>> g;
@@ -341,7 +308,7 @@ Status WriteReports(const std::string& dir, std::string* summary) {
     auto ruler_note = [&](const CellStats& c) { return family_note(ruler, c); };
     md << "## " << model << "\n\n| setting | peak memory | end memory | reserved | compression |";
     for (const Column& c : cols) md << " " << c.title << " |";
-    if (!ruler.empty()) md << " RULER avg (%) |";
+    if (!ruler.empty()) md << " " << ruler_title << " avg (%) |";
     if (has_lat) md << " decode ms | decode |";
     md << " read |";
     md << " points |\n|---|---|---|---|---|---|";
@@ -363,7 +330,8 @@ Status WriteReports(const std::string& dir, std::string* summary) {
         comp.Add(d.compression);
         read.Add(d.read_ratio);
         whole = whole || Mem(r, "kv_read_ratio") < 1;
-        if (r.value("task", "") == "latency") {
+        const SweepTaskInfo* task = SweepTaskRegistry::Global().Find(r.value("task", ""));
+        if (task != nullptr && task->decode_columns) {
           dec_ms.Add(Num(Field(r, "metrics"), "decode_ms_median"));
           dec_ratio.Add(d.decode_ratio);
         }
@@ -389,7 +357,7 @@ Status WriteReports(const std::string& dir, std::string* summary) {
     if (any_other && (!cols.empty() || !ruler.empty())) {
       md << "### " << model << ": differences from the baseline (paired on the same samples)\n\n| setting |";
       for (const Column& c : cols) md << " " << c.title << " |";
-      if (!ruler.empty()) md << " RULER avg (points) |";
+      if (!ruler.empty()) md << " " << ruler_title << " avg (points) |";
       md << "\n|---|";
       for (size_t i = 0; i < cols.size() + (ruler.empty() ? 0 : 1); ++i) md << "---|";
       md << "\n";
@@ -405,18 +373,23 @@ Status WriteReports(const std::string& dir, std::string* summary) {
       }
       md << "\n";
     }
-    if (tasks.count("paging")) WritePagingTable(recs, model, &md);
+    for (const SweepTaskInfo& info : SweepTaskRegistry::Global().infos()) {
+      if (!tasks.count(info.name) || !info.section) continue;
+      std::string section;
+      info.section(recs, model, &section);
+      md << section;
+    }
     // Per length: the accuracy-type metric of each task (RULER's in its own tables below).
     for (const std::string& task : tasks) {
-      if (task == "latency" || task == "paging" || IsRulerTask(task) || IsDatasetTask(task)) continue;
+      const SweepTaskInfo* info = SweepTaskRegistry::Global().Find(task);
+      if (info == nullptr || info->length_metric.empty()) continue;
       const std::vector<int64_t> lengths = Lengths(recs, model, task);
       if (lengths.size() < 2) continue;
-      const bool bpb = task.rfind("bpb", 0) == 0;
-      const char* metric = bpb ? "bpb" : "accuracy";
-      const char* fmt = bpb ? "%.3f" : "%.2f";
+      const char* metric = info->length_metric.c_str();
+      const char* fmt = info->length_fmt.c_str();
       for (int pass = 0; pass < 2; ++pass) {
         if (pass == 1 && !any_other) break;
-        md << "### " << task << (bpb ? " (bits per byte)" : " (accuracy)")
+        md << "### " << task << " (" << info->length_unit << ")"
            << (pass == 0 ? " by context length" : ": difference from the baseline by context length") << "\n\n| setting |";
         for (int64_t L : lengths) md << " " << L << " |";
         md << "\n|---|";
@@ -435,19 +408,9 @@ Status WriteReports(const std::string& dir, std::string* summary) {
         md << "\n";
       }
     }
-    // RULER and the dataset benchmarks: each task's score (%) and the average over tasks, per length.
-    std::vector<std::string> longbench, longbench_v2, infinitebench;
-    for (const LongBenchDataset& d : LongBenchDatasets()) {
-      if (tasks.count("longbench-" + d.name)) longbench.push_back("longbench-" + d.name);
-    }
-    if (tasks.count("longbench-v2")) longbench_v2.push_back("longbench-v2");
-    for (const InfiniteBenchTask& t : InfiniteBenchTasks()) {
-      if (tasks.count("infinitebench-" + t.name)) infinitebench.push_back("infinitebench-" + t.name);
-    }
-    for (const auto& [title, family] : std::vector<std::pair<std::string, std::vector<std::string>>>{
-             {"RULER", ruler}, {"LongBench", longbench}, {"LongBench v2", longbench_v2},
-             {"InfiniteBench", infinitebench}}) {
-      for (const int64_t L : RulerLengths(recs, model, family)) {
+    // The benchmark families (RULER, LongBench, ...): each task's score (%) and the average over tasks, per length.
+    for (const auto& [title, family] : families) {
+      for (const int64_t L : FamilyLengths(recs, model, family)) {
         for (int pass = 0; pass < 2; ++pass) {
           if (pass == 1 && !any_other) break;
           md << "### " << title << " at " << L << " tokens"

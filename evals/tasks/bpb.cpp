@@ -214,6 +214,10 @@ void RegisterBpbTasks(SweepTaskRegistry* registry) {
   bpb.run = [](TaskContext* ctx, const SweepPoint& p, const SweepTaskOptions& o, json* m) {
     return RunBpb(/*recompute=*/false, ctx, p, o, m);
   };
+  bpb.columns = {{"bpb", "bpb", "%.3f"}, {"kl", "KL", "%.4f"}, {"top1_agreement", "top-1", "%.3f"}};
+  bpb.length_metric = "bpb";
+  bpb.length_unit = "bits per byte";
+  bpb.length_fmt = "%.3f";
   registry->Register(bpb);
 
   SweepTaskInfo rc;
@@ -233,6 +237,10 @@ void RegisterBpbTasks(SweepTaskRegistry* registry) {
   rc.run = [](TaskContext* ctx, const SweepPoint& p, const SweepTaskOptions& o, json* m) {
     return RunBpb(/*recompute=*/true, ctx, p, o, m);
   };
+  rc.columns = {{"bpb", "bpb (recompute)", "%.3f"}};
+  rc.length_metric = "bpb";
+  rc.length_unit = "bits per byte";
+  rc.length_fmt = "%.3f";
   registry->Register(rc);
 }
 

@@ -74,6 +74,7 @@ void RegisterLatencyTasks(SweepTaskRegistry* registry) {
            static_cast<double>(o.Int("decode_tokens")) * (c.step_overhead_s + B * (c.token_s + c.attention_s * L));
   };
   info.run = RunLatency;
+  info.decode_columns = true;
   registry->Register(info);
 }
 

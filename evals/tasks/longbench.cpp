@@ -317,16 +317,19 @@ void RegisterDatasetTasks(SweepTaskRegistry* registry) {
     SweepTaskInfo info = DatasetTask(kPrefix + d.name, "LongBench " + d.name + " from a file (" + d.metric + ")",
                                      d.max_gen);
     info.run = RunLongBench;
+    info.family = "LongBench";
     registry->Register(info);
   }
   SweepTaskInfo v2 = DatasetTask("longbench-v2", "LongBench v2 from a file: multiple choice A-D (accuracy)",
                                  kLongBenchV2MaxGen);
   v2.run = RunLongBenchV2;
+  v2.family = "LongBench v2";
   registry->Register(v2);
   for (const InfiniteBenchTask& t : InfiniteBenchTasks()) {
     SweepTaskInfo info = DatasetTask("infinitebench-" + t.name,
                                      "InfiniteBench " + t.name + " from a file (" + t.metric + ")", t.max_gen);
     info.run = RunInfiniteBench;
+    info.family = "InfiniteBench";
     registry->Register(info);
   }
 }

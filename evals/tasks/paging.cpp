@@ -4,6 +4,11 @@
 // the point's model gives only the shape.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "core/cache/kv_cache.h"
 #include "datasets/tasks/tasks.h"
@@ -64,6 +69,71 @@ Status RunPaging(TaskContext* ctx, const SweepPoint& p, const SweepTaskOptions& 
   return Status::OK();
 }
 
+// vLLM's paging in summary.md: per length, the share of reserved KV bytes
+// that hold real tokens, contiguous and paged by block size (means over seeds).
+void WritePagingTable(const std::vector<json>& recs, const std::string& model, std::string* out) {
+  auto ok = [&model](const json& r) {
+    return r.value("model", "") == model && r.value("task", "") == "paging" && r.value("status", "") == "ok" &&
+           r.contains("metrics") && r["metrics"].is_object();
+  };
+  auto num = [](const json& m, const std::string& key) {
+    const auto it = m.is_object() ? m.find(key) : m.end();
+    return it != m.end() && it->is_number() ? it->get<double>() : NAN;
+  };
+  struct Mean {
+    double sum = 0;
+    int64_t n = 0;
+    void Add(double v) {
+      if (std::isfinite(v)) sum += v, ++n;
+    }
+    std::string Str(const char* f) const {
+      if (n == 0) return "–";
+      char buf[64];
+      std::snprintf(buf, sizeof(buf), f, sum / static_cast<double>(n));
+      return buf;
+    }
+  };
+  std::vector<std::string> sizes;
+  std::vector<int64_t> lengths;
+  for (const json& r : recs) {
+    if (r.value("model", "") == model && r.value("task", "") == "paging") {
+      const int64_t L = r.value("length", 0);
+      if (std::find(lengths.begin(), lengths.end(), L) == lengths.end()) lengths.push_back(L);
+    }
+    if (!ok(r)) continue;
+    const json& paged = r["metrics"].value("paged_utilization_by_block_size", json());
+    if (!paged.is_object()) continue;
+    for (auto& kv : paged.items()) {
+      if (std::find(sizes.begin(), sizes.end(), kv.key()) == sizes.end()) sizes.push_back(kv.key());
+    }
+  }
+  std::sort(lengths.begin(), lengths.end());
+  std::sort(sizes.begin(), sizes.end(), [](const std::string& a, const std::string& b) { return std::stoll(a) < std::stoll(b); });
+  std::ostringstream md;
+  md << "### paging: share of reserved KV memory holding tokens\n\n| max length | requests | mean length | contiguous |";
+  for (const auto& b : sizes) md << " paged, block " << b << " |";
+  md << "\n|---|---|---|---|";
+  for (size_t i = 0; i < sizes.size(); ++i) md << "---|";
+  md << "\n";
+  for (int64_t L : lengths) {
+    Mean contiguous, mean_len, reqs;
+    std::map<std::string, Mean> paged;
+    for (const json& r : recs) {
+      if (!ok(r) || r.value("length", 0) != L) continue;
+      const json& m = r["metrics"];
+      contiguous.Add(num(m, "contiguous_utilization"));
+      mean_len.Add(num(m, "mean_length"));
+      reqs.Add(num(m, "requests"));
+      for (const auto& b : sizes) paged[b].Add(num(m.value("paged_utilization_by_block_size", json()), b));
+    }
+    md << "| " << L << " | " << reqs.Str("%.0f") << " | " << mean_len.Str("%.0f") << " | " << contiguous.Str("%.3f") << " |";
+    for (const auto& b : sizes) md << " " << paged[b].Str("%.3f") << " |";
+    md << "\n";
+  }
+  md << "\n(means over seeds)\n\n";
+  *out += md.str();
+}
+
 }  // namespace
 
 void RegisterPagingTasks(SweepTaskRegistry* registry) {
@@ -85,6 +155,7 @@ void RegisterPagingTasks(SweepTaskRegistry* registry) {
     return 0.05 * static_cast<double>(o.Int("requests")) * static_cast<double>(o.Ints("block_sizes").size()) / 256.0;
   };
   info.run = RunPaging;
+  info.section = WritePagingTable;
   registry->Register(info);
 }
 

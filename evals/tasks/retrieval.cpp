@@ -208,6 +208,10 @@ void Register(SweepTaskRegistry* registry, const std::string& name, const std::s
     return n * (L * (c.token_s + c.attention_s * L / 2) + 6 * (c.step_overhead_s + c.token_s + c.attention_s * L) + 0.05);
   };
   info.run = RunRetrieval;
+  info.columns = {{"accuracy", name, "%.2f"}};
+  info.length_metric = "accuracy";
+  info.length_unit = "accuracy";
+  info.length_fmt = "%.2f";
   registry->Register(info);
 }
 

@@ -205,6 +205,8 @@ void RegisterRulerTasks(SweepTaskRegistry* registry) {
              (L * (c.token_s + c.attention_s * L / 2) + gen * (c.step_overhead_s + c.token_s + c.attention_s * L) + 0.05);
     };
     info.run = RunRuler;
+    info.family = "RULER";
+    info.family_average_column = true;
     registry->Register(info);
   }
 }

@@ -74,6 +74,25 @@ struct SweepTaskInfo {
   std::function<double(const TaskCost&, const SweepPoint&, const SweepTaskOptions&)> estimate;
   // Runs the point: its metrics (a JSON object), or the error that stopped it.
   std::function<Status(TaskContext*, const SweepPoint&, const SweepTaskOptions&, nlohmann::ordered_json*)> run;
+
+  // What summary.md shows of the task (evals/sweep_report.cpp names no task).
+  struct Column {
+    std::string metric, title, fmt;  // a number of the record's metrics, its header, its printf format
+  };
+  // Columns of each model's table: each metric's mean with its interval, and
+  // its paired difference from the baseline; tasks in registration order.
+  std::vector<Column> columns;
+  // The metric of a table by context length ("": none), what it is (the
+  // title's "(bits per byte)") and its format.
+  std::string length_metric, length_unit, length_fmt;
+  // A benchmark of several tasks (RULER, LongBench): the tasks of one family
+  // share a table per length of their scores (%) and their average.
+  std::string family;
+  bool family_average_column = false;  // and the family's average in each model's table
+  bool decode_columns = false;         // each model's table shows decode ms and its ratio to the baseline
+  // A section of its own after each model's tables, from the model's records.
+  std::function<void(const std::vector<nlohmann::ordered_json>& records, const std::string& model, std::string* md)>
+      section;
 };
 
 class SweepTaskRegistry {
@@ -84,6 +103,7 @@ class SweepTaskRegistry {
   void Register(SweepTaskInfo info);
   const SweepTaskInfo* Find(const std::string& name) const;
   std::vector<std::string> Names() const;  // in registration order
+  const std::vector<SweepTaskInfo>& infos() const { return infos_; }
 
  private:
   std::vector<SweepTaskInfo> infos_;
