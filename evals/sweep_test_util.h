@@ -3,7 +3,6 @@
 #pragma once
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -13,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/base/temp_dir_test_util.h"
 #include "evals/sweep.h"
 
 namespace kvlab {
@@ -24,10 +24,10 @@ inline std::string Source() {
   return std::filesystem::absolute(src ? src : ".").string();
 }
 
-// An empty directory under the system temp dir, unique to this process.
+// An empty directory under this program's scratch directory (ProcessTempDir(),
+// removed when the program exits).
 inline std::string TempDir(const std::string& suite, const std::string& name) {
-  const std::filesystem::path p = std::filesystem::temp_directory_path() /
-                                  ("kvlab_" + suite + "_" + name + "_" + std::to_string(::getpid()));
+  const std::filesystem::path p = std::filesystem::path(ProcessTempDir()) / (suite + "_" + name);
   std::filesystem::remove_all(p);
   std::filesystem::create_directories(p);
   return p.string();

@@ -5,13 +5,14 @@
 
 #include <fstream>
 
+#include "core/base/temp_dir_test_util.h"
 #include "policies/duo_heads.h"
 #include "policies/registry.h"
 
 namespace kvlab {
 namespace {
 
-std::string TempPath(const std::string& name) { return ::testing::TempDir() + "/" + name; }
+std::string TempPath(const std::string& name) { return ProcessTempDir() + "/" + name; }
 
 // A split of 3 layers x 2 heads; scores by (layer, head).
 std::string WriteSplit(const std::string& name, const std::vector<double>& scores, int layers = 3, int heads = 2) {

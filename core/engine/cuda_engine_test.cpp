@@ -8,14 +8,12 @@
 // CPU: runs everywhere, slowly, hence the tiny model).
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <string>
 #include <vector>
 
+#include "core/base/temp_dir_test_util.h"
 #include "core/engine/cuda_backend.h"
 #include "core/engine/engine.h"
 
@@ -35,7 +33,7 @@ const std::string& TinyModelDir() {
     c.num_attention_heads = 4;
     c.num_key_value_heads = 2;
     c.head_dim = 64;
-    const std::string d = testing::TempDir() + "/kvlab_cuda_engine_" + std::to_string(getpid());
+    const std::string d = ProcessTempDir() + "/tiny-cuda-test";
     // A larger init than the default 0.02 so that attention is far from uniform.
     const Status s = WriteRandomCheckpoint(c, /*seed=*/11, /*init_std=*/0.1, d);
     EXPECT_TRUE(s.ok()) << s.message();
@@ -43,16 +41,6 @@ const std::string& TinyModelDir() {
   }();
   return dir;
 }
-
-// Removes the checkpoint at the end of the run.
-class RemoveModelDir : public testing::Environment {
- public:
-  void TearDown() override {
-    std::error_code ec;
-    std::filesystem::remove_all(testing::TempDir() + "/kvlab_cuda_engine_" + std::to_string(getpid()), ec);
-  }
-};
-testing::Environment* const kRemoveModelDir = testing::AddGlobalTestEnvironment(new RemoveModelDir);
 
 #define SKIP_WITHOUT_CUDA()                                   \
   do {                                                        \

@@ -2,13 +2,13 @@
 // dense reference path, and the loader's error paths.
 #include "core/model/model.h"
 
-#include <unistd.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 
+#include "core/base/temp_dir_test_util.h"
 #include "core/engine/engine.h"
 #include "core/model/safetensors.h"
 
@@ -34,7 +34,7 @@ ModelConfig TinyGqaConfig() {
 }
 
 std::string TempDir(const std::string& name) {
-  std::string dir = ::testing::TempDir() + std::to_string(getpid()) + "_kvlab_model_test_" + name;
+  std::string dir = ProcessTempDir() + "/model_test_" + name;
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;

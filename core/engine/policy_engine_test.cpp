@@ -1,6 +1,5 @@
 // Policies running in the engine: what they keep and what the pools then
 // hold, measured against the `full` baseline on the same model.
-#include <unistd.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "core/base/temp_dir_test_util.h"
 #include "core/engine/engine.h"
 #include "core/model/memory_calc.h"
 #include "core/model/model.h"
@@ -31,7 +31,7 @@ std::string WriteTinyModel(const std::string& name, int64_t hidden, int64_t laye
   c.num_key_value_heads = kv_heads;
   c.head_dim = head_dim;
   c.max_position_embeddings = 4096;
-  std::string d = ::testing::TempDir() + std::to_string(getpid()) + "_kvlab_" + name;
+  std::string d = ProcessTempDir() + "/" + name;
   std::filesystem::remove_all(d);
   EXPECT_TRUE(WriteRandomCheckpoint(c, seed, 0.08, d).ok());
   return d;

@@ -3,13 +3,13 @@
 // falls, a budget of every page gives full's logits bit for bit (on the
 // optimised and the reference attention), the same over KIVI's sealed
 // groups, and what the read path cannot take is refused naming quest.
-#include <unistd.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 
+#include "core/base/temp_dir_test_util.h"
 #include "core/engine/engine.h"
 
 namespace kvlab {
@@ -27,7 +27,7 @@ std::string ModelDir() {
     c.num_key_value_heads = 2;
     c.head_dim = 32;
     c.max_position_embeddings = 4096;
-    std::string d = ::testing::TempDir() + std::to_string(getpid()) + "_kvlab_" + c.name;
+    std::string d = ProcessTempDir() + "/" + c.name;
     std::filesystem::remove_all(d);
     EXPECT_TRUE(WriteRandomCheckpoint(c, 5, 0.08, d).ok());
     return d;

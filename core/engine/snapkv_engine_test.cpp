@@ -5,12 +5,12 @@
 // Ada-KV's heads hold different lengths in exactly their blocks, and a
 // window larger than a step is refused naming the policy and parameter.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 
+#include "core/base/temp_dir_test_util.h"
 #include "core/engine/engine.h"
 
 namespace kvlab {
@@ -28,7 +28,7 @@ std::string TinyDir() {
     c.num_key_value_heads = 2;
     c.head_dim = 32;
     c.max_position_embeddings = 4096;
-    const std::string d = ::testing::TempDir() + std::to_string(getpid()) + "_kvlab_tiny_snapkv";
+    const std::string d = ProcessTempDir() + "/tiny_snapkv";
     std::filesystem::remove_all(d);
     EXPECT_TRUE(WriteRandomCheckpoint(c, 33, 0.08, d).ok());
     return d;

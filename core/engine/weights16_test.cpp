@@ -2,13 +2,13 @@
 // weights, a bf16 checkpoint loaded as bf16 whose fp32 arithmetic gives the
 // logits of the same weights widened to fp32 (paged decode and prefill), the
 // opt-in 16-bit arithmetic, and MatMul16's paths against at::linear.
-#include <unistd.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 
+#include "core/base/temp_dir_test_util.h"
 #include "core/engine/engine.h"
 #include "core/model/matmul16.h"
 #include "core/model/model.h"
@@ -33,7 +33,7 @@ ModelConfig SmallConfig() {
 }
 
 std::string TempDir(const std::string& name) {
-  std::string dir = ::testing::TempDir() + std::to_string(getpid()) + "_kvlab_weights16_" + name;
+  std::string dir = ProcessTempDir() + "/weights16_" + name;
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;

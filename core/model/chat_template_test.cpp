@@ -20,8 +20,7 @@
 #include <string>
 #include <vector>
 
-#include <stdlib.h>
-
+#include "core/base/temp_dir_test_util.h"
 #include "core/model/tokenizer.h"
 
 namespace kvlab {
@@ -162,30 +161,14 @@ TEST(ChatTemplate, EveryPrefixOfATemplateFailsCleanly) {
 
 // ---- the loader's errors ----
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/kvlab_chatXXXXXX";
-    path_ = mkdtemp(tmpl);
-  }
-  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
-  const std::string& path() const { return path_; }
-  void Write(const std::string& name, const std::string& text) const {
-    std::ofstream(path_ + "/" + name, std::ios::binary) << text;
-  }
-
- private:
-  std::string path_;
-};
-
-Status LoadAndApply(const TempDir& d, std::string* out) {
+Status LoadAndApply(const ScopedTempDir& d, std::string* out) {
   std::unique_ptr<ChatTemplate> t;
   KVLAB_RETURN_IF_ERROR(ChatTemplate::Load(d.path(), &t));
   return t->Apply(Json::array({{{"role", "user"}, {"content", "hi"}}}), true, out);
 }
 
 TEST(ChatTemplate, ErrorsNameTheFileAndPlace) {
-  TempDir d;
+  ScopedTempDir d;
   std::string out;
   Status s = LoadAndApply(d, &out);
   EXPECT_EQ(s.code(), Status::Code::kNotFound);
@@ -225,7 +208,7 @@ TEST(ChatTemplate, ErrorsNameTheFileAndPlace) {
 }
 
 TEST(ChatTemplate, FindsTheTemplateAndPassesTransformersVariables) {
-  TempDir d;
+  ScopedTempDir d;
   std::string out;
   d.Write("tokenizer_config.json",
           R"({"bos_token": {"content": "<s>", "lstrip": false}, "eos_token": "</s>", "pad_token": null,

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "core/base/temp_dir_test_util.h"
 #include "core/model/tokenize_command.h"
 #include "core/model/tokenizer.h"
 
@@ -157,23 +158,6 @@ TEST(HfTokenizer, TokenizeCommandPrintsIdsAndDecodes) {
 
 // ---- small files written by the tests ----
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/kvlab_hf_tokXXXXXX";
-    path_ = mkdtemp(tmpl);
-  }
-  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
-  const std::string& path() const { return path_; }
-  std::string Write(const std::string& name, const std::string& text) const {
-    std::ofstream(path_ + "/" + name, std::ios::binary) << text;
-    return path_ + "/" + name;
-  }
-
- private:
-  std::string path_;
-};
-
 // A byte-level BPE with Llama 3.1's post-processor shape: Sequence [ByteLevel, TemplateProcessing].
 json TinyByteLevel() {
   return json::parse(R"({
@@ -202,7 +186,7 @@ json TinyByteLevel() {
 }
 
 TEST(HfTokenizer, TemplateAddsBosAndEosAroundTheText) {
-  TempDir dir;
+  ScopedTempDir dir;
   std::unique_ptr<Tokenizer> t;
   const Status s = NewHfTokenizer(dir.Write("tokenizer.json", TinyByteLevel().dump()), -1, -1, &t);
   ASSERT_TRUE(s.ok()) << s.ToString();
@@ -221,7 +205,7 @@ TEST(HfTokenizer, TemplateAddsBosAndEosAroundTheText) {
 }
 
 TEST(HfTokenizer, AModelWithoutTypeButWithMergesIsBpe) {
-  TempDir dir;
+  ScopedTempDir dir;
   json j = TinyByteLevel();
   j["model"].erase("type");
   std::unique_ptr<Tokenizer> t;
@@ -233,7 +217,7 @@ TEST(HfTokenizer, AModelWithoutTypeButWithMergesIsBpe) {
 }
 
 TEST(HfTokenizer, ADirectoryWithBothFilesPrefersTokenizerJson) {
-  TempDir dir;
+  ScopedTempDir dir;
   dir.Write("tokenizer.json", TinyByteLevel().dump());
   dir.Write("tokenizer.model", "not a sentencepiece model");
   dir.Write("config.json", R"({"model_type": "llama", "vocab_size": 11, "bos_token_id": 9, "eos_token_id": 10})");
@@ -255,7 +239,7 @@ TEST(HfTokenizer, ADirectoryWithBothFilesPrefersTokenizerJson) {
 
 // One bad tokenizer.json: the error names the file and the key.
 void ExpectError(const std::string& text, const std::string& key_and_what) {
-  TempDir dir;
+  ScopedTempDir dir;
   const std::string path = dir.Write("tokenizer.json", text);
   std::unique_ptr<Tokenizer> t;
   const Status s = LoadTokenizerFromDir(dir.path(), &t);
@@ -302,7 +286,7 @@ TEST(HfTokenizer, BadFilesAreOneErrorNamingTheFileAndKey) {
 }
 
 TEST(HfTokenizer, ADirectoryWithoutATokenizerNamesWhatWasLookedFor) {
-  TempDir dir;
+  ScopedTempDir dir;
   std::unique_ptr<Tokenizer> t;
   const Status s = LoadTokenizerFromDir(dir.path(), &t);
   ASSERT_FALSE(s.ok());
@@ -327,7 +311,7 @@ TEST(HfTokenizer, ADirectoryWithoutATokenizerNamesWhatWasLookedFor) {
 // stack when a value was copied or printed) are one error naming the file.
 TEST(HfTokenizer, DeeplyNestedFilesAreOneErrorNamingTheFile) {
   const std::string deep = std::string(100000, '[') + std::string(100000, ']');
-  TempDir dir;
+  ScopedTempDir dir;
   dir.Write("tokenizer.json", TinyByteLevel().dump());
   const std::string cfg = dir.Write("tokenizer_config.json", "{\"bos_token\": " + deep + "}");
   std::unique_ptr<Tokenizer> t;
@@ -349,7 +333,7 @@ TEST(HfTokenizer, DeeplyNestedFilesAreOneErrorNamingTheFile) {
 
 // A token string with a newline and a control byte comes back escaped, on one line.
 TEST(HfTokenizer, TokenTextInAnErrorIsOneLine) {
-  TempDir dir;
+  ScopedTempDir dir;
   dir.Write("tokenizer.json", TinyByteLevel().dump());
   dir.Write("tokenizer_config.json", R"({"bos_token": "<a\nb\u0001>"})");
   std::unique_ptr<Tokenizer> t;

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/base/temp_dir_test_util.h"
+
 namespace kvlab {
 namespace {
 
@@ -15,7 +17,7 @@ using json = nlohmann::json;
 
 std::string FreshDir() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  const fs::path d = fs::path(::testing::TempDir()) / ("kvlab_cfg_" + std::string(info->name()));
+  const fs::path d = fs::path(ProcessTempDir()) / ("kvlab_cfg_" + std::string(info->name()));
   fs::remove_all(d);
   fs::create_directories(d);
   return d.string();

@@ -13,6 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/base/temp_dir_test_util.h"
+
 namespace kvlab {
 namespace {
 
@@ -21,7 +23,7 @@ using json = nlohmann::json;
 
 std::string WriteConfig(const json& j) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  const fs::path d = fs::path(::testing::TempDir()) / ("kvlab_fam_" + std::string(info->name()));
+  const fs::path d = fs::path(ProcessTempDir()) / ("kvlab_fam_" + std::string(info->name()));
   fs::create_directories(d);
   const std::string path = (d / "config.json").string();
   std::ofstream(path, std::ios::trunc) << j.dump();

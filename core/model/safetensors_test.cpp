@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/base/temp_dir_test_util.h"
+
 namespace kvlab {
 namespace {
 
@@ -16,7 +18,7 @@ namespace fs = std::filesystem;
 // A fresh directory per test, so tests never see each other's files.
 std::string FreshDir() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  const fs::path d = fs::path(::testing::TempDir()) / ("kvlab_st_" + std::string(info->name()));
+  const fs::path d = fs::path(ProcessTempDir()) / ("kvlab_st_" + std::string(info->name()));
   fs::remove_all(d);
   fs::create_directories(d);
   return d.string();

@@ -12,6 +12,7 @@
 
 #include <random>
 
+#include "core/base/temp_dir_test_util.h"
 #include "core/cache/cache_reservation.h"
 #include "core/cache/cache_test_util.h"
 #include "core/cache/kv_cache.h"
@@ -133,7 +134,7 @@ TEST(SelectionMemoryTest, DuoPoolsHoldFullRetrievalHeadsAndWindowedStreamingHead
   std::mt19937 rng(5);
   std::uniform_real_distribution<double> u(0.0, 1.0);
   for (int i = 0; i < 32 * 8; ++i) split.scores.push_back(u(rng));
-  const std::string path = ::testing::TempDir() + "/duo-llama-3.1-8b.toml";
+  const std::string path = ProcessTempDir() + "/duo-llama-3.1-8b.toml";
   ASSERT_TRUE(WriteDuoHeads(path, split).ok());
   const std::vector<char> retrieval = DuoRetrievalMask(split.scores, 0.25);
   PrefillRun r;

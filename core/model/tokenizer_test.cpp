@@ -1,7 +1,6 @@
 #include "core/model/tokenizer.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -10,13 +9,15 @@
 #include <sentencepiece_trainer.h>
 #endif
 
+#include "core/base/temp_dir_test_util.h"
+
 namespace kvlab {
 namespace {
 
 namespace fs = std::filesystem;
 
 std::string TempDir(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / ("kvlab_tokenizer_test_" + name + "_" + std::to_string(::getpid()));
+  const fs::path p = fs::path(ProcessTempDir()) / name;
   fs::remove_all(p);
   fs::create_directories(p);
   return p.string();

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/base/temp_dir_test_util.h"
 #include "core/model/model_config.h"
 #include "core/model/safetensors.h"
 
@@ -16,7 +17,7 @@ namespace fs = std::filesystem;
 
 std::string FreshDir() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  const fs::path d = fs::path(::testing::TempDir()) / ("kvlab_untrusted_" + std::string(info->name()));
+  const fs::path d = fs::path(ProcessTempDir()) / ("kvlab_untrusted_" + std::string(info->name()));
   fs::remove_all(d);
   fs::create_directories(d);
   return d.string();

@@ -8,7 +8,6 @@
 
 #include "core/serve/serve_bench.h"
 
-#include <unistd.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,6 +19,8 @@
 #include <set>
 
 #include <nlohmann/json.hpp>
+
+#include "core/base/temp_dir_test_util.h"
 
 namespace kvlab {
 namespace {
@@ -46,7 +47,7 @@ const std::string& ModelDir() {
   static const std::string dir = [] {
     ModelConfig c;
     EXPECT_TRUE(PresetConfig("small", &c).ok());
-    const std::string d = ::testing::TempDir() + std::to_string(getpid()) + "_kvlab_serve_engine_model";
+    const std::string d = ProcessTempDir() + "/serve_engine_model";
     std::filesystem::remove_all(d);
     EXPECT_TRUE(WriteRandomCheckpoint(c, 5, 0.15, d).ok());
     return d;
@@ -437,7 +438,7 @@ output_tokens = 8
 // `kvlab serve-bench` on the engine: the entry point the CLI calls, with a
 // --set override (block_size 4 in the file, 8 run).
 TEST(ServeBenchRunTest, EngineRunOnTheSmallModel) {
-  const std::string path = ::testing::TempDir() + std::to_string(getpid()) + "_serve_engine.toml";
+  const std::string path = ProcessTempDir() + "/serve_engine.toml";
   std::ofstream(path) << std::string(kSmallServeHead) + kSmallServeWorkload;
   ServeBenchOverrides ov;
   ov.sets = {"block_size=8"};
@@ -466,11 +467,11 @@ keep_sinks = 0
 keep_recent = 8
 )";
   ServeBenchOverrides ov;
-  ov.json_path = ::testing::TempDir() + std::to_string(getpid()) + "_serve_offload.jsonl";
+  ov.json_path = ProcessTempDir() + "/serve_offload.jsonl";
   std::remove(ov.json_path.c_str());
   std::string full_report, offload_report;
-  const std::string full_path = ::testing::TempDir() + std::to_string(getpid()) + "_serve_full.toml";
-  const std::string offload_path = ::testing::TempDir() + std::to_string(getpid()) + "_serve_offload.toml";
+  const std::string full_path = ProcessTempDir() + "/serve_full.toml";
+  const std::string offload_path = ProcessTempDir() + "/serve_offload.toml";
   std::ofstream(full_path) << head + workload;
   std::ofstream(offload_path) << head + offload + workload;
   Status s = RunServeBench(full_path, ov, &full_report);

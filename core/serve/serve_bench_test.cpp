@@ -2,7 +2,6 @@
 // (the engine run is in engine_executor_test.cpp).
 #include "core/serve/serve_bench.h"
 
-#include <unistd.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -10,6 +9,8 @@
 #include <sstream>
 
 #include <nlohmann/json.hpp>
+
+#include "core/base/temp_dir_test_util.h"
 
 namespace kvlab {
 namespace {
@@ -121,7 +122,7 @@ std::string Slurp(const std::string& path) {
 }
 
 std::string WriteTemp(const std::string& name, const std::string& text) {
-  const std::string path = ::testing::TempDir() + std::to_string(getpid()) + "_" + name;
+  const std::string path = ProcessTempDir() + "/" + name;
   std::ofstream(path) << text;
   return path;
 }
@@ -130,8 +131,8 @@ TEST(ServeBenchRunTest, ModelFreeRunReportsAndWritesTheOccupancyCsv) {
   const std::string path = WriteTemp("serve_mf.toml", std::string("model = \"llama-3.1-8b\"\npool_gb = 0.5\nmax_num_seqs = 16\n"
                                                                   "max_num_batched_tokens = 512\n") + kUsers);
   ServeBenchOverrides ov;
-  ov.csv_path = ::testing::TempDir() + std::to_string(getpid()) + "_serve_mf.csv";
-  ov.json_path = ::testing::TempDir() + std::to_string(getpid()) + "_serve_mf.jsonl";
+  ov.csv_path = ProcessTempDir() + "/serve_mf.csv";
+  ov.json_path = ProcessTempDir() + "/serve_mf.jsonl";
   std::remove(ov.json_path.c_str());
   std::string report;
   Status s = RunModelFree(path, ov, &report);
@@ -204,7 +205,7 @@ system_tokens = 200
 )";
   std::string off, on;
   ServeBenchOverrides ov;
-  ov.json_path = ::testing::TempDir() + std::to_string(getpid()) + "_serve_prefix.jsonl";
+  ov.json_path = ProcessTempDir() + "/serve_prefix.jsonl";
   std::remove(ov.json_path.c_str());
   ASSERT_TRUE(RunModelFree(WriteTemp("serve_off.toml", "prefix_caching = false\n" + common), ov, &off).ok());
   Status s = RunModelFree(WriteTemp("serve_on.toml", common), ov, &on);
@@ -292,7 +293,7 @@ user_tokens = {dist = "uniform", min = 200, max = 500}
 output_tokens = {dist = "uniform", min = 50, max = 150}
 )";
   ServeBenchOverrides ov;
-  ov.json_path = ::testing::TempDir() + std::to_string(getpid()) + "_serve_split.jsonl";
+  ov.json_path = ProcessTempDir() + "/serve_split.jsonl";
   std::remove(ov.json_path.c_str());
   std::string half, sized;
   ASSERT_TRUE(RunModelFree(WriteTemp("serve_half.toml", "plain_pool_gb = 0.1\n" + common), ov, &half).ok());

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/base/temp_dir_test_util.h"
 #include "core/model/model.h"
 #include "datasets/trainer/trainer.h"
 
@@ -19,7 +20,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string TempDir(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / ("kvlab_families_" + name + "_" + std::to_string(::getpid()));
+  const fs::path p = fs::path(ProcessTempDir()) / name;
   fs::remove_all(p);
   fs::create_directories(p);
   return p.string();

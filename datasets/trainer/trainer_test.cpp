@@ -12,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/base/temp_dir_test_util.h"
 #include "core/engine/engine.h"
 #include "datasets/tasks/tasks.h"
 #include "core/model/tokenizer.h"
@@ -23,7 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string TempDir(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / ("kvlab_trainer_test_" + name + "_" + std::to_string(::getpid()));
+  const fs::path p = fs::path(ProcessTempDir()) / name;
   fs::remove_all(p);
   fs::create_directories(p);
   return p.string();

@@ -18,7 +18,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
@@ -209,7 +208,7 @@ def end_to_end(tmp, kvlab, c):
             f"missing layer: exit {r.returncode}, message names model.layers.{missing}.*: {text.strip()[-300:]!r}")
 
 
-def committed_models(kvlab, c):
+def committed_models(tmp, kvlab, c):
     """The trained models under datasets/models/: numpy's logits equal the engine's."""
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "datasets", "models")
     text = b"In the beginning the KV cache was small; then came long chats. The pass key is 71432."
@@ -222,7 +221,7 @@ def committed_models(kvlab, c):
         cfg, w = ref.load_checkpoint(model_dir)
         want = ref.forward(cfg, w, tokens)
         for mode in ("prefill", "decode"):
-            out = os.path.join(tempfile.gettempdir(), f"kvlab_numpy_{name}_{mode}_{os.getpid()}.bin")
+            out = os.path.join(tmp, f"committed_{name}.{mode}.bin")
             r = run_kvlab(kvlab, model_dir, tokens, mode, out)
             if r.returncode != 0:
                 c.check(False, f"{name} --mode {mode}: kvlab exited {r.returncode}: {(r.stderr or r.stdout).strip()[-500:]}")
@@ -249,7 +248,7 @@ def main():
         self_check(tmp, c)
         if not args.self_check:
             end_to_end(tmp, args.kvlab, c)
-            committed_models(args.kvlab, c)
+            committed_models(tmp, args.kvlab, c)
     return run_checks("kvlab_numpy_ref_", args.keep, body)
 
 

@@ -68,11 +68,12 @@ endif()
 
 # The same as the top-level CMakeLists.txt's, which is not reached in this mode.
 function(kvlab_add_test name)
-  cmake_parse_arguments(T "" "" "SOURCES;LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(T "" "TEST_PREFIX" "SOURCES;LIBS;LABELS" ${ARGN})
   add_executable(${name} ${T_SOURCES})
   target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main)
   target_compile_options(${name} PRIVATE ${KVLAB_WARNINGS})
   gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
+                       TEST_PREFIX "${T_TEST_PREFIX}"
                        PROPERTIES LABELS "${T_LABELS}" ENVIRONMENT "KVLAB_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
 endfunction()
 
