@@ -5,6 +5,8 @@
 #include <fstream>
 #include <memory>
 
+#include "core/base/checked_int.h"
+#include "core/base/untrusted.h"
 #include "core/cache/cache_reservation.h"
 #include "core/cache/kv_cache.h"
 
@@ -48,7 +50,7 @@ Status EstimateKVMemory(const ModelConfig& c, int64_t tokens, int bits, const Po
   if (bits != 32 && bits != 16 && bits != 8 && bits != 4 && bits != 2) {
     return Status::InvalidArgument("--bits must be 32, 16, 8, 4 or 2, got " + std::to_string(bits));
   }
-  if (tokens < 0) return Status::InvalidArgument("--tokens must be >= 0");
+  if (tokens < 0) return Status::InvalidArgument("--tokens must be >= 0, got " + std::to_string(tokens));
   // The engine's cache shape at its default block size; the storage width is
   // `bits`, not the shape's dtype.
   CacheShape shape;
@@ -69,8 +71,29 @@ Status EstimateKVMemory(const ModelConfig& c, int64_t tokens, int bits, const Po
   e.hidden = c.hidden_size;
   e.bits = bits;
   e.tokens = tokens;
-  e.bytes_per_token = 2 * e.num_layers * e.stored_kv_heads * e.head_dim * bits / 8;
-  const int64_t layer_token_bytes = 2 * e.stored_kv_heads * e.head_dim * bits / 8;
+  // Every byte count below is checked: a token count or a config large enough
+  // to overflow 64 bits is an error naming --tokens, not a negative figure.
+  const CheckedInt per_token = CheckedInt(2) * e.num_layers * e.stored_kv_heads * e.head_dim * bits / 8;
+  const CheckedInt layer_token_bytes = CheckedInt(2) * e.stored_kv_heads * e.head_dim * bits / 8;
+  // Bytes a token, then times the tokens (d_model and d_h are even, so each
+  // per-token figure is a whole number of bytes at every width).
+  const CheckedInt mha = CheckedInt(2) * e.num_layers * e.hidden * bits / 8 * tokens;
+  const CheckedInt uncompressed = CheckedInt(2) * e.num_layers * e.kv_heads * e.head_dim * bits / 8 * tokens;
+  // The largest count the report prints is at most the uncompressed stored
+  // cache plus a block per stream: checked before anything is replayed.
+  const CheckedInt stored_bound = per_token * (CheckedInt(tokens) + 2 * 16);
+  if (!mha.ok() || !uncompressed.ok() || !stored_bound.ok()) {
+    const int64_t widest = std::max<int64_t>({per_token.value(), 2 * e.num_layers * e.hidden * bits / 8,
+                                              2 * e.num_layers * e.kv_heads * e.head_dim * bits / 8, 1});
+    return Status::InvalidArgument(
+        "--tokens " + WithCommas(tokens) + ": the cache's bytes (2 x L x H_kv x d_h x S x b, L=" +
+        std::to_string(e.num_layers) + " H_kv=" + std::to_string(e.kv_heads) + " d_h=" + std::to_string(e.head_dim) +
+        " d_model=" + std::to_string(e.hidden) + " b=" + std::to_string(bits) +
+        " bits) overflow a 64-bit count; this model can be sized at up to about " +
+        WithCommas(INT64_MAX / widest - 32) + " tokens");
+  }
+  e.bytes_per_token = per_token.value();
+  e.uncompressed_bytes = uncompressed.value();
   // Selection: what the policy keeps of a stream at `tokens` tokens.
   const KVPolicy* sel = stack.For(kConcernSelection);
   int64_t kept = tokens;
@@ -99,14 +122,14 @@ Status EstimateKVMemory(const ModelConfig& c, int64_t tokens, int bits, const Po
   const int64_t residual = shape.residual;
   const bool encoded = shape.encoded;
   if (encoded) e.encoding = enc.Describe();
-  e.bytes_per_sequence = 0;
-  e.bytes_in_blocks = 0;
+  CheckedInt seq_bytes = 0, block_bytes = 0;
   const int64_t bs = e.block_size;
   const int64_t plain_block_bytes = 2 * bs * e.head_dim * bits / 8;
   for (LayerGroup& g : e.groups) {
     const int64_t held = g.tokens_held;
-    int64_t per_layer = layer_token_bytes * held;
-    int64_t enc_tokens = 0, enc_bytes = 0;
+    CheckedInt per_layer = layer_token_bytes * held;
+    int64_t enc_tokens = 0;
+    CheckedInt enc_bytes_checked = 0;
     int64_t plain_tokens = held;
     if (encoded) {
       // Sealed groups outside the residual are encoded; the rest stays at `bits`.
@@ -115,6 +138,10 @@ Status EstimateKVMemory(const ModelConfig& c, int64_t tokens, int bits, const Po
       enc_tokens = groups * tpb;
       plain_tokens = held - enc_tokens;
       if (sel != nullptr && tokens > 0 && sel->KeptRunsBound() > 0) {
+        // The replay takes a step per token.
+        KVLAB_RETURN_IF_ERROR(CheckIntIn("--tokens (policy '" + std::string(sel->Name()) + "' over encoding '" +
+                                             enc.Describe() + "' is replayed a token at a time)",
+                                         tokens, 0, kMaxContextTokens));
         KVLAB_RETURN_IF_ERROR(ReplaySealedLayout(shape, *sel, g.window, tokens, &groups, &enc_tokens, &plain_tokens));
       } else if (sel != nullptr && tokens > 0) {
         // A rule by score may leave every kept sealed token in a group of its
@@ -123,16 +150,25 @@ Status EstimateKVMemory(const ModelConfig& c, int64_t tokens, int bits, const Po
         e.sealed_bound = true;
       }
       if (g.window == 0 || e.encoded_tokens == 0) e.encoded_tokens = enc_tokens;
-      enc_bytes = groups * enc.BlockBytes();
-      per_layer = e.stored_kv_heads * enc_bytes + layer_token_bytes * plain_tokens;
+      enc_bytes_checked = CheckedInt(groups) * enc.BlockBytes();
+      per_layer = CheckedInt(e.stored_kv_heads) * enc_bytes_checked + layer_token_bytes * plain_tokens;
     }
-    g.bytes = g.layers * per_layer;
-    e.bytes_per_sequence += g.bytes;
+    const CheckedInt group_bytes = CheckedInt(g.layers) * per_layer;
+    seq_bytes += group_bytes;
     // A window layer frees only whole leading blocks out of its window, so it
     // may hold up to a block more; the figure here is the exact window.
     const int64_t plain_blocks = (plain_tokens + bs - 1) / bs;
-    e.bytes_in_blocks += g.layers * e.stored_kv_heads * (plain_blocks * plain_block_bytes + enc_bytes);
+    block_bytes += CheckedInt(g.layers) * e.stored_kv_heads *
+                   (CheckedInt(plain_blocks) * plain_block_bytes + enc_bytes_checked);
+    if (!group_bytes.ok()) break;
+    g.bytes = group_bytes.value();
   }
+  if (!seq_bytes.ok() || !block_bytes.ok()) {
+    return Status::InvalidArgument("--tokens " + WithCommas(tokens) + ": the cache's bytes under policy '" +
+                                   stack.Describe() + "' overflow a 64-bit count");
+  }
+  e.bytes_per_sequence = seq_bytes.value();
+  e.bytes_in_blocks = block_bytes.value();
   PlacementOptions po;
   if (stack.Placement(&po)) {
     KVLAB_RETURN_IF_ERROR(CheckDeviceBudget(stack, po.device_budget_bytes, /*max_seqs=*/1, e.num_layers,
@@ -142,7 +178,7 @@ Status EstimateKVMemory(const ModelConfig& c, int64_t tokens, int bits, const Po
     e.host_bytes = std::min(e.bytes_in_blocks - e.device_bytes, po.host_budget_bytes);
     e.disk_bytes = e.bytes_in_blocks - e.device_bytes - e.host_bytes;
   }
-  e.mha_shortcut_bytes = 2 * e.num_layers * e.hidden * tokens * bits / 8;
+  e.mha_shortcut_bytes = mha.value();
   e.policy = stack.Describe();
   *out = e;
   return Status::OK();
@@ -232,7 +268,7 @@ std::string FormatMemoryReport(const MemoryEstimate& e, int64_t pool_bytes) {
            WithCommas(e.disk_bytes) + " B (the placement policy's budgets)\n";
   }
   // Against the model's own uncompressed GQA cache, not the policy's.
-  const int64_t gqa_bytes = 2 * e.num_layers * e.kv_heads * e.head_dim * e.tokens * e.bits / 8;
+  const int64_t gqa_bytes = e.uncompressed_bytes;
   if (e.mha_shortcut_bytes != gqa_bytes && gqa_bytes > 0 && e.hidden > 0) {
     std::snprintf(buf, sizeof(buf), "MHA shortcut   2 x L x d_model x S x b = %s B, overstates the uncompressed cache by %.2fx\n",
                   WithCommas(e.mha_shortcut_bytes).c_str(),

@@ -32,6 +32,7 @@ struct MemoryEstimate {
   int64_t bytes_per_token = 0;        // 2 * L * H_kv(stored) * d_h * bits / 8
   int64_t bytes_per_sequence = 0;     // bytes_per_token * tokens, less what an encoding saves
   int64_t mha_shortcut_bytes = 0;     // 2 * L * d_model * S * b: what the MHA formula claims
+  int64_t uncompressed_bytes = 0;     // 2 * L * H_kv * d_h * S * b: the model's own uncompressed cache
   std::string policy;                 // stack description
   std::string encoding;               // sealed-block encoding, if the stack has one
   int64_t encoded_tokens = 0;         // live tokens in sealed encoded blocks

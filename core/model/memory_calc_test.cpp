@@ -63,6 +63,28 @@ TEST(MemoryCalcTest, RejectsBadBits) {
   EXPECT_FALSE(EstimateKVMemory(c, 10, 12, stack, &e).ok());
 }
 
+// Sizes past 64 bits are an error naming --tokens and the largest count the
+// model can be sized at, never a negative figure; just below it every figure
+// is positive.
+TEST(MemoryCalcTest, OverflowIsAnErrorNamingTokens) {
+  ModelConfig c;
+  ASSERT_TRUE(PresetConfig("llama-3.1-8b", &c).ok());
+  PolicyStack stack;
+  ASSERT_TRUE(PolicyStack::Create({PolicySpec{"full", {}, "t"}}, &stack).ok());
+  MemoryEstimate e;
+  Status s = EstimateKVMemory(c, 100000000000000, 16, stack, &e);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("--tokens 100,000,000,000,000"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("overflow a 64-bit count"), std::string::npos) << s.message();
+  // 2 x 32 layers x 4096 (d_model, the MHA shortcut's width) x 2 bytes a token.
+  EXPECT_NE(s.message().find("up to about 17,592,186,044,383 tokens"), std::string::npos) << s.message();
+  ASSERT_TRUE(EstimateKVMemory(c, 17592186044383, 16, stack, &e).ok());
+  EXPECT_GT(e.bytes_per_sequence, 0);
+  EXPECT_GT(e.bytes_in_blocks, 0);
+  EXPECT_GT(e.mha_shortcut_bytes, 0);
+  EXPECT_FALSE(EstimateKVMemory(c, -1, 16, stack, &e).ok());
+}
+
 TEST(MemoryCalcTest, Formatting) {
   EXPECT_EQ(WithCommas(131072), "131,072");
   EXPECT_EQ(WithCommas(999), "999");

@@ -30,7 +30,25 @@ int Main(int argc, char** argv) {
       AddMergeCommand(app), AddExportCommand(app), AddModelsCommand(app), AddPoliciesCommand(app),
       AddTokenizeCommand(app), AddCalibrateHeadsCommand(app),
   };
-  CLI11_PARSE(app, argc, argv);
+  // An empty value ('--tokens ""', '--model ""') is refused for every option
+  // that takes one: read as "not given", it would run the default silently.
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    for (CLI::Option* o : sub->get_options([](CLI::Option* o) { return o->get_type_size() > 0; })) {
+      o->check([](const std::string& v) { return v.empty() ? std::string("the value is empty") : std::string(); });
+    }
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version end the parse with exit code 0: CLI11 prints them.
+    if (e.get_exit_code() == 0) return app.exit(e);
+    // Every other parse error (an unknown option, a value that does not
+    // convert, a missing required option) is one error line and exit 1, as
+    // every other bad input; CLI11's own codes (104, 105, ...) are internal.
+    const std::vector<CLI::App*> given = app.get_subcommands();
+    const std::string help = given.empty() ? "kvlab --help" : "kvlab " + given.back()->get_name() + " --help";
+    return Fail(Status::InvalidArgument(QuoteBytes(e.what(), 160) + " (" + help + " lists what it takes)"));
+  }
   for (const Command& c : commands) {
     if (*c.app) return c.run();
   }

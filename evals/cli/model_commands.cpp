@@ -1,10 +1,12 @@
 // Subcommands about models, their tokenizers and caches: logits, memory, init,
 // models, tokenize.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <memory>
 
+#include "core/base/untrusted.h"
 #include "core/engine/engine.h"
 #include "core/model/memory_calc.h"
 #include "core/model/model_families.h"
@@ -106,6 +108,7 @@ struct MemoryArgs {
   int64_t tokens = 8192;
   int bits = 16;
   double pool_gb = 0;
+  bool pool_gb_given = false;
   std::vector<std::string> policies;
 };
 
@@ -122,8 +125,18 @@ int RunMemory(const MemoryArgs& a) {
   if (s.ok()) s = EstimateKVMemory(mc, a.tokens, a.bits, stack, &e);
   if (!s.ok()) return Fail(s);
   e.unverified_model_type = unverified;
+  int64_t pool_bytes = 0;
+  if (a.pool_gb_given) {
+    // Up to 10^9 GB (an exabyte): a pool's share, not a size anything allocates.
+    if (!(std::isfinite(a.pool_gb) && a.pool_gb > 0 && a.pool_gb <= 1e9)) {
+      char got[32];
+      std::snprintf(got, sizeof(got), "%g", a.pool_gb);
+      return Fail(Status::InvalidArgument(std::string("--pool-gb must be a number of GB in (0, 1e9], got ") + got));
+    }
+    pool_bytes = std::max<int64_t>(1, std::llround(a.pool_gb * 1e9));
+  }
   std::printf("model          %s\n", a.model.c_str());
-  std::printf("%s", FormatMemoryReport(e, static_cast<int64_t>(a.pool_gb * 1e9)).c_str());
+  std::printf("%s", FormatMemoryReport(e, pool_bytes).c_str());
   return 0;
 }
 
@@ -208,9 +221,13 @@ Command AddMemoryCommand(CLI::App& app) {
   mem->add_option("--model", a->model, "Preset, config.json or model directory")->capture_default_str();
   mem->add_option("--tokens", a->tokens, "Sequence length S")->capture_default_str();
   mem->add_option("--bits", a->bits, "Bits per stored number (32, 16, 8, 4, 2)")->capture_default_str();
-  mem->add_option("--pool-gb", a->pool_gb, "Also report the share of a KV pool of this many GB (10^9 bytes)");
+  CLI::Option* pool = mem->add_option("--pool-gb", a->pool_gb,
+                                      "Also report the share of a KV pool of this many GB (10^9 bytes; > 0)");
   mem->add_option("--policy", a->policies, "Policy stack, as for generate");
-  return {mem, [a] { return RunMemory(*a); }};
+  return {mem, [a, pool] {
+            a->pool_gb_given = pool->count() > 0;
+            return RunMemory(*a);
+          }};
 }
 
 Command AddInitCommand(CLI::App& app) {
