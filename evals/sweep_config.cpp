@@ -6,6 +6,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <type_traits>
 
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
@@ -55,6 +56,15 @@ Status List(const std::string& path, const toml::node& n, const std::string& key
   auto one = [&](const toml::node& el) -> Status {
     T v;
     if (!get(el, &v)) return Where(path, el, "'" + key + "' entries must be " + what);
+    // A value listed twice would run each of its points twice and report them
+    // as one point of n=2 (repetitions is the key for more samples).
+    if (std::find(out->begin(), out->end(), v) != out->end()) {
+      std::string text;
+      if constexpr (std::is_same_v<T, std::string>) text = "'" + QuoteBytes(v) + "'";
+      else text = std::to_string(v);
+      return Where(path, el, "'" + key + "' lists " + text + " twice; list each value once (repetitions = N " +
+                                 "runs every point N times)");
+    }
     out->push_back(v);
     return Status::OK();
   };
@@ -198,10 +208,12 @@ Status ReadStack(const std::string& path, const toml::table& t, bool allow_lists
         if (!allow_lists) return Where(path, kv.second, "a [[point]] takes single values; use [[sweep]] for grids ('" + key + "')");
         for (const toml::node& el : *a) {
           if (!TomlScalarText(el, &text)) return Where(path, el, "policy '" + g.name + "' parameter '" + key + "' values must be scalars");
+          KVLAB_RETURN_IF_ERROR(CheckPolicyParamType(path, g.name, key, el));
           values.push_back(text);
         }
         if (values.empty()) return Where(path, kv.second, "policy '" + g.name + "' parameter '" + key + "' is an empty grid");
       } else if (TomlScalarText(kv.second, &text)) {
+        KVLAB_RETURN_IF_ERROR(CheckPolicyParamType(path, g.name, key, kv.second));
         values.push_back(text);
       } else {
         return Where(path, kv.second, "policy '" + g.name + "' parameter '" + key + "' must be a number, boolean, string or a list of them");
@@ -442,6 +454,23 @@ Status ParseSweepConfig(const std::string& text, const std::string& path, const 
   }
   for (const std::string& t : c.tasks) {  // defaults for tasks without a table
     c.task_options.emplace(t, SweepTaskOptions(SweepTaskRegistry::Global().Find(t)->options));
+  }
+  // Preflight: a length past a model's positions fails each of its points
+  // after their work, so it is refused here (a model whose config cannot be
+  // read yet is left to its points to report).
+  const toml::node* lengths_node = root.get("lengths");
+  for (size_t i = 0; i < c.models.size() && !c.allow_long_context && lengths_node != nullptr; ++i) {
+    ModelConfig mc;
+    const std::string json = c.models[i] + "/config.json";
+    if (!PresetConfig(c.models[i], &mc).ok() && !(std::ifstream(json) && LoadModelConfig(json, &mc).ok())) continue;
+    for (int64_t l : c.lengths) {
+      if (l <= mc.max_position_embeddings) continue;
+      return Where(path, *lengths_node,
+                   "'lengths' entry " + std::to_string(l) + " is past the " +
+                       std::to_string(mc.max_position_embeddings) + " positions of model '" + c.model_labels[i] +
+                       "' (max_position_embeddings in its config.json); lower it, or set allow_long_context = true "
+                       "to run past them");
+    }
   }
   KVLAB_RETURN_IF_ERROR(AddStacks(path, grids, points, &c));
   // Points: models x stacks x tasks x lengths x batches x seeds x repetitions.

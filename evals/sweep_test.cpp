@@ -2,6 +2,7 @@
 // shards + merge, failed points, and honest baseline figures.
 #include "evals/sweep.h"
 #include "evals/sweep_test_util.h"
+#include "core/model/model_config.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -102,6 +103,49 @@ TEST(SweepConfigTest, ErrorsNameFileLineColumn) {
   EXPECT_NE(e.find(path + ":4:"), std::string::npos) << e;
   e = error("models = [\"small\"]\ntasks = [\"bpb\"]\nlengths = [64\n");  // TOML syntax
   EXPECT_NE(e.find(path + ":"), std::string::npos) << e;
+  fs::remove_all(dir);
+}
+
+// Every value the user set is honoured or refused: a value listed twice in
+// lengths, seeds, models or tasks (each point would run twice and be reported
+// as one of n=2), a policy parameter of the wrong TOML type, and a length past
+// the model's positions (refused before any point runs, naming lengths, the
+// model and its limit; allow_long_context = true lets it through).
+TEST(SweepConfigTest, DuplicatesWrongTypesAndLengthsPastPositionsAreRefused) {
+  const std::string dir = TempDir("refused");
+  const std::string path = dir + "/c.toml";
+  auto load = [&](const std::string& text) {
+    std::ofstream(path) << text;
+    SweepConfig c;
+    return LoadSweepConfig(path, {}, &c);
+  };
+  const std::string head = "models = [\"small\"]\ntasks = [\"bpb\"]\n";
+  Status s = load(head + "lengths = [64, 128, 64]\n");
+  EXPECT_NE(s.message().find(path + ":3:"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("'lengths' lists 64 twice"), std::string::npos) << s.message();
+  s = load(head + "seeds = [1, 1]\n");
+  EXPECT_NE(s.message().find("'seeds' lists 1 twice"), std::string::npos) << s.message();
+  s = load("models = [\"small\", \"small\"]\ntasks = [\"bpb\"]\n");
+  EXPECT_NE(s.message().find("'models' lists 'small' twice"), std::string::npos) << s.message();
+  s = load("models = [\"small\"]\ntasks = [\"bpb\", \"bpb\"]\n");
+  EXPECT_NE(s.message().find("'tasks' lists 'bpb' twice"), std::string::npos) << s.message();
+  s = load(head + "[[sweep]]\n[[sweep.policy]]\nname = \"h2o\"\nratio = [0.25, \"0.5\"]\n");
+  EXPECT_NE(s.message().find(path + ":6:"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("policy 'h2o' parameter 'ratio' must be a number, got a string (0.5)"),
+            std::string::npos)
+      << s.message();
+  ModelConfig small;
+  ASSERT_TRUE(PresetConfig("small", &small).ok());
+  const std::string past = std::to_string(small.max_position_embeddings + 1);
+  s = load(head + "lengths = [64, " + past + "]\n");
+  EXPECT_NE(s.message().find(path + ":3:"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("'lengths' entry " + past + " is past the " +
+                             std::to_string(small.max_position_embeddings) + " positions of model 'small'"),
+            std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("allow_long_context"), std::string::npos) << s.message();
+  EXPECT_TRUE(load(head + "allow_long_context = true\nlengths = [64, " + past + "]\n").ok());
+  EXPECT_TRUE(load(head + "lengths = [64, 128]\nseeds = [0, 1]\n").ok());
   fs::remove_all(dir);
 }
 

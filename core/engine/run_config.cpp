@@ -1,6 +1,9 @@
 #include "core/engine/run_config.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cstdint>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -8,10 +11,13 @@
 #include <sstream>
 
 #include "core/base/untrusted.h"
+#include "policies/registry.h"
 
 namespace kvlab {
 
 std::string TomlWhere(const std::string& path, const toml::source_region& src) {
+  // A value from the command line (ApplyTomlOverride) is named by its --set.
+  if (src.path != nullptr && src.path->rfind("--set ", 0) == 0) return *src.path;
   return path + ":" + std::to_string(src.begin.line) + ":" + std::to_string(src.begin.column);
 }
 
@@ -68,6 +74,32 @@ bool TomlScalarText(const toml::node& n, std::string* out) {
   return false;
 }
 
+Status CheckPolicyParamType(const std::string& path, const std::string& policy, const std::string& key,
+                            const toml::node& n) {
+  const PolicyInfo* info = PolicyRegistry::Global().Find(policy);
+  if (info == nullptr) return Status::OK();
+  for (const ParamSpec& p : info->params) {
+    if (p.name != key) continue;
+    const bool ok = p.type == ParamSpec::Type::kInt     ? n.is_integer()
+                    : p.type == ParamSpec::Type::kFloat ? n.is_integer() || n.is_floating_point()
+                    : p.type == ParamSpec::Type::kBool  ? n.is_boolean()
+                                                        : n.is_string();
+    if (ok) return Status::OK();
+    const char* want = p.type == ParamSpec::Type::kInt     ? "an integer"
+                       : p.type == ParamSpec::Type::kFloat ? "a number"
+                       : p.type == ParamSpec::Type::kBool  ? "true or false"
+                                                           : "a string";
+    const char* got = n.is_string() ? "a string" : n.is_integer() ? "an integer" : n.is_floating_point() ? "a float"
+                    : n.is_boolean() ? "a boolean" : "not a scalar";
+    std::string text;
+    TomlScalarText(n, &text);
+    return Status::InvalidArgument(TomlWhere(path, n.source()) + ": policy '" + policy + "' parameter '" + key +
+                                   "' must be " + want + ", got " + got + (text.empty() ? "" : " (" + QuoteBytes(text) + ")") +
+                                   (n.is_string() ? "; write it without quotes" : ""));
+  }
+  return Status::OK();
+}
+
 namespace {
 
 Status PolicyFromTable(const toml::table& t, const std::string& path, PolicySpec* spec) {
@@ -85,6 +117,7 @@ Status PolicyFromTable(const toml::table& t, const std::string& path, PolicySpec
       return Status::InvalidArgument(TomlWhere(path, kv.second.source()) + ": policy '" + spec->name + "' parameter '" +
                                      key + "' must be a number, boolean or string");
     }
+    KVLAB_RETURN_IF_ERROR(CheckPolicyParamType(path, spec->name, key, kv.second));
     spec->params[key] = text;
   }
   return Status::OK();
@@ -223,10 +256,17 @@ Status ApplyTomlOverride(const std::string& item, toml::table* root) {
   KVLAB_RETURN_IF_ERROR(CheckTomlText("v = " + value, "--set " + key, kMaxConfigBytes));
   try {
     parsed = toml::parse("v = " + value, "--set " + key);
-  } catch (const toml::parse_error&) {
-    // Not TOML: a bare word is taken as a string (--set name=quick).
-    parsed = toml::table{};
-    parsed.insert_or_assign("v", value);
+  } catch (const toml::parse_error& err) {
+    // Not TOML: a bare word (letters, digits and - _ . / + :) is taken as a
+    // string (--set name=quick); anything else is the parser's error.
+    const bool bare = !value.empty() && std::all_of(value.begin(), value.end(), [](char ch) {
+      return std::isalnum(static_cast<unsigned char>(ch)) || std::strchr("-_./+:", ch) != nullptr;
+    });
+    if (!bare) {
+      return Status::InvalidArgument("--set " + QuoteBytes(item) + ": the value is not TOML (" +
+                                     QuoteBytes(err.description(), 120) + "); a list is [1, 2], a string \"text\"");
+    }
+    parsed = toml::parse("v = \"" + value + "\"", "--set " + key);
   }
   std::vector<std::string> parts;
   std::stringstream ss(key);
@@ -247,7 +287,8 @@ Status ApplyTomlOverride(const std::string& item, toml::table* root) {
     if (!n->is_table()) return Status::InvalidArgument("--set " + item + ": '" + parts[i] + "' is not a table");
     t = n->as_table();
   }
-  t->insert_or_assign(parts.back(), *parsed.get("v"));
+  // Moved, not copied: a copied toml++ node loses its source, which names the --set in messages.
+  t->insert_or_assign(parts.back(), std::move(*parsed.get("v")));
   return Status::OK();
 }
 

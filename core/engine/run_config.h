@@ -57,6 +57,13 @@ Status ParseRunConfig(const std::string& text, const std::string& path, RunConfi
 // as the same double, so `ratio = 0.2` is "0.2" as from the command line);
 // false when the node is not a scalar.
 bool TomlScalarText(const toml::node& n, std::string* out);
+// A policy parameter's TOML value must have the parameter's declared type: an
+// integer for an integer, an integer or a float for a number, a boolean for
+// true/false, a string for a string. `ratio = "0.25"` or `bits = 2.0` is an
+// error at FILE:LINE:COL naming the parameter and both types (never converted).
+// An unknown policy or parameter passes here: the registry names it.
+Status CheckPolicyParamType(const std::string& path, const std::string& policy, const std::string& key,
+                            const toml::node& n);
 // "FILE:LINE:COL" of a node.
 std::string TomlWhere(const std::string& path, const toml::source_region& src);
 // Every TOML config kvlab reads (run, sweep, serve-bench, train) goes through

@@ -94,6 +94,40 @@ TEST(RunConfigTest, PolicyParametersAreValidatedByTheRegistry) {
   EXPECT_NE(s.message().find("'window'"), std::string::npos);
 }
 
+// A policy parameter's TOML type must be the one it declares: a quoted number
+// or a float for an integer is an error naming the place, never converted.
+TEST(RunConfigTest, PolicyParameterOfTheWrongTomlTypeIsAnError) {
+  RunConfig rc;
+  Status s = ParseRunConfig("[[policy]]\nname = \"h2o\"\nratio = \"0.25\"\n", "p.toml", &rc);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("p.toml:3:9: policy 'h2o' parameter 'ratio' must be a number, got a string (0.25)"),
+            std::string::npos)
+      << s.message();
+  s = ParseRunConfig("[[policy]]\nname = \"kivi\"\nbits = 2.0\n", "p.toml", &rc);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("parameter 'bits' must be an integer, got a float"), std::string::npos) << s.message();
+  s = ParseRunConfig("[[policy]]\nname = \"offload\"\ndisk_dir = 3\n", "p.toml", &rc);
+  EXPECT_NE(s.message().find("parameter 'disk_dir' must be a string, got an integer"), std::string::npos)
+      << s.message();
+  // An integer is a number; the declared types read as before.
+  EXPECT_TRUE(ParseRunConfig("[[policy]]\nname = \"h2o\"\nratio = 1\n", "p.toml", &rc).ok());
+  EXPECT_TRUE(ParseRunConfig("[[policy]]\nname = \"kivi\"\nbits = 4\n", "p.toml", &rc).ok());
+}
+
+// --set takes a TOML value, or a bare word as a string; anything else is the
+// parser's error naming the --set, and a value's later errors name it too.
+TEST(RunConfigTest, SetValueThatIsNotTomlIsAnErrorNamingIt) {
+  toml::table root;
+  Status s = ApplyTomlOverride("lengths=[", &root);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("--set lengths=[: the value is not TOML"), std::string::npos) << s.message();
+  EXPECT_FALSE(ApplyTomlOverride("name=a b", &root).ok());
+  ASSERT_TRUE(ApplyTomlOverride("name=quick-1", &root).ok());
+  EXPECT_EQ(root["name"].value<std::string>(), "quick-1");
+  ASSERT_TRUE(ApplyTomlOverride("threads=\"2\"", &root).ok());
+  EXPECT_EQ(TomlWhere("base.toml", root.get("threads")->source()), "--set threads");
+}
+
 TEST(RunConfigTest, MissingFileIsAnError) {
   RunConfig rc;
   Status s = LoadRunConfig("/nonexistent/run.toml", &rc);
