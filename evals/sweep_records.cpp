@@ -69,6 +69,8 @@ bool IsDecimal(const std::string& s) {
   return true;
 }
 
+Status CheckMetrics(const json& r, const std::string& where);
+
 // `where` is "PATH:LINE".
 Status CheckRecord(const json& r, const std::string& where) {
   if (!r.is_object()) return Status::InvalidArgument(where + ": a record must be a JSON object, got " + QuoteJson(r));
@@ -79,6 +81,29 @@ Status CheckRecord(const json& r, const std::string& where) {
                                      KindName(f.kind));
     }
   }
+  KVLAB_RETURN_IF_ERROR(CheckMetrics(r, where));
+  // What resume and the reports count a record by: a record without its key,
+  // or with a status other than the two `kvlab run` writes, would be run
+  // again and reported beside the point it belongs to.
+  const auto key = r.find("key");
+  if (key == r.end() || key->get_ref<const std::string&>().empty()) {
+    return Status::InvalidArgument(where + ": the record has no 'key' (the point it records; edit or remove "
+                                   "that line, nothing was changed)");
+  }
+  const auto status = r.find("status");
+  if (status == r.end()) {
+    return Status::InvalidArgument(where + ": the record has no 'status' (\"ok\" or \"error\"; edit or remove "
+                                   "that line, nothing was changed)");
+  }
+  if (*status != "ok" && *status != "error") {
+    return Status::InvalidArgument(where + ": field 'status' is " + QuoteJson(*status) +
+                                   ", expected \"ok\" or \"error\" (edit or remove that line, nothing was changed)");
+  }
+  return Status::OK();
+}
+
+// The metrics' nested parts the reports read.
+Status CheckMetrics(const json& r, const std::string& where) {
   const auto m = r.find("metrics");
   if (m == r.end()) return Status::OK();
   for (const char* sub : {"memory", "paged_utilization_by_block_size"}) {

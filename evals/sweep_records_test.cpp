@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <iterator>
 #include <map>
 #include <regex>
 #include <sstream>
@@ -69,6 +70,38 @@ TEST(SweepRecordsTest, BadRecordsAreOneErrorNamingFileLineAndField) {
     EXPECT_LT(s.message().size(), 400u);
     std::string merged;
     EXPECT_EQ(MergeResults({dir}, dir + "/merged", &merged).message(), s.message());
+  }
+  fs::remove_all(dir);
+}
+
+// A record resume and the reports could not place: no key, or a status other
+// than the two a run writes. One error naming the line; nothing is counted
+// twice and the file is left as it was.
+TEST(SweepRecordsTest, RecordWithoutKeyOrWithUnknownStatusIsAnError) {
+  const std::string dir = TempDir("status");
+  const std::string path = dir + "/results.jsonl";
+  std::string done = Record(1, "b");
+  done.replace(done.find("\"ok\""), 4, "\"done\"");
+  std::string keyless = Record(1, "b");
+  keyless.replace(0, keyless.find(", \"sweep\"") + 2, "{");
+  std::string statusless = Record(1, "b");
+  statusless.erase(statusless.find("\"status\""), std::string("\"status\": \"ok\", ").size());
+  const std::pair<std::string, std::string> cases[] = {
+      {done, path + ":2: field 'status' is \"done\", expected \"ok\" or \"error\""},
+      {keyless, path + ":2: the record has no 'key'"},
+      {Record(1, ""), path + ":2: the record has no 'key'"},
+      {statusless, path + ":2: the record has no 'status'"},
+  };
+  for (const auto& [line, want] : cases) {
+    std::string summary;
+    const Status s = Report(dir, {Record(0, "a"), line}, &summary);
+    ASSERT_FALSE(s.ok()) << line;
+    EXPECT_NE(s.message().find(want), std::string::npos) << s.message();
+    std::vector<nlohmann::ordered_json> recs;
+    EXPECT_EQ(LoadRecords(path, &recs).message(), s.message());
+    std::ifstream in(path);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(text, Record(0, "a") + "\n" + line + "\n");
   }
   fs::remove_all(dir);
 }
