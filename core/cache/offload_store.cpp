@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/base/untrusted.h"
+
 namespace kvlab {
 
 Status OffloadStore::Create(const std::vector<int64_t>& block_bytes, int64_t host_budget_bytes,
@@ -15,6 +17,19 @@ Status OffloadStore::Create(const std::vector<int64_t>& block_bytes, int64_t hos
   std::unique_ptr<OffloadStore> s(new OffloadStore());
   s->block_bytes_ = block_bytes;
   const int64_t per_format = host_budget_bytes / static_cast<int64_t>(std::max<size_t>(1, block_bytes.size()));
+  // The host tier is one pool per block format, sized by the placement
+  // policy's host_budget: a budget past what the host can give (or past a
+  // pool's 2^31 blocks) is refused naming that parameter, not the pool.
+  KVLAB_RETURN_IF_ERROR(CheckHostMemory("the placement policy's parameter 'host_budget' (" +
+                                            std::to_string(host_budget_bytes) + " bytes of host tier)",
+                                        host_budget_bytes));
+  for (int64_t b : block_bytes) {
+    if (b > 0 && per_format / b >= (int64_t{1} << 31)) {
+      return Status::InvalidArgument("the placement policy's parameter 'host_budget' (" +
+                                     std::to_string(host_budget_bytes) + " bytes) makes more than 2^31 host blocks of " +
+                                     std::to_string(b) + " bytes; lower it");
+    }
+  }
   std::string dir = disk_dir;
   if (dir.empty()) {
     const char* t = std::getenv("TMPDIR");

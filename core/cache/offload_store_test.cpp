@@ -57,5 +57,16 @@ TEST(OffloadStoreTest, ACutShortDiskFileIsAnErrorNotZeros) {
   EXPECT_EQ(back, block);
 }
 
+// A host tier larger than the host can give, or of more than 2^31 blocks, is
+// refused naming the placement policy's host_budget, not an internal pool.
+TEST(OffloadStoreTest, HostBudgetPastTheHostIsAnErrorNamingTheParameter) {
+  std::unique_ptr<OffloadStore> store;
+  Status s = OffloadStore::Create({64}, int64_t{1} << 62, "", &store);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("parameter 'host_budget' (4611686018427387904 bytes"), std::string::npos) << s.message();
+  EXPECT_EQ(s.message().find("host-0"), std::string::npos) << s.message();
+  EXPECT_TRUE(OffloadStore::Create({64}, int64_t{1} << 20, "", &store).ok());
+}
+
 }  // namespace
 }  // namespace kvlab
