@@ -27,8 +27,8 @@
 // VNNI, vpdpbusd for the scores: 4 instructions per row and vector instead of 8).
 // The avx512 copy runs the encoded blocks' score and value loops 16 lanes wide
 // (attention_cpu_tiles.h's 16-lane loops, CodeRows::Load16Z): half the FMAs, 2-bit codes
-// unpacked in a masked broadcast and an unsigned convert; 1.23x faster at 16K
-// on an AVX-512 Xeon (docs/performance.md).
+// unpacked in a masked broadcast and an unsigned convert; its speed on each
+// host kind is in docs/performance.md.
 #include "kernels/attention_kivi_cpu.h"
 
 #include <omp.h>

@@ -72,9 +72,9 @@ struct ReadSelection {
 // kernels' causal rule (query j sees slots up to len - q_len + j) holds: a
 // decode query sees every slot listed, wherever it came from.
 // Streams are ranked one after another on the calling thread, each by the
-// vectorised PageBoundScores (an OpenMP team over a layer's 8 streams was
-// measured again with it: 3-45x slower than one thread on a loaded 2-core
-// host, its barrier waiting for a descheduled thread; docs/performance.md).
+// vectorised PageBoundScores (an OpenMP team over a layer's 8 streams is
+// 3-45x slower than one thread on a loaded 2-core host, its barrier waiting
+// for a descheduled thread; docs/performance.md, "Quest").
 void SelectLayerReads(const PageTable& pt, int layer, const KVPolicy* read, const AttentionParams& p,
                       ReadSelection* out);
 

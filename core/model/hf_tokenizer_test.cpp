@@ -307,8 +307,9 @@ TEST(HfTokenizer, ADirectoryWithoutATokenizerNamesWhatWasLookedFor) {
   EXPECT_EQ(out, "256,104,105");
 }
 
-// Untrusted tokenizer files: 100,000 nested brackets (which used to overflow the
-// stack when a value was copied or printed) are one error naming the file.
+// Untrusted tokenizer files: 100,000 nested brackets (deep enough to overflow
+// the stack of a recursive copy or print of the value) are one error naming
+// the file.
 TEST(HfTokenizer, DeeplyNestedFilesAreOneErrorNamingTheFile) {
   const std::string deep = std::string(100000, '[') + std::string(100000, ']');
   ScopedTempDir dir;

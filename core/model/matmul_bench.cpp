@@ -1,6 +1,6 @@
 // The products of a model with 16-bit weights, at Llama-3.1-8B's MLP shape
 // (w [14336, 4096]), for the ways a CPU can compute them:
-//   F32Weights      at::linear on fp32 weights (the old load: twice the memory)
+//   F32Weights      at::linear on fp32 weights (an f32 checkpoint: twice the memory)
 //   WidenEachCall   at::linear on the bf16 weights widened whole for each call
 //                   (per-layer conversion)
 //   MatMul16F32     kvlab's fp32 arithmetic on bf16 weights (matmul16.h: a

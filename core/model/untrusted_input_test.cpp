@@ -1,5 +1,5 @@
-// Checkpoints and config.json from an untrusted source: the shapes that used to
-// crash kvlab (100,000 nested brackets, 200 KB; nlohmann's copy and dump()
+// Checkpoints and config.json from an untrusted source: shapes that crash a
+// recursive reader (100,000 nested brackets, 200 KB; nlohmann's copy and dump()
 // recurse per level) and bytes that are not text are each one clean error.
 #include <gtest/gtest.h>
 

@@ -38,8 +38,8 @@ Status Train(const TrainConfig& config, const TrainOptions& options, TrainResult
 // step frees and re-allocates the same activations (4-34 MB each at 256 x 16);
 // glibc serves blocks that large with mmap and unmaps them on free, so each
 // step would fault in fresh zeroed pages (a quarter of a step in the kernel,
-// by perf). With it, steps were ~30% faster (1,490 -> 1,950 tokens/s, one
-// thread, tiny-gqa shape; docs/performance.md, "Training (CPU)") with
+// by perf). With it, steps are ~30% faster (1,950 against 1,490 tokens/s,
+// one thread, tiny-gqa shape; docs/performance.md, "Training (CPU)") with
 // identical losses. A no-op where the C library is not glibc.
 void KeepFreedMemoryInHeap();
 

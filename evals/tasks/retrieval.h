@@ -6,8 +6,8 @@
 // characters. With another tokenizer the prompt is regenerated at other
 // character lengths (same seed, so the same needle, answer and filler
 // sentences) until it tokenizes to exactly the tokens wanted; with the byte
-// tokenizer the first try is the old byte-for-byte prompt. The rule, in
-// docs/sweeps.md ("passkey, multi-needle, recall").
+// tokenizer the first try (the generator's prompt, byte for byte) fits. The
+// rule, in docs/sweeps.md ("passkey, multi-needle, recall").
 #pragma once
 
 #include <cstdint>
