@@ -29,6 +29,7 @@ constexpr uint64_t kMaxResultsBytes = uint64_t{4} << 30;      // a whole results
 // that a typo or a hostile file is an error before work starts, not a 5 GB
 // allocation, a wrapped integer or a hang. Generous: far past real use.
 constexpr int64_t kMaxContextTokens = int64_t{1} << 24;  // positions in one sequence (16,777,216)
+constexpr int64_t kMaxVocabSize = int64_t{1} << 24;      // token ids (config.json's vocab_size, tokenizer.json's ids)
 constexpr int64_t kMaxBatch = int64_t{1} << 16;          // sequences in one batch
 constexpr int64_t kMaxBlockSize = 4096;                  // tokens per KV block
 constexpr int64_t kMaxRunBlocks = 4096;                  // blocks per run reserved ahead (EngineOptions::run_blocks)

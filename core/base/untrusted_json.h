@@ -17,12 +17,13 @@ namespace kvlab {
 
 // Checks `text` (CheckJsonText) and parses it into *out. A syntax error becomes
 // InvalidArgument "FILE: malformed KIND: <the parser's message, quoted>".
+// `callback`, when given, sees every parse event (nlohmann's parser callback).
 template <class Json>
 Status ParseJsonText(std::string_view text, const std::string& file, uint64_t max_bytes, Json* out,
-                     const char* kind = "JSON") {
+                     const char* kind = "JSON", const typename Json::parser_callback_t& callback = nullptr) {
   KVLAB_RETURN_IF_ERROR(CheckJsonText(text, file, max_bytes));
   try {
-    *out = Json::parse(text.begin(), text.end());
+    *out = Json::parse(text.begin(), text.end(), callback);
   } catch (const std::exception& e) {
     return Status::InvalidArgument(file + ": malformed " + kind + ": " + QuoteBytes(e.what(), 240));
   }

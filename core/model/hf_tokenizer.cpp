@@ -192,6 +192,20 @@ Status LoadMerges(const Json& merges, const Where& w, Bpe* bpe) {
   return Status::OK();
 }
 
+// A token id: an integer in [0, kMaxVocabSize), the bound config.json's
+// vocab_size has too (the Rust crate's ids are u32; kvlab sizes its tables by them).
+Status GetTokenId(const Json& id, const std::string& token, const Where& w, int32_t* out) {
+  if (!id.is_number_integer()) return w.Error("\"" + token + "\" has id " + QuoteJson(id) + ", not an integer");
+  const bool in_range = id.is_number_unsigned() ? id.get<uint64_t>() < static_cast<uint64_t>(kMaxVocabSize)
+                                                : id.get<int64_t>() >= 0 && id.get<int64_t>() < kMaxVocabSize;
+  if (!in_range) {
+    return w.Error("\"" + token + "\" has id " + QuoteJson(id) + ", outside the accepted range [0, " +
+                   std::to_string(kMaxVocabSize - 1) + "]");
+  }
+  *out = static_cast<int32_t>(id.get<int64_t>());
+  return Status::OK();
+}
+
 Status LoadModel(const Json& j, const Where& w, Bpe* bpe) {
   if (!j.is_object()) return w.Error("is missing or not an object");
   std::string type = j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>() : "";
@@ -212,11 +226,20 @@ Status LoadModel(const Json& j, const Where& w, Bpe* bpe) {
   }
   if (!j.contains("vocab") || !j["vocab"].is_object()) return w.At("vocab").Error("is missing or not an object");
   bpe->vocab.reserve(j["vocab"].size());
-  for (const auto& [tok, id] : j["vocab"].items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= (int64_t{1} << 31)) {
-      return w.At("vocab").Error("entry \"" + tok + "\" has id " + QuoteJson(id) + ", not an integer >= 0");
+  // Each id names one token. The Rust crate's id-to-token map would keep one of
+  // two tokens sharing an id, so encoding and decoding would disagree.
+  std::unordered_map<int32_t, const std::string*> token_of;
+  token_of.reserve(j["vocab"].size());
+  for (const auto& item : j["vocab"].items()) {
+    const std::string& tok = item.key();
+    int32_t id = 0;
+    KVLAB_RETURN_IF_ERROR(GetTokenId(item.value(), tok, w.At("vocab"), &id));
+    const auto [other, fresh] = token_of.emplace(id, &tok);
+    if (!fresh) {
+      return w.At("vocab").Error("tokens \"" + *other->second + "\" and \"" + tok + "\" both have id " +
+                                 std::to_string(id) + " (each id names one token)");
     }
-    bpe->vocab[tok] = static_cast<int32_t>(id.get<int64_t>());
+    bpe->vocab[tok] = id;
   }
   KVLAB_RETURN_IF_ERROR(GetFlag(j, "byte_fallback", false, w, &bpe->byte_fallback));
   KVLAB_RETURN_IF_ERROR(GetFlag(j, "fuse_unk", false, w, &bpe->fuse_unk));
@@ -247,18 +270,53 @@ Status LoadAddedTokens(const Json& j, const Where& w, std::vector<AddedToken>* o
         a["content"].get<std::string>().empty()) {
       return wi.At("content").Error("is missing or empty");
     }
-    if (!a.contains("id") || !a["id"].is_number_integer() || a["id"].get<int64_t>() < 0 ||
-        a["id"].get<int64_t>() >= (int64_t{1} << 31)) {
-      return wi.At("id").Error("is missing or not an integer >= 0");
-    }
     t.content = a["content"].get<std::string>();
-    t.id = static_cast<int32_t>(a["id"].get<int64_t>());
+    if (!a.contains("id")) return wi.At("id").Error("is missing");
+    KVLAB_RETURN_IF_ERROR(GetTokenId(a["id"], t.content, wi, &t.id));
     KVLAB_RETURN_IF_ERROR(GetFlag(a, "special", false, wi, &t.special));
     KVLAB_RETURN_IF_ERROR(GetFlag(a, "normalized", !t.special, wi, &t.normalized));
     KVLAB_RETURN_IF_ERROR(GetFlag(a, "lstrip", false, wi, &t.lstrip));
     KVLAB_RETURN_IF_ERROR(GetFlag(a, "rstrip", false, wi, &t.rstrip));
     KVLAB_RETURN_IF_ERROR(GetFlag(a, "single_word", false, wi, &t.single_word));
     out->push_back(std::move(t));
+  }
+  return Status::OK();
+}
+
+// Each id names one token and each token has one id. An added token may
+// repeat a model.vocab entry, content and id both (Gemma 3 lists 6,414 such),
+// or another added token. The Rust crate gives an added token whose content
+// has another id, or whose id is taken, an id of its own (with a warning):
+// kvlab would encode it differently, so such a file is refused.
+Status CheckAddedIds(const Bpe& bpe, const std::vector<AddedToken>& added, const Where& w) {
+  std::unordered_map<int32_t, const std::string*> vocab_token;
+  vocab_token.reserve(bpe.vocab.size());
+  for (const auto& [tok, id] : bpe.vocab) vocab_token.emplace(id, &tok);
+  std::unordered_map<int32_t, size_t> added_with_id;
+  std::unordered_map<std::string, size_t> added_with_content;
+  for (size_t i = 0; i < added.size(); ++i) {
+    const AddedToken& a = added[i];
+    const std::string token = "\"" + a.content + "\" has id " + std::to_string(a.id);
+    const auto in_vocab = bpe.vocab.find(a.content);
+    if (in_vocab != bpe.vocab.end() && in_vocab->second != a.id) {
+      return w.Index(i).Error(token + ", but model.vocab gives it id " + std::to_string(in_vocab->second) +
+                              " (each token has one id)");
+    }
+    const auto taken = vocab_token.find(a.id);
+    if (taken != vocab_token.end() && *taken->second != a.content) {
+      return w.Index(i).Error(token + ", which model.vocab gives to \"" + *taken->second +
+                              "\" (each id names one token)");
+    }
+    const auto [by_id, new_id] = added_with_id.emplace(a.id, i);
+    if (!new_id && added[by_id->second].content != a.content) {
+      return w.Index(i).Error(token + ", which added_tokens[" + std::to_string(by_id->second) + "] \"" +
+                              added[by_id->second].content + "\" has too (each id names one token)");
+    }
+    const auto [by_content, new_content] = added_with_content.emplace(a.content, i);
+    if (!new_content && added[by_content->second].id != a.id) {
+      return w.Index(i).Error(token + ", but added_tokens[" + std::to_string(by_content->second) + "] gives it id " +
+                              std::to_string(added[by_content->second].id) + " (each token has one id)");
+    }
   }
   return Status::OK();
 }
@@ -369,6 +427,7 @@ Status LoadHfTokenizer(const std::string& path, HfTokenizer* t) {
   if (!j.contains("model")) return root.At("model").Error("is missing");
   KVLAB_RETURN_IF_ERROR(LoadModel(j["model"], root.At("model"), &t->bpe));
   KVLAB_RETURN_IF_ERROR(LoadAddedTokens(hf::Field(j, "added_tokens"), root.At("added_tokens"), &t->added));
+  KVLAB_RETURN_IF_ERROR(CheckAddedIds(t->bpe, t->added, root.At("added_tokens")));
   if (j.contains("truncation") && !j["truncation"].is_null()) {
     return root.At("truncation").Error("is set; kvlab does not truncate (set it to null)");
   }

@@ -285,6 +285,62 @@ TEST(HfTokenizer, BadFilesAreOneErrorNamingTheFileAndKey) {
   ExpectError(j.dump(), "model.end_of_word_suffix is \"</w>\"; kvlab reads BPE models without one");
 }
 
+// Each id names one token and each token has one id; the error names both
+// tokens and the id.
+TEST(HfTokenizer, IdsAreUniqueAndInRange) {
+  json j = TinyByteLevel();
+  j["model"]["vocab"]["ll"] = 2;  // "l" has id 2
+  ExpectError(j.dump(), "model.vocab tokens \"l\" and \"ll\" both have id 2 (each id names one token)");
+  j = TinyByteLevel();
+  j["added_tokens"][1]["id"] = 3;  // "o"
+  ExpectError(j.dump(), "added_tokens[1] \"</s>\" has id 3, which model.vocab gives to \"o\" (each id names one token)");
+  j = TinyByteLevel();
+  j["added_tokens"][1]["id"] = 9;
+  ExpectError(j.dump(),
+              "added_tokens[1] \"</s>\" has id 9, which added_tokens[0] \"<s>\" has too (each id names one token)");
+  j = TinyByteLevel();
+  j["added_tokens"].push_back(j["added_tokens"][0]);
+  j["added_tokens"][2]["id"] = 11;
+  ExpectError(j.dump(), "added_tokens[2] \"<s>\" has id 11, but added_tokens[0] gives it id 9 (each token has one id)");
+  j = TinyByteLevel();
+  j["added_tokens"][0]["content"] = "he";  // id 5 in model.vocab
+  ExpectError(j.dump(), "added_tokens[0] \"he\" has id 9, but model.vocab gives it id 5 (each token has one id)");
+  // Out of range, not "missing": the id, the token and the range.
+  j = TinyByteLevel();
+  j["added_tokens"][1]["id"] = int64_t{1} << 40;
+  ExpectError(j.dump(),
+              "added_tokens[1] \"</s>\" has id 1099511627776, outside the accepted range [0, 16777215]");
+  j["added_tokens"][1]["id"] = -1;
+  ExpectError(j.dump(), "added_tokens[1] \"</s>\" has id -1, outside the accepted range [0, 16777215]");
+  j["added_tokens"][1]["id"] = "10";
+  ExpectError(j.dump(), "added_tokens[1] \"</s>\" has id \"10\", not an integer");
+  j["added_tokens"][1].erase("id");
+  ExpectError(j.dump(), "added_tokens[1].id is missing");
+  j = TinyByteLevel();
+  j["model"]["vocab"]["o"] = uint64_t{1} << 63;
+  ExpectError(j.dump(), "model.vocab \"o\" has id 9223372036854775808, outside the accepted range [0, 16777215]");
+}
+
+// An added token that repeats a model.vocab entry, content and id (as Gemma 3's
+// file does for thousands), or another added token, is the same token.
+TEST(HfTokenizer, AddedTokensMayRepeatATokenWithItsId) {
+  json j = TinyByteLevel();
+  json hello = j["added_tokens"][0];
+  hello["content"] = "hello";
+  hello["id"] = 8;
+  hello["special"] = false;
+  j["added_tokens"].push_back(hello);
+  j["added_tokens"].push_back(j["added_tokens"][0]);
+  ScopedTempDir dir;
+  std::unique_ptr<Tokenizer> t;
+  const Status s = NewHfTokenizer(dir.Write("tokenizer.json", j.dump()), -1, -1, &t);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  std::vector<int32_t> ids;
+  ASSERT_TRUE(t->Encode("hello<s>", false, &ids).ok());
+  EXPECT_EQ(ids, (std::vector<int32_t>{8, 9}));
+  EXPECT_EQ(t->vocab_size(), 11);
+}
+
 TEST(HfTokenizer, ADirectoryWithoutATokenizerNamesWhatWasLookedFor) {
   ScopedTempDir dir;
   std::unique_ptr<Tokenizer> t;

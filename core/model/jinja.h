@@ -16,8 +16,9 @@
 // naming the construct and its line and column.
 //
 // Bounds (templates come from downloaded files): nesting depth at parse time,
-// macro recursion, output and string sizes and the number of steps at render
-// time (RenderLimits); exceeding one is an error, never a crash or a hang.
+// macro recursion, output and string sizes, and a budget of steps and of
+// wall-clock time at render time (RenderLimits); exceeding one is an error,
+// never a crash or a hang.
 #pragma once
 
 #include <cstdint>
@@ -37,7 +38,13 @@ using Json = nlohmann::ordered_json;
 struct RenderLimits {
   uint64_t max_output_bytes = uint64_t{256} << 20;  // the rendered text, and any one string built
   int max_call_depth = 64;                          // nested macro calls
-  int64_t max_steps = 50'000'000;                   // statements run and items iterated
+  // The budget, which a runaway template (nested loops, a string grown in a
+  // loop, macros that call themselves twice) reaches in about a second: steps
+  // (a statement run, an item iterated or compared, a KiB of text built; the
+  // golden conversations of chat_template_test take a few hundred each) and
+  // wall-clock time, which also bounds work no step counts.
+  int64_t max_steps = 1'000'000;
+  int64_t max_render_ms = 1000;
 };
 
 // What the template may call besides its variables.

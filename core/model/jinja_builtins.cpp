@@ -231,6 +231,7 @@ bool MJoin(Evaluator& ev, const Value& self, const Args& a, Value* out, std::str
     r += Str(items[i]);
     if (!ev.CheckSize(r.size(), err)) return false;
   }
+  if (!ev.CountText(r.size(), err)) return false;
   *out = Of(std::move(r));
   return true;
 }

@@ -93,7 +93,7 @@ bool FToJson(Evaluator& ev, const Value& v, const Args& a, Value* out, std::stri
     key_sep = s[1].get<std::string>();
   }
   std::string text = DumpJson(v.ToJson(), has_indent ? &ind : nullptr, item_sep, key_sep, Flag(a, 3, "sort_keys"));
-  if (!ev.CheckSize(text.size(), err)) return false;
+  if (!ev.CheckSize(text.size(), err) || !ev.CountText(text.size(), err)) return false;
   *out = Of(std::move(text));
   return true;
 }
@@ -164,6 +164,7 @@ bool FJoin(Evaluator& ev, const Value& v, const Args& a, Value* out, std::string
     r += ToStr(x);
     if (!ev.CheckSize(r.size(), err)) return false;
   }
+  if (!ev.CountText(r.size(), err)) return false;
   *out = Of(std::move(r));
   return true;
 }
@@ -226,6 +227,7 @@ bool FReplace(Evaluator& ev, const Value& v, const Args& a, Value* out, std::str
     if (!ev.CheckSize(r.size(), err)) return false;
   }
   if (pos < s.size()) r.append(s, pos, std::string::npos);
+  if (!ev.CountText(r.size(), err)) return false;
   *out = Of(std::move(r));
   return true;
 }
@@ -306,11 +308,12 @@ bool FMap(Evaluator& ev, const Value& v, const Args& a, Value* out, std::string*
   return true;
 }
 
-bool FUnique(Evaluator&, const Value& v, const Args&, Value* out, std::string* err) {
+bool FUnique(Evaluator& ev, const Value& v, const Args&, Value* out, std::string* err) {
   std::vector<Value> items;
   if (!Items(v, &items, err)) return false;
   std::vector<Value> kept;
   for (const Value& x : items) {
+    if (!ev.Step(static_cast<int64_t>(kept.size()), err)) return false;  // quadratic: each comparison counts
     bool seen = false;
     for (const Value& k : kept) seen = seen || Equal(k, x);
     if (!seen) kept.push_back(x);
@@ -391,6 +394,7 @@ bool FIndent(Evaluator& ev, const Value& v, const Args& a, Value* out, std::stri
     if (nl == std::string::npos) break;
     start = nl + 1;
   }
+  if (!ev.CountText(r.size(), err)) return false;
   *out = Of(std::move(r));
   return true;
 }

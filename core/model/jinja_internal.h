@@ -212,10 +212,13 @@ class Evaluator {
  public:
   virtual ~Evaluator() = default;
   virtual const Environment& env() const = 0;
-  // Counts work against max_steps; false (with *error set) once over.
+  // Counts n steps of work against the budget (RenderLimits::max_steps and
+  // max_render_ms); false (with *error set) once either is spent.
   virtual bool Step(int64_t n, std::string* error) = 0;
   // False (with *error set) when a string of `bytes` would pass max_output_bytes.
   virtual bool CheckSize(uint64_t bytes, std::string* error) const = 0;
+  // Counts a string of `bytes` built (a step per KiB) as Step counts work.
+  virtual bool CountText(uint64_t bytes, std::string* error) = 0;
 };
 
 }  // namespace jinja

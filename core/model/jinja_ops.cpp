@@ -99,13 +99,17 @@ bool Repeat(Evaluator& ev, const Value& seq, int64_t n, Value* out, std::string*
   if (n < 0) n = 0;
   if (IsStr(seq)) {
     const std::string& s = Str(seq);
-    if (!ev.CheckSize(static_cast<uint64_t>(n) * s.size(), error)) return false;
+    uint64_t bytes = 0;
+    if (__builtin_mul_overflow(static_cast<uint64_t>(n), s.size(), &bytes)) bytes = UINT64_MAX;
+    if (!ev.CheckSize(bytes, error) || !ev.CountText(bytes, error)) return false;
     std::string r;
     for (int64_t i = 0; i < n; ++i) r += s;
     *out = Value::Of(Json(std::move(r)));
     return true;
   }
-  if (!ev.Step(n * static_cast<int64_t>(seq.data().size()), error)) return false;
+  int64_t items = 0;
+  if (__builtin_mul_overflow(n, static_cast<int64_t>(seq.data().size()), &items)) items = INT64_MAX;
+  if (!ev.Step(items, error)) return false;
   Json r = Json::array();
   for (int64_t i = 0; i < n; ++i)
     for (const Json& x : seq.data()) r.push_back(x);
@@ -125,7 +129,7 @@ bool BinaryOp(Evaluator& ev, const std::string& op, const Value& a, const Value&
   if (op == "~") {
     std::string s = ToStr(a);
     const std::string t = ToStr(b);
-    if (!ev.CheckSize(s.size() + t.size(), error)) return false;
+    if (!ev.CheckSize(s.size() + t.size(), error) || !ev.CountText(s.size() + t.size(), error)) return false;
     *out = Value::Of(Json(s + t));
     return true;
   }
@@ -135,7 +139,8 @@ bool BinaryOp(Evaluator& ev, const std::string& op, const Value& a, const Value&
     return FloatOp(op, Num(a), Num(b), out, error);
   }
   if (op == "+" && IsStr(a) && IsStr(b)) {
-    if (!ev.CheckSize(Str(a).size() + Str(b).size(), error)) return false;
+    const uint64_t bytes = Str(a).size() + Str(b).size();
+    if (!ev.CheckSize(bytes, error) || !ev.CountText(bytes, error)) return false;
     *out = Value::Of(Json(Str(a) + Str(b)));
     return true;
   }

@@ -161,6 +161,57 @@ TEST(Jinja, BoundsAreErrorsNotCrashes) {
   EXPECT_EQ(Render("{{ 1 ** 1000000000000 }} {{ (-1) ** 1000000000001 }}"), "1 -1");  // by squaring, not a loop
 }
 
+// Runaway templates stop at the budget, steps or time, whichever they reach
+// first (with the default limits, in about a second): nested loops of 10^10
+// iterations, a string grown in a loop, macros that call themselves twice, a
+// quadratic filter, work that no step counts. Nothing here is timed; each case
+// asserts the error only.
+TEST(Jinja, RunawayTemplatesStopAtTheBudget) {
+  for (const char* src : {
+           "{% for a in range(100000) %}{% for b in range(100000) %}{{ a }}{% endfor %}{% endfor %}",
+           "{% set ns = namespace(s='') %}{% for i in range(100000) %}{% set ns.s = ns.s ~ ('x' * 10000) %}"
+           "{% endfor %}{{ ns.s | length }}",
+           "{% macro f(n) %}{% if n < 60 %}{{ f(n + 1) }}{{ f(n + 1) }}{% endif %}{% endmacro %}{{ f(0) }}",
+           "{{ range(100000) | unique | length }}",
+           // 300,000 steps, each `in` comparing 100,000 items: the time budget stops it.
+           "{% set big = range(100000) %}{% for i in range(100000) %}{% if -1 in big %}{% endif %}{% endfor %}",
+       }) {
+    SCOPED_TRACE(src);
+    const std::string e = Error(src);
+    EXPECT_NE(e.find("t.jinja: line 1, column "), std::string::npos) << e;
+    EXPECT_TRUE(e.find("the template exceeded its step budget: more than 1000000 steps (RenderLimits::max_steps") !=
+                    std::string::npos ||
+                e.find("the template exceeded its time budget: rendering took more than 1000 ms "
+                       "(RenderLimits::max_render_ms)") != std::string::npos)
+        << e;
+  }
+  const std::string nested = "{% for a in range(100000) %}{% for b in range(100000) %}{{ a }}{% endfor %}{% endfor %}";
+  // Each budget alone: steps with all the time in the world, time with no step limit.
+  Environment env;
+  env.limits.max_render_ms = int64_t{1} << 40;
+  env.limits.max_steps = 5000;
+  EXPECT_NE(Error(nested, Json::object(), env).find("the template exceeded its step budget: more than 5000 steps"),
+            std::string::npos);
+  env.limits.max_steps = INT64_MAX;
+  env.limits.max_render_ms = 1;
+  EXPECT_NE(Error(nested, Json::object(), env)
+                .find("the template exceeded its time budget: rendering took more than 1 ms "
+                      "(RenderLimits::max_render_ms)"),
+            std::string::npos);
+  // A repetition whose size overflows 64 bits is over the bounds, not a wrapped small size.
+  EXPECT_NE(Error("{{ 'abcd' * 4611686018427387904 }}").find("more than RenderLimits::max_output_bytes"),
+            std::string::npos);
+  EXPECT_NE(Error("{{ [1, 2] * 4611686018427387904 }}").find("the template exceeded its step budget"),
+            std::string::npos);
+  // Text counts a step per KiB: 64 KiB of output is 64 steps besides its statement's.
+  env.limits.max_render_ms = int64_t{1} << 40;
+  env.limits.max_steps = 64;
+  EXPECT_NE(Error("{{ 'x' * 65536 }}", Json::object(), env).find("more than 64 steps"), std::string::npos);
+  env.limits.max_steps = 1 + 64 + 64;  // the statement, the string built, its output
+  std::string out;
+  EXPECT_TRUE(RenderStatus("{{ 'x' * 65536 }}", Json::object(), &out, env).ok());
+}
+
 }  // namespace
 }  // namespace jinja
 }  // namespace kvlab

@@ -254,7 +254,7 @@ Status ModelConfig::Validate(const std::string& source) const {
     const char* key;
     int64_t value, max;
   };
-  const Bound bounded[] = {{"vocab_size", vocab_size, int64_t{1} << 24},
+  const Bound bounded[] = {{"vocab_size", vocab_size, kMaxVocabSize},
                            {"hidden_size", hidden_size, int64_t{1} << 18},
                            {"intermediate_size", intermediate_size, int64_t{1} << 20},
                            {"num_hidden_layers", num_hidden_layers, 4096},

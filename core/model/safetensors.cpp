@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -119,6 +120,114 @@ Status ParseTensorEntry(const std::string& path, const std::string& name, const 
   return Status::OK();
 }
 
+// The keys each JSON object of a header repeats. nlohmann keeps the last of a
+// repeated key and drops the others without a word, so a header that names a
+// tensor twice would load one of the two; ParseSafetensorsBytes refuses it.
+class RepeatedKeyFinder {
+ public:
+  // The callback for ParseJsonText; valid while this object lives.
+  json::parser_callback_t Callback() {
+    return [this](int depth, json::parse_event_t event, json& parsed) {
+      if (event == json::parse_event_t::object_start) {
+        open_.emplace_back();
+      } else if (event == json::parse_event_t::object_end) {
+        open_.pop_back();
+      } else if (event == json::parse_event_t::key && !open_.empty()) {
+        const std::string& key = parsed.get_ref<const std::string&>();
+        if (depth == 1) entry_ = key;
+        if (!open_.back().insert(key).second && !found_) {
+          found_ = true;
+          key_ = key;
+          key_entry_ = entry_;
+          key_depth_ = depth;
+        }
+      }
+      return true;
+    };
+  }
+
+  // OK, or Corruption naming the first repeated key and where it is.
+  Status Check(const std::string& path) const {
+    if (!found_) return Status::OK();
+    const std::string key = "'" + QuoteBytes(key_) + "'";
+    if (key_depth_ == 1 && key_ == "__metadata__") {
+      return Status::Corruption(path + ": '__metadata__' appears twice in the header (header keys must be unique)");
+    }
+    if (key_depth_ == 1) {
+      return Status::Corruption(path + ": tensor " + key + " is named twice in the header (tensor names must be unique)");
+    }
+    const std::string in = key_entry_ == "__metadata__" ? std::string("'__metadata__'")
+                                                         : "tensor '" + QuoteBytes(key_entry_) + "'";
+    return Status::Corruption(path + ": " + in + ": key " + key +
+                              " appears twice in its header entry (header keys must be unique)");
+  }
+
+ private:
+  std::vector<std::set<std::string>> open_;  // the keys seen so far in each object being parsed
+  std::string entry_;                        // the top-level key whose value is being parsed
+  bool found_ = false;
+  std::string key_, key_entry_;
+  int key_depth_ = 0;
+};
+
+// The reference reader's layout rule (the Rust safetensors crate's
+// Metadata::validate and its MetadataIncompleteBuffer check): sorted by
+// offsets, the tensors tile the data region exactly. The first starts at 0,
+// each starts where the one before it ends, the last ends at the end of the
+// file. Overlapping tensors would read each other's bytes; bytes no tensor
+// covers mean the header and the data disagree.
+Status CheckLayout(const std::string& path, const std::map<std::string, TensorView>& tensors, const uint8_t* data,
+                   uint64_t data_bytes) {
+  struct Span {
+    uint64_t begin, end;
+    const std::string* name;
+  };
+  std::vector<Span> spans;
+  spans.reserve(tensors.size());
+  for (const auto& [name, t] : tensors) {
+    const uint64_t begin = static_cast<uint64_t>(t.data - data);
+    spans.push_back({begin, begin + static_cast<uint64_t>(t.nbytes), &name});
+  }
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end != b.end ? a.end < b.end : *a.name < *b.name;
+  });
+  auto range = [](uint64_t b, uint64_t e) { return "[" + std::to_string(b) + ", " + std::to_string(e) + ")"; };
+  auto tensor = [](const Span& s) { return "tensor '" + QuoteBytes(*s.name) + "'"; };
+  const Span* prev = nullptr;  // the tensor that ends at `covered`
+  uint64_t covered = 0;
+  for (const Span& s : spans) {
+    if (s.begin < covered) {
+      return Status::Corruption(path + ": " + tensor(s) + " bytes " + range(s.begin, s.end) + " overlap " +
+                                tensor(*prev) + " bytes " + range(prev->begin, prev->end) +
+                                " (tensors must not share bytes)");
+    }
+    if (s.begin > covered) {
+      if (prev == nullptr) {
+        return Status::Corruption(path + ": data bytes " + range(0, s.begin) + " belong to no tensor: the first, " +
+                                  tensor(s) + ", starts at " + std::to_string(s.begin) +
+                                  " (the first tensor must start at offset 0)");
+      }
+      return Status::Corruption(path + ": data bytes " + range(covered, s.begin) + " belong to no tensor: " +
+                                tensor(*prev) + " ends at " + std::to_string(covered) + ", " + tensor(s) +
+                                " starts at " + std::to_string(s.begin) +
+                                " (each tensor must start where the one before it ends)");
+    }
+    covered = s.end;
+    prev = &s;
+  }
+  if (covered != data_bytes) {
+    const std::string rule = " (the data must end where the last tensor ends)";
+    auto bytes = [](uint64_t n) { return std::to_string(n) + (n == 1 ? " byte" : " bytes"); };
+    if (prev == nullptr) {
+      return Status::Corruption(path + ": " + bytes(data_bytes) + " of data, but the header names no tensor" + rule);
+    }
+    return Status::Corruption(path + ": " + bytes(data_bytes - covered) + " past the last tensor's end: " +
+                              tensor(*prev) + " ends at " + std::to_string(covered) + " of " +
+                              std::to_string(data_bytes) + " data bytes" + rule);
+  }
+  return Status::OK();
+}
+
 // Hugging Face names shards as plain file names; anything that leaves the directory
 // would let an index read arbitrary files.
 bool IsPlainFileName(const std::string& s) {
@@ -179,10 +288,13 @@ Status ParseSafetensorsBytes(const uint8_t* base, uint64_t file_bytes, const std
   }
   const char* hdr = reinterpret_cast<const char*>(base + 8);
   json header;
+  RepeatedKeyFinder repeats;
   // Bounded depth: nlohmann's copy and dump() recurse once per level.
-  const Status parsed = ParseJsonText(std::string_view(hdr, header_bytes), path, kMaxHeaderBytes, &header, "header JSON");
+  const Status parsed = ParseJsonText(std::string_view(hdr, header_bytes), path, kMaxHeaderBytes, &header,
+                                      "header JSON", repeats.Callback());
   if (!parsed.ok()) return Status::Corruption(parsed.message());
   if (!header.is_object()) return Status::Corruption(path + ": header JSON must be an object");
+  KVLAB_RETURN_IF_ERROR(repeats.Check(path));
 
   const uint8_t* data = base + 8 + header_bytes;
   const uint64_t data_bytes = file_bytes - 8 - header_bytes;
@@ -202,7 +314,7 @@ Status ParseSafetensorsBytes(const uint8_t* base, uint64_t file_bytes, const std
   } catch (const std::exception& e) {  // json accessors; should not happen after the checks
     return Status::Corruption(path + ": bad header: " + e.what());
   }
-  return Status::OK();
+  return CheckLayout(path, *tensors, data, data_bytes);
 }
 
 Status SafetensorsFile::Open(const std::string& path, std::unique_ptr<SafetensorsFile>* out) {

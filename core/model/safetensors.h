@@ -33,7 +33,12 @@ struct TensorView {
 // One .safetensors file. Immutable after Open, so concurrent reads are safe.
 class SafetensorsFile {
  public:
-  // Maps `path` and validates the whole header. On error *out is untouched.
+  // Maps `path` and validates the whole header as the reference reader (the
+  // Rust safetensors crate) does: each entry's dtype, shape and data_offsets;
+  // no key twice; and the layout: sorted by offsets, the tensors start at 0,
+  // each where the one before it ends (no overlap, no gap), and the file ends
+  // where the last one ends. Each broken rule is Corruption naming the file,
+  // the tensor(s) and the rule. On error *out is untouched.
   static Status Open(const std::string& path, std::unique_ptr<SafetensorsFile>* out);
   ~SafetensorsFile();
   SafetensorsFile(const SafetensorsFile&) = delete;

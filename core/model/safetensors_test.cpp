@@ -166,6 +166,70 @@ TEST(SafetensorsTest, BadShapesAndOffsets) {
   ExpectOpenFails("{\"w\":{\"shape\":[2],\"data_offsets\":[0,8]}}", 8, {"'w'", "dtype"});
 }
 
+std::string Entry(const std::string& name, const std::string& shape, int64_t begin, int64_t end) {
+  return "\"" + name + "\":{\"dtype\":\"F32\",\"shape\":" + shape + ",\"data_offsets\":[" +
+         std::to_string(begin) + "," + std::to_string(end) + "]}";
+}
+
+// The reference reader's layout rule (the Rust crate's Metadata::validate):
+// sorted by offsets, the tensors tile the data, from 0 to the end of the file.
+TEST(SafetensorsTest, TensorsMustNotOverlap) {
+  // Listed after the tensor it overlaps: the order of the header does not matter.
+  ExpectOpenFails("{" + Entry("b", "[4]", 8, 24) + "," + Entry("a", "[4]", 0, 16) + "}", 24,
+                  {"tensor 'b' bytes [8, 24) overlap tensor 'a' bytes [0, 16) (tensors must not share bytes)"});
+  ExpectOpenFails("{" + Entry("a", "[4]", 0, 16) + "," + Entry("b", "[4]", 0, 16) + "}", 16,
+                  {"tensor 'b' bytes [0, 16) overlap tensor 'a' bytes [0, 16)"});
+  // A tensor of no bytes inside another one's bytes.
+  ExpectOpenFails("{" + Entry("a", "[4]", 0, 16) + "," + Entry("z", "[0]", 8, 8) + "}", 16,
+                  {"tensor 'z' bytes [8, 8) overlap tensor 'a' bytes [0, 16)"});
+}
+
+TEST(SafetensorsTest, TensorsMustLeaveNoGap) {
+  ExpectOpenFails("{" + Entry("a", "[4]", 0, 16) + "," + Entry("b", "[2]", 24, 32) + "}", 32,
+                  {"data bytes [16, 24) belong to no tensor: tensor 'a' ends at 16, tensor 'b' starts at 24 "
+                   "(each tensor must start where the one before it ends)"});
+  ExpectOpenFails("{" + Entry("a", "[2]", 8, 16) + "}", 16,
+                  {"data bytes [0, 8) belong to no tensor: the first, tensor 'a', starts at 8 "
+                   "(the first tensor must start at offset 0)"});
+}
+
+TEST(SafetensorsTest, DataMustEndWhereTheLastTensorEnds) {
+  ExpectOpenFails(OneTensorHeader("F32", "[4]", 0, 16), 24,
+                  {"8 bytes past the last tensor's end: tensor 'w' ends at 16 of 24 data bytes "
+                   "(the data must end where the last tensor ends)"});
+  ExpectOpenFails("{}", 8, {"8 bytes of data, but the header names no tensor"});
+  ExpectOpenFails("{\"__metadata__\":{\"format\":\"pt\"}}", 1, {"1 byte of data, but the header names no tensor"});
+}
+
+TEST(SafetensorsTest, NamesMustBeUnique) {
+  // Even two identical entries: nlohmann would keep one and drop the other unseen.
+  ExpectOpenFails("{" + Entry("w", "[4]", 0, 16) + "," + Entry("w", "[4]", 0, 16) + "}", 16,
+                  {"tensor 'w' is named twice in the header (tensor names must be unique)"});
+  ExpectOpenFails("{" + Entry("w", "[4]", 0, 16) + "," + Entry("v", "[2]", 16, 24) + "," + Entry("w", "[2]", 24, 32) +
+                      "}",
+                  32, {"tensor 'w' is named twice in the header"});
+  ExpectOpenFails("{\"__metadata__\":{},\"__metadata__\":{}}", 0, {"'__metadata__' appears twice in the header"});
+  ExpectOpenFails("{\"w\":{\"dtype\":\"F32\",\"dtype\":\"F16\",\"shape\":[4],\"data_offsets\":[0,16]}}", 16,
+                  {"tensor 'w': key 'dtype' appears twice in its header entry"});
+  ExpectOpenFails("{\"__metadata__\":{\"format\":\"pt\",\"format\":\"np\"}}", 0,
+                  {"'__metadata__': key 'format' appears twice in its header entry"});
+}
+
+TEST(SafetensorsTest, LayoutInAnyOrderWithEmptyTensorsLoads) {
+  const std::string path = FreshDir() + "/ok.safetensors";
+  // Out of order in the header; tensors of no bytes at the start, between two
+  // others and at the end, two of them at one offset.
+  WriteRaw(path,
+           "{" + Entry("c", "[0]", 24, 24) + "," + Entry("b", "[2]", 16, 24) + "," + Entry("e", "[0, 3]", 0, 0) + "," +
+               Entry("a", "[4]", 0, 16) + "," + Entry("d", "[0]", 16, 16) + "," + Entry("f", "[0]", 16, 16) + "}",
+           24);
+  std::unique_ptr<SafetensorsFile> f;
+  const Status st = SafetensorsFile::Open(path, &f);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(f->tensors().size(), 6u);
+  EXPECT_EQ(f->Find("b")->data, f->Find("a")->data + 16);
+}
+
 TEST(CheckpointReaderTest, SingleFileGetAndGetChecked) {
   const std::string dir = FreshDir();
   Sample s;

@@ -2,8 +2,8 @@
 // core/model/jinja*.cpp): the bytes as a model directory's
 // chat_template.jinja, loaded (lexed, parsed) and rendered over a short
 // conversation with and without the generation prompt. Parse and render
-// errors are expected; the subset's bounds (depth, steps, output size) must
-// stop every runaway template with an error.
+// errors are expected; the subset's bounds (depth, output size, the budget of
+// steps and time) must stop every runaway template with an error.
 #include <memory>
 #include <string>
 

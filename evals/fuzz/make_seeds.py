@@ -59,6 +59,14 @@ def safetensors_seeds():
     out(t, "header-length-past-end.safetensors", struct.pack("<Q", 1 << 40) + b"{}")
     out(t, "deep-shape.safetensors", safetensors({"w": {"dtype": "F32", "shape": [], "data_offsets": [0, 4]}}, f32[:4])
         .replace(b'"shape":[]', b'"shape":' + b"[" * 200 + b"]" * 200))
+    # The reference reader's layout rule broken: overlap, gap, bytes past the end, a name twice.
+    entry = lambda n, b, e: '"%s":{"dtype":"F32","shape":[%d],"data_offsets":[%d,%d]}' % (n, (e - b) // 4, b, e)
+    raw = lambda text, data: struct.pack("<Q", len(text)) + text.encode() + data
+    out(t, "overlap.safetensors", raw("{" + entry("a", 0, 16) + "," + entry("b", 8, 24) + "}", bytes(24)))
+    out(t, "gap.safetensors", raw("{" + entry("a", 0, 8) + "," + entry("b", 16, 24) + "}", bytes(24)))
+    out(t, "bytes-past-last-tensor.safetensors", safetensors({"w": {"dtype": "F32", "shape": [4],
+                                                                    "data_offsets": [0, 16]}}, f32 + bytes(8)))
+    out(t, "name-twice.safetensors", raw("{" + entry("w", 0, 16) + "," + entry("w", 0, 16) + "}", f32))
     # The first tensors of the committed tiny model's header, re-based onto data of their own.
     with open(os.path.join(SRC, "datasets/models/tiny-gqa/model.safetensors"), "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
@@ -166,6 +174,15 @@ def tokenizer_seeds():
     bad["post_processor"]["processors"][1]["single"][0]["SpecialToken"]["id"] = "<x>"
     out(t, "template-unknown-token.json", json.dumps(bad))
     out(t, "deep-decoder.json", '{"decoder": ' + "[" * 200 + "]" * 200 + "}")
+    bad = json.loads(json.dumps(byte_level))
+    bad["model"]["vocab"]["ll"] = 2
+    out(t, "vocab-id-twice.json", json.dumps(bad))
+    bad = json.loads(json.dumps(byte_level))
+    bad["added_tokens"][1]["id"] = 3
+    out(t, "added-token-id-taken.json", json.dumps(bad))
+    bad = json.loads(json.dumps(byte_level))
+    bad["added_tokens"][1]["id"] = 1 << 40
+    out(t, "added-token-id-out-of-range.json", json.dumps(bad))
 
 
 def toml_seeds():
