@@ -154,6 +154,12 @@ void RegisterDuoPolicy(PolicyRegistry* registry) {
       return Status::InvalidArgument("policy 'duo': give parameter 'heads' (a split file) or 'streaming' (a list), "
                                      "not both");
     }
+    if (heads.empty() && p.Given("fraction")) {
+      return Status::InvalidArgument("policy 'duo' parameter 'fraction' picks the retrieval heads of a split file "
+                                     "('heads'); without one (" +
+                                     std::string(list.empty() ? "every head streaming" : "the 'streaming' list") +
+                                     ") it would be unused: give 'heads', or drop 'fraction'");
+    }
     std::unique_ptr<DuoPolicy> d(new DuoPolicy(std::move(p), sinks, recent));
     if (!heads.empty()) {
       KVLAB_RETURN_IF_ERROR(ReadDuoHeads(heads, "duo", "heads", &d->file_));

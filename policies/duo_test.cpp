@@ -193,6 +193,9 @@ TEST(DuoTest, BadParametersNameThePolicyTheParameterAndTheFile) {
       {{{"streaming", "1"}}, "parameter 'streaming'"},
       {{{"streaming", "0.1+"}}, "parameter 'streaming'"},
       {{{"streaming", "99999999.0"}}, "parameter 'streaming'"},
+      // A fraction picks heads of a split file only: beside a list, or alone, it would be unused.
+      {{{"streaming", "0.0"}, {"fraction", "0.25"}}, "parameter 'fraction' picks the retrieval heads of a split file"},
+      {{{"fraction", "0.25"}}, "without one (every head streaming) it would be unused"},
   };
   for (const auto& [params, want] : cases) {
     Make(params, &s);

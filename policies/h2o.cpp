@@ -30,11 +30,8 @@ class H2OPolicy : public ScoredSelection {
   explicit H2OPolicy(PolicyParams p) : ScoredSelection(p, ReadBudget(p)), heavy_fraction_(p.GetFloat("heavy_fraction")) {}
   const char* Name() const override { return "h2o"; }
   bool NeedsAttentionScores() const override { return true; }
-  // recent = budget − floor(heavy_fraction · budget), the floor tolerant of a
-  // product a hair below an integer (0.29 · 100 = 28.999999999999996).
-  int64_t Recent(int64_t budget) const override {
-    return budget - static_cast<int64_t>(std::floor(heavy_fraction_ * static_cast<double>(budget) + 1e-6));
-  }
+  // recent = budget − floor(heavy_fraction · budget).
+  int64_t Recent(int64_t budget) const override { return budget - FloorOfProduct(heavy_fraction_, budget); }
 
  private:
   double heavy_fraction_;

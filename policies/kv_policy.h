@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <utility>
@@ -106,12 +107,16 @@ class PolicyParams {
   bool GetBool(const std::string& name) const;
   const std::string& GetString(const std::string& name) const;
   const std::map<std::string, std::string>& values() const { return values_; }
+  // Whether the user gave `name` (every other parameter holds its default): a
+  // policy refuses a given parameter its other settings leave unused.
+  bool Given(const std::string& name) const { return given_.count(name) > 0; }
   // "k1=v1,k2=v2" in name order.
   std::string ToString() const;
 
  private:
   friend class PolicyRegistry;
   std::map<std::string, std::string> values_;
+  std::set<std::string> given_;
 };
 
 // Arithmetic options of the attention kernels over a representation: how a

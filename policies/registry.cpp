@@ -210,6 +210,7 @@ Status PolicyRegistry::Create(const PolicySpec& spec, std::unique_ptr<KVPolicy>*
     const Status st = CheckParamValue(spec.name, *ps, kv.second, &canon);
     if (!st.ok()) return Status::InvalidArgument(where + ": " + st.message());
     params.values_[kv.first] = canon;
+    params.given_.insert(kv.first);
   }
   KVLAB_RETURN_IF_ERROR(ApplyBudgetRule(where, spec, *info, &params.values_));
   for (const ParamSpec& p : info->params) {

@@ -8,8 +8,7 @@ namespace kvlab {
 
 int64_t SelectionBudget::At(int64_t length) const {
   if (budget > 0) return budget;
-  const int64_t b = static_cast<int64_t>(std::floor(ratio * static_cast<double>(length) + 1e-6));
-  return std::max(min_keep, b);
+  return std::max(min_keep, FloorOfProduct(ratio, length));
 }
 
 Status SelectionBudget::CheckFitsBlock(const std::string& policy, int block_size) const {

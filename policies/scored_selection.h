@@ -15,6 +15,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -26,6 +27,13 @@
 
 namespace kvlab {
 
+// floor(fraction x n), tolerant of a product landing a hair below an integer
+// (0.29 x 100 = 28.999999999999996 floors to 29): the one rounding of every
+// "a share of the slots" in the selection policies.
+inline int64_t FloorOfProduct(double fraction, int64_t n) {
+  return static_cast<int64_t>(std::floor(fraction * static_cast<double>(n) + 1e-6));
+}
+
 // Slots a stream keeps: `budget`, or with budget 0 the `ratio` of the
 // sequence's length so far, at least `min_keep` (and never more than the
 // length, for the pools' bound).
@@ -34,8 +42,7 @@ struct SelectionBudget {
   double ratio = 0.2;
   int64_t min_keep = 1;
 
-  // budget, or max(min_keep, floor(ratio x length)); the floor tolerates a
-  // product landing a hair below an integer (0.29 x 100 = 28.999999999999996).
+  // budget, or max(min_keep, FloorOfProduct(ratio, length)).
   int64_t At(int64_t length) const;
   // The most a stream keeps at up to max_length tokens: min(max_length, At(max_length)).
   int64_t Bound(int64_t max_length) const { return std::min(max_length, At(max_length)); }

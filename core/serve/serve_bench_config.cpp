@@ -203,7 +203,12 @@ Status ParseServeBenchConfig(const std::string& text, const std::string& path, S
     if (k == "pool_gb" || k == "plain_pool_gb") {
       double* dst = k == "pool_gb" ? &pool_gb : &plain_pool_gb;
       KVLAB_RETURN_IF_ERROR(WantFloat(n, w, k, dst));
-      if (!(*dst > 0)) return Status::InvalidArgument(w + ": '" + k + "' must be positive");
+      // Bytes = GB x 1e9 as a 64-bit count: up to 1e9 GB (an exabyte), finite.
+      if (!(std::isfinite(*dst) && *dst > 0 && *dst <= 1e9)) {
+        std::string got;
+        TomlScalarText(n, &got);
+        return Status::InvalidArgument(w + ": '" + k + "' must be a number of GB in (0, 1e9], got " + got);
+      }
       return Status::OK();
     }
     if (k == "pool_blocks") return WantNonNegInt(n, w, k, &cfg.pool.pool_blocks);

@@ -82,6 +82,11 @@ TEST(ServeBenchConfigTest, UnknownKeysAndBadValuesNameFileLineColumn) {
   EXPECT_NE(ErrorOf(std::string("pool_gb = 1\nmax_num_seqs = 4096\n") + kUsers).find("must not exceed max_num_batched_tokens"),
             std::string::npos);
   EXPECT_NE(ErrorOf("pool_gb = 1\n[workload\n").find("cfg.toml:2:"), std::string::npos);
+  // A pool size whose bytes would not fit 64 bits (or is not a number) is refused, never rounded.
+  for (const char* bad : {"inf", "nan", "1e300", "-1"}) {
+    e = ErrorOf(std::string("pool_gb = ") + bad + "\n" + kUsers);
+    EXPECT_NE(e.find("cfg.toml:1:11: 'pool_gb' must be a number of GB in (0, 1e9], got "), std::string::npos) << e;
+  }
 }
 
 TEST(ServeBenchConfigTest, SetOverridesKeysBeforeTheyAreRead) {

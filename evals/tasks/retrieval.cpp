@@ -138,17 +138,15 @@ Status RunRetrieval(TaskContext* ctx, const SweepPoint& p, const SweepTaskOption
   MemoryStats mem;
   SampleTextLog texts;  // the generated texts and answers (bounded); the question is the prompt's end
   const std::vector<double> depths = o.Floats("depths");
-  // Options of one kind (multi-needle's needles, recall's pairs); the others' defaults unused.
-  const int needles = static_cast<int>(o.Has("needles") ? o.Int("needles") : 4);
-  const int pairs = static_cast<int>(o.Has("pairs") ? o.Int("pairs") : 8);
   for (size_t di = 0; di < depths.size(); ++di) {
     double depth_correct = 0;
     for (int64_t s = 0; s < o.Int("samples"); ++s) {
       TaskSpec spec;
       spec.kind = kind;
       spec.depth = depths[di];
-      spec.num_needles = needles;
-      spec.num_pairs = pairs;
+      // Each kind reads the options it declares (multi-needle's needles, recall's pairs).
+      if (o.Has("needles")) spec.num_needles = static_cast<int>(o.Int("needles"));
+      if (o.Has("pairs")) spec.num_pairs = static_cast<int>(o.Int("pairs"));
       spec.seed = p.seed * 1000003ull + static_cast<uint64_t>(s) * 101ull + di * 7ull +
                   static_cast<uint64_t>(p.repetition) * 65537ull;
       RetrievalPrompt prompt;
