@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 
 packages=(cmake g++ make libtorch-dev libopenblas0-openmp libtomlplusplus-dev nlohmann-json3-dev libcli11-dev
           googletest libgtest-dev libbenchmark-dev libssl-dev libxxhash-dev libsentencepiece-dev sentencepiece
-          libpcre2-dev libicu-dev python3-numpy python3-matplotlib python3-torch)
+          libpcre2-dev libicu-dev python3-numpy python3-matplotlib python3-torch
+          pybind11-dev python3-dev python3-pytest python3-pandas)
 bash .ci/install-missing.sh "${packages[@]}"
 bash datasets/build.sh
 # The tokenizer.json golden test's tokenizer files (Llama 3, Qwen3, Gemma 3) come

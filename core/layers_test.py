@@ -22,6 +22,7 @@ ROOMS = [
     "core/serve",   # scheduler, workload, executors, serve-bench
     "datasets",     # synthetic task generators, the trainer
     "evals",        # the CLI, the sweep harness
+    "python",       # the kvlab Python module (pybind11) and Python policies
 ]
 SOURCE_EXT = (".h", ".hpp", ".cc", ".cpp", ".cu", ".cuh")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
@@ -39,7 +40,7 @@ def room_of(path):
 
 def check(root):
     errors = []
-    for top in ("core", "kernels", "policies", "datasets", "evals"):
+    for top in ("core", "kernels", "policies", "datasets", "evals", "python"):
         for dirpath, _, files in os.walk(os.path.join(root, top)):
             for name in files:
                 if not name.endswith(SOURCE_EXT):

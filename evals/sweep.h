@@ -150,6 +150,10 @@ struct RunSweepOptions {
   bool retry_failed = false;  // rerun points whose record holds an error
   bool progress = true;       // progress bar on stderr
   bool print_summary = true;
+  // Asked before each point and when a point throws: true stops the run there
+  // (a caller's interrupt, e.g. Ctrl-C in Python), the interrupted point not
+  // recorded, so a rerun resumes with it. Null: never.
+  std::function<bool()> interrupted;
   // Another process holds the output directory (ResultsDirLock): wait for it
   // (then resume past the points it wrote) instead of failing at once.
   bool wait_if_locked = false;

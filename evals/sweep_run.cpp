@@ -349,9 +349,23 @@ Status RunSweep(const SweepConfig& config, const RunSweepOptions& opts, std::str
   for (size_t i = 0; i < todo.size(); ++i) {
     const SweepPoint* p = todo[i];
     bar.Update(p->task + " " + p->stack_label + " L=" + std::to_string(p->length), est_done, est_total);
+    const auto stop = [&] {
+      if (opts.progress) std::fprintf(stderr, "\n");  // off the progress bar's line
+      return Status::Internal("interrupted; this run recorded " + std::to_string(i) + " of its " +
+                              std::to_string(todo.size()) + " points (rerun to resume)");
+    };
+    if (opts.interrupted && opts.interrupted()) return stop();
     const auto t0 = Clock::now();
     json metrics;
-    Status s = runner.RunPoint(*p, &metrics);
+    Status s;
+    // A policy with no Status path (a Python policy's error) throws: the point
+    // fails with its message and the sweep goes on.
+    try {
+      s = runner.RunPoint(*p, &metrics);
+    } catch (const std::exception& e) {
+      if (opts.interrupted && opts.interrupted()) return stop();
+      s = Status::Internal(e.what());
+    }
     const double wall = Ms(t0, Clock::now()) / 1e3;
     json r;
     r["key"] = p->key;

@@ -129,6 +129,18 @@ struct KernelOptions {
   bool int8_attention = false;
 };
 
+// Read access to the K/V of the slots a StreamState shows, for a selection
+// policy that asks for them (KVPolicy::NeedsKeyValues): fp32 copies, decoded
+// where the stream's blocks are encoded, so a policy reads them and never
+// touches KV memory. Core owns it; valid only during the call it came with.
+class StreamKvReader {
+ public:
+  virtual ~StreamKvReader() = default;
+  virtual int head_dim() const = 0;
+  // keys, values: [num_tokens][head_dim] for the state's slots [0, num_tokens).
+  virtual void Read(float* keys, float* values) const = 0;
+};
+
 // What a policy may see of one stream when deciding.
 struct StreamState {
   int layer = 0;
@@ -145,6 +157,9 @@ struct StreamState {
   // Engine::Forward (a chunk longer than the engine's step runs as several).
   int64_t step_tokens = 0;
   bool chunk_end = true;
+  // The slots' K/V, for a selection policy with NeedsKeyValues() on a cache
+  // whose storage is in host memory; null otherwise.
+  const StreamKvReader* kv = nullptr;
 };
 
 // What a read policy sees of one stream at one decode step: the channel-wise
@@ -235,6 +250,9 @@ class KVPolicy {
   // it into StreamState::score when the slot is written (a query-free
   // statistic; RoPE rotates, so the norm is the same before or after it).
   virtual bool NeedsKeyNorms() const { return false; }
+  // True if SelectSlots reads the slots' keys and values (StreamState::kv):
+  // core then attaches a reader to each state it hands the policy.
+  virtual bool NeedsKeyValues() const { return false; }
   // True if the policy selects all KV heads of a layer jointly (per-head
   // budgets that share a layer's total): core then calls SelectLayerSlots
   // with every stream of one (sequence, layer) instead of SelectSlots.

@@ -52,6 +52,16 @@ PolicyRegistry& PolicyRegistry::Global() {
 
 void PolicyRegistry::Register(PolicyInfo info) { infos_.push_back(std::move(info)); }
 
+bool PolicyRegistry::Replace(PolicyInfo info) {
+  for (PolicyInfo& i : infos_) {
+    if (i.name == info.name) {
+      i = std::move(info);
+      return true;
+    }
+  }
+  return false;
+}
+
 const PolicyInfo* PolicyRegistry::Find(const std::string& name) const {
   for (const PolicyInfo& i : infos_) {
     if (i.name == name) return &i;

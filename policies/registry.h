@@ -48,6 +48,9 @@ class PolicyRegistry {
   static PolicyRegistry& Global();
 
   void Register(PolicyInfo info);
+  // Puts `info` in place of the registered policy of its name (policies
+  // registered at run time, from Python, registered again); false if none is.
+  bool Replace(PolicyInfo info);
   const PolicyInfo* Find(const std::string& name) const;
   std::vector<std::string> Names() const;
   const std::vector<PolicyInfo>& infos() const { return infos_; }

@@ -516,6 +516,18 @@ class KVCache {
     std::vector<float> score;
   };
   mutable std::vector<LiveView> live_views_;
+  // SelectionState's StreamState::kv, one per KV head likewise: the stream's
+  // slots from `first` on (or the live view's `slots`), read through ReadSlots.
+  struct SlotReader : StreamKvReader {
+    const KVCache* cache = nullptr;
+    SeqId id = 0;
+    int layer = 0, head = 0;
+    int64_t first = 0, num_tokens = 0;
+    const std::vector<int64_t>* slots = nullptr;  // null: [first, first + num_tokens)
+    int head_dim() const override { return cache->shape_.head_dim; }
+    void Read(float* keys, float* values) const override;
+  };
+  mutable std::vector<SlotReader> kv_readers_;
   DeviceKvOps* device_ops_ = nullptr;
   // Cached blocks held by more than one stream, counted once per extra
   // holder; and cached blocks no stream holds (reference count 1).

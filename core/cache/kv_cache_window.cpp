@@ -3,6 +3,7 @@
 // takes when a window layer's oldest blocks can no longer be seen. The engine
 // decides which slots die (Engine::Impl::ApplySelection); this file keeps the books.
 #include <algorithm>
+#include <cstring>
 
 #include "core/cache/kv_cache.h"
 
@@ -76,10 +77,23 @@ StreamState KVCache::SelectionState(SeqId id, int layer, int head, int64_t next_
     ss.step_tokens = step->tokens;
     ss.chunk_end = step->chunk_end;
   }
+  SlotReader* reader = nullptr;
+  if (pool_->data() != nullptr) {  // host storage: the policy may read the slots' K/V
+    if (kv_readers_.size() < static_cast<size_t>(shape_.num_kv_heads)) kv_readers_.resize(static_cast<size_t>(shape_.num_kv_heads));
+    reader = &kv_readers_[static_cast<size_t>(head)];
+    reader->cache = this;
+    reader->id = id;
+    reader->layer = layer;
+    reader->head = head;
+    reader->first = *alive;
+    reader->slots = nullptr;
+    ss.kv = reader;
+  }
   if (!st.HasDead()) {
     ss.num_tokens -= *alive;
     ss.positions += *alive;
     ss.score += *alive;
+    if (reader != nullptr) reader->num_tokens = ss.num_tokens;
     return ss;
   }
   // Evicted slots of sealed groups are not the policy's to see: it gets the
@@ -98,7 +112,41 @@ StreamState KVCache::SelectionState(SeqId id, int layer, int head, int64_t next_
   ss.num_tokens = static_cast<int64_t>(v.slots.size());
   ss.positions = v.positions.data();
   ss.score = v.score.data();
+  if (reader != nullptr) {
+    reader->slots = &v.slots;
+    reader->num_tokens = ss.num_tokens;
+  }
   return ss;
+}
+
+void KVCache::SlotReader::Read(float* keys, float* values) const {
+  const Stream& st = cache->stream(id, layer, head);
+  const CacheShape& shape = cache->shape_;
+  const size_t d = static_cast<size_t>(shape.head_dim);
+  std::vector<uint8_t> scratch;
+  // An encoded block decodes once for all of its slots that are read.
+  const int tpb = shape.encoded ? shape.enc.tokens_per_block : 1;
+  std::vector<float> dk, dv;
+  int64_t decoded = -1;
+  for (int64_t i = 0; i < num_tokens; ++i) {
+    const int64_t slot = slots != nullptr ? (*slots)[static_cast<size_t>(i)] : first + i;
+    float* k = keys + static_cast<size_t>(i) * d;
+    float* v = values + static_cast<size_t>(i) * d;
+    if (slot >= st.num_encoded) {
+      cache->ReadPlainSlot(st, slot - st.num_encoded, k, v, &scratch);
+      continue;
+    }
+    const int64_t block = slot / tpb;
+    if (block != decoded) {
+      dk.resize(static_cast<size_t>(tpb) * d);
+      dv.resize(dk.size());
+      DecodeKvBlock(shape.enc, cache->BlockData(st.enc_blocks[static_cast<size_t>(block)], true, &scratch), dk.data(),
+                    dv.data());
+      decoded = block;
+    }
+    std::memcpy(k, &dk[static_cast<size_t>(slot % tpb) * d], sizeof(float) * d);
+    std::memcpy(v, &dv[static_cast<size_t>(slot % tpb) * d], sizeof(float) * d);
+  }
 }
 
 bool KVCache::FinishKeep(SeqId id, int layer, int head, int64_t alive, bool has_sel, bool chose,
