@@ -150,25 +150,22 @@ TEST(SweepLongBenchTest, FixturesRunWithPerSampleScores) {
 }
 
 // A bad file fails its point with one error naming the file, the line and the
-// field; the other tasks' points still run. At 4,096 tokens, past tiny-gqa's
-// 2,048 positions, so that a long context meets the model's limit.
+// field; the other tasks' points still run. A length past tiny-gqa's 2,048
+// positions is refused when the config is read, before any point runs.
 TEST(SweepLongBenchTest, BadFilesFailTheirPoint) {
   const std::string dir = sweep_test::TempDir("sweep_longbench_test", "bad");
   const std::string good = "{\"input\": \"Who?\", \"context\": \"Ada built it.\", \"answers\": [\"Ada\"]}\n";
   std::ofstream(dir + "/missing.jsonl") << good << "{\"context\": \"c\", \"answers\": [\"a\"]}\n";
   std::ofstream(dir + "/type.jsonl") << "{\"input\": \"q\", \"context\": \"c\", \"answers\": [\"a\"], \"length\": []}\n";
   std::ofstream(dir + "/empty.jsonl") << good << good << "{\"input\": \"q\", \"context\": \"c\", \"answers\": []}\n";
-  std::ofstream(dir + "/long.jsonl") << good << "{\"input\": \"q\", \"context\": \"" << std::string(3000, 'x')
-                                     << "\", \"answers\": [\"a\"]}\n";
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"missing.jsonl", "missing.jsonl:2: field 'input' is missing"},
       {"type.jsonl", "type.jsonl:1: field 'length' is [], expected an integer >= 0"},
       {"empty.jsonl", "empty.jsonl:3: field 'answers' is an empty list"},
-      {"long.jsonl", "long.jsonl:2: field 'context': the prompt (3"},
       {"nosuch.jsonl", "nosuch.jsonl"},
   };
   for (const auto& [file, want] : cases) {
-    const std::string cfg = Head({"longbench-musique", "longbench-qasper"}, "4096") +
+    const std::string cfg = Head({"longbench-musique", "longbench-qasper"}, "2048") +
                             "[task.longbench-musique]\nfile = \"" + file +
                             "\"\nsamples = 3\ntokens_to_generate = 4\n[task.longbench-qasper]\nfile = \"" +
                             Fixture("hotpotqa.jsonl") + "\"\nsamples = 1\ntokens_to_generate = 4\n";
@@ -182,9 +179,19 @@ TEST(SweepLongBenchTest, BadFilesFailTheirPoint) {
     EXPECT_NE(err.find(want), std::string::npos) << err;
     EXPECT_EQ(r[1]["status"], "ok") << r[1].dump();
   }
-  // The context past tiny-gqa's 2,048 positions names the limit.
-  EXPECT_NE(sweep_test::Records(dir + "/out-long.jsonl")[0].value("error", "").find("max_position_embeddings (2048) of model 'tiny-gqa'"),
-            std::string::npos);
+  // A length past tiny-gqa's 2,048 positions: the config is refused naming
+  // 'lengths', the model and its limit, and nothing runs.
+  {
+    const std::string path = dir + "/long.toml";
+    std::ofstream(path) << Head({"longbench-musique"}, "4096") << "[task.longbench-musique]\nfile = \""
+                        << Fixture("hotpotqa.jsonl") << "\"\nsamples = 1\n";
+    SweepConfig c;
+    const Status s = LoadSweepConfig(path, {}, &c);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("long.toml:3:11: 'lengths' entry 4096 is past the 2048 positions of model 'tiny-gqa'"),
+              std::string::npos)
+        << s.ToString();
+  }
   // Without truncation a prompt past the point's length is an error too.
   std::ofstream(dir + "/fits.jsonl") << "{\"input\": \"q\", \"context\": \"" << std::string(1500, 'x')
                                      << "\", \"answers\": [\"a\"]}\n";

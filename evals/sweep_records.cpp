@@ -90,6 +90,17 @@ Status CheckRecord(const json& r, const std::string& where) {
     return Status::InvalidArgument(where + ": the record has no 'key' (the point it records; edit or remove "
                                    "that line, nothing was changed)");
   }
+  // A key is the JSON text of the point's settings (an object), as `kvlab run`
+  // writes it; any other text matches no point, so resume would run the point
+  // again and the reports would count both records.
+  const std::string& key_text = key->get_ref<const std::string&>();
+  const bool key_ok = CheckJsonText(key_text, where, kMaxRecordBytes).ok() &&
+                      json::parse(key_text, nullptr, /*allow_exceptions=*/false).is_object();
+  if (!key_ok) {
+    return Status::InvalidArgument(where + ": field 'key' is " + QuoteJson(*key) +
+                                   ", expected the JSON text of a point's settings (an object), as kvlab run writes "
+                                   "it (edit or remove that line, nothing was changed)");
+  }
   const auto status = r.find("status");
   if (status == r.end()) {
     return Status::InvalidArgument(where + ": the record has no 'status' (\"ok\" or \"error\"; edit or remove "

@@ -27,10 +27,16 @@ using sweep_test::Records;
 
 std::string TempDir(const std::string& name) { return sweep_test::TempDir("sweep_records_test", name); }
 
-// A record as `kvlab run` writes it, with the fields the reports read.
+// A point's key as a record holds it: the JSON text of an object (here one
+// naming the point), escaped as a string inside the record.
+std::string KeyText(const std::string& name) { return "{\\\"point\\\": \\\"" + name + "\\\"}"; }
+
+// A record as `kvlab run` writes it, with the fields the reports read (an
+// empty `key` leaves the key empty).
 std::string Record(int index, const std::string& key, const std::string& metrics = "{\"bpb\": 1.5}",
                    const std::string& task = "bpb") {
-  return "{\"key\": \"" + key + "\", \"sweep\": \"s\", \"index\": " + std::to_string(index) +
+  return "{\"key\": \"" + (key.empty() ? key : KeyText(key)) + "\", \"sweep\": \"s\", \"index\": " +
+         std::to_string(index) +
          ", \"status\": \"ok\", \"model\": \"small\", \"stack\": \"full\", \"baseline\": true, \"task\": \"" + task +
          "\", \"length\": 64, \"batch\": 1, \"seed\": 0, \"repetition\": 0, \"metrics\": " + metrics + "}";
 }
@@ -74,8 +80,8 @@ TEST(SweepRecordsTest, BadRecordsAreOneErrorNamingFileLineAndField) {
   fs::remove_all(dir);
 }
 
-// A record resume and the reports could not place: no key, or a status other
-// than the two a run writes. One error naming the line; nothing is counted
+// A record resume and the reports could not place: no key, a key that is not
+// a point's settings, or a status other than the two a run writes. One error naming the line; nothing is counted
 // twice and the file is left as it was.
 TEST(SweepRecordsTest, RecordWithoutKeyOrWithUnknownStatusIsAnError) {
   const std::string dir = TempDir("status");
@@ -84,12 +90,15 @@ TEST(SweepRecordsTest, RecordWithoutKeyOrWithUnknownStatusIsAnError) {
   done.replace(done.find("\"ok\""), 4, "\"done\"");
   std::string keyless = Record(1, "b");
   keyless.replace(0, keyless.find(", \"sweep\"") + 2, "{");
+  std::string not_a_key = Record(1, "b");
+  not_a_key.replace(not_a_key.find(KeyText("b")), KeyText("b").size(), "not a key");
   std::string statusless = Record(1, "b");
   statusless.erase(statusless.find("\"status\""), std::string("\"status\": \"ok\", ").size());
   const std::pair<std::string, std::string> cases[] = {
       {done, path + ":2: field 'status' is \"done\", expected \"ok\" or \"error\""},
       {keyless, path + ":2: the record has no 'key'"},
       {Record(1, ""), path + ":2: the record has no 'key'"},
+      {not_a_key, path + ":2: field 'key' is \"not a key\", expected the JSON text of a point's settings"},
       {statusless, path + ":2: the record has no 'status'"},
   };
   for (const auto& [line, want] : cases) {
@@ -112,7 +121,7 @@ TEST(SweepRecordsTest, MissingOptionalFieldsAreReportedAsEmpty) {
   const std::string dir = TempDir("missing");
   std::string summary;
   const Status s = Report(dir,
-                          {"{\"key\": \"a\", \"index\": 0, \"status\": \"ok\", \"model\": \"small\", \"task\": \"bpb\"}",
+                          {"{\"key\": \"" + KeyText("a") + "\", \"index\": 0, \"status\": \"ok\", \"model\": \"small\", \"task\": \"bpb\"}",
                            Record(1, "p", "{\"requests\": 4}", "paging"), Record(2, "q", "{}", "paging")},
                           &summary);
   ASSERT_TRUE(s.ok()) << s.ToString();
@@ -123,7 +132,8 @@ TEST(SweepRecordsTest, MissingOptionalFieldsAreReportedAsEmpty) {
 // A passkey record of a setting and its baseline, hand-written: per-sample exact matches.
 std::string Passkey(int index, const std::string& stack, const std::string& scores, int seed = 0) {
   const bool base = stack == "full";
-  return "{\"key\": \"" + stack + std::to_string(seed) + "\", \"sweep\": \"s\", \"index\": " + std::to_string(index) +
+  return "{\"key\": \"" + KeyText(stack + std::to_string(seed)) + "\", \"sweep\": \"s\", \"index\": " +
+         std::to_string(index) +
          ", \"status\": \"ok\", \"model\": \"m\", \"stack\": \"" + stack + "\", \"baseline\": " +
          (base ? "true" : "false") + ", \"task\": \"passkey\", \"length\": 64, \"batch\": 1, \"seed\": " +
          std::to_string(seed) + ", \"repetition\": 0, \"metrics\": {\"accuracy\": 0.5, \"per_sample\": {\"accuracy\": " +

@@ -159,7 +159,8 @@ def safetensors_fixtures(t):
     variant("offsets-reversed", lambda h: h[norm].update(data_offsets=h[norm]["data_offsets"][::-1]))
     variant("offsets-past-end", lambda h: h[norm].update(data_offsets=[len(data) + 16, len(data) + 16 + 1024]))
     variant("offsets-string", lambda h: h[norm].update(data_offsets="0-1024"))
-    variant("missing-tensor", lambda h: h.pop(norm))
+    # The last tensor by offset, dropped with its bytes (the data still ends where a tensor ends).
+    variant("missing-tensor", lambda h: h.pop(norm), body=data[:header[norm]["data_offsets"][0]])
     variant("overlap", lambda h: h[norm].update(data_offsets=[h[embed]["data_offsets"][0],
                                                               h[embed]["data_offsets"][0] + 1024]))
     variant("trailing", body=data + b"\0" * 4096)
