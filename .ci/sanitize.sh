@@ -8,7 +8,7 @@
 #
 #   bash .ci/sanitize.sh [CTEST_REGEX]     e.g. bash .ci/sanitize.sh 'Safetensors|KVCache'
 #
-# Run it on every change to the loaders (core/model), the cache (core/cache)
+# Run it on every change to the loaders (core/model, core/tokenizer), the cache (core/cache)
 # and the kernels (kernels/). It is not in .ci/run, it does not fit: measured
 # on a 2-core host shared with other builds, the first build took 84 min (the
 # 17 torch-free test programs 50, the kvlab binary 24, the libtorch test

@@ -17,7 +17,9 @@ ROOMS = [
     "kernels",      # attention and cache kernels (CPU, CUDA, reference)
     "policies",     # the KVPolicy interface, the registry, one file per policy
     "core/cache",   # block pools, KV cache streams, prefix cache, offload tiers
-    "core/model",   # configs, loaders, tokenizers, the model, memory calculator
+    "core/model",   # configs, loaders, the model, memory calculator
+    # Above core/model: LoadTokenizer takes a model's config and knows its presets.
+    "core/tokenizer",  # tokenizers, token-id files, the Jinja subset, chat templates
     "core/engine",  # the engine, run configs, sampling, backends
     "core/serve",   # scheduler, workload, executors, serve-bench
     "datasets",     # synthetic task generators, the trainer

@@ -8,7 +8,7 @@
 
 #include "core/engine/engine.h"
 #include "core/model/model_config.h"
-#include "core/model/tokenizer.h"
+#include "core/tokenizer/tokenizer.h"
 #include "evals/tasks/retrieval.h"
 
 namespace kvlab {

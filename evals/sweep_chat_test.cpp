@@ -14,8 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/model/chat_template.h"
-#include "core/model/tokenizer.h"
+#include "core/tokenizer/chat_template.h"
+#include "core/tokenizer/tokenizer.h"
 #include "evals/sweep.h"
 #include "evals/sweep_test_util.h"
 #include "evals/tasks/task.h"

@@ -16,7 +16,7 @@
 
 #include "core/engine/engine.h"
 #include "core/model/model_config.h"
-#include "core/model/tokenizer.h"
+#include "core/tokenizer/tokenizer.h"
 #include "datasets/tasks/tasks.h"
 #include "evals/sweep.h"
 #include "evals/sweep_test_util.h"

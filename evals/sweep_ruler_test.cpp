@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/model/model_config.h"
-#include "core/model/tokenizer.h"
+#include "core/tokenizer/tokenizer.h"
 #include "datasets/tasks/ruler.h"
 #include "evals/sweep.h"
 #include "evals/sweep_test_util.h"

@@ -21,7 +21,7 @@
 #include "core/base/untrusted.h"
 #include "core/model/model_config.h"
 #include "datasets/tasks/tasks.h"
-#include "core/model/tokenizer.h"
+#include "core/tokenizer/tokenizer.h"
 #include "evals/results_io.h"
 #include "evals/sweep.h"
 #include "evals/sweep_internal.h"

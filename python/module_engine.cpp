@@ -9,7 +9,7 @@
 
 #include "core/engine/engine.h"
 #include "core/model/model_config.h"
-#include "core/model/tokenizer.h"
+#include "core/tokenizer/tokenizer.h"
 #include "python/module_common.h"
 #include "python/py_policy.h"
 

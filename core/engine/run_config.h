@@ -35,7 +35,7 @@ namespace kvlab {
 struct RunConfig {
   EngineOptions engine;
   std::string prompt;
-  std::string prompt_file;      // text, or token ids when it ends in .ids (core/model/tokenizer.h)
+  std::string prompt_file;      // text, or token ids when it ends in .ids (core/tokenizer/tokenizer.h)
   std::vector<int32_t> tokens;  // non-empty when given as token ids
   GenerateOptions generate;
   std::vector<PolicySpec> policies;

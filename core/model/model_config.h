@@ -1,5 +1,5 @@
-// Room core/model/: model configs and presets, loaders, tokenizers, the model, memory calculator.
-// Called by core/engine, core/serve, datasets and evals; includes core/cache and below.
+// Room core/model/: model configs and presets, loaders, the model, memory calculator.
+// Called by core/tokenizer, core/engine, core/serve, datasets and evals; includes core/cache and below.
 //
 // Llama-family model hyperparameters: read from and written to Hugging Face
 // config.json, or taken from named presets (real model shapes, used with random

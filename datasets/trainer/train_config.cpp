@@ -10,7 +10,7 @@
 #include <toml++/toml.h>
 
 #include "core/engine/run_config.h"
-#include "core/model/tokenizer.h"
+#include "core/tokenizer/tokenizer.h"
 #include "datasets/tasks/ruler.h"
 
 namespace kvlab {

@@ -23,7 +23,7 @@
 #include "core/model/safetensors.h"
 #include "datasets/tasks/ruler.h"
 #include "datasets/tasks/tasks.h"
-#include "core/model/tokenizer.h"
+#include "core/tokenizer/tokenizer.h"
 
 namespace kvlab {
 

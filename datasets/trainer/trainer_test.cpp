@@ -15,7 +15,7 @@
 #include "core/base/temp_dir_test_util.h"
 #include "core/engine/engine.h"
 #include "datasets/tasks/tasks.h"
-#include "core/model/tokenizer.h"
+#include "core/tokenizer/tokenizer.h"
 #include "datasets/trainer/train_config.h"
 
 namespace kvlab {

@@ -10,7 +10,7 @@
 #include "core/engine/engine.h"
 #include "core/engine/run_config.h"
 #include "core/model/memory_calc.h"
-#include "core/model/tokenizer.h"
+#include "core/tokenizer/tokenizer.h"
 #include "evals/cli/cli.h"
 
 namespace kvlab {

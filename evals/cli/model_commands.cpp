@@ -10,8 +10,8 @@
 #include "core/engine/engine.h"
 #include "core/model/memory_calc.h"
 #include "core/model/model_families.h"
-#include "core/model/tokenize_command.h"
-#include "core/model/tokenizer.h"
+#include "core/tokenizer/tokenize_command.h"
+#include "core/tokenizer/tokenizer.h"
 #include "evals/cli/cli.h"
 
 namespace kvlab {

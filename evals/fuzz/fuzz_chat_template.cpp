@@ -1,5 +1,5 @@
-// A checkpoint's chat template (core/model/chat_template.h, the Jinja subset of
-// core/model/jinja*.cpp): the bytes as a model directory's
+// A checkpoint's chat template (core/tokenizer/chat_template.h, the Jinja subset of
+// core/tokenizer/jinja*.cpp): the bytes as a model directory's
 // chat_template.jinja, loaded (lexed, parsed) and rendered over a short
 // conversation with and without the generation prompt. Parse and render
 // errors are expected; the subset's bounds (depth, output size, the budget of
@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "core/model/chat_template.h"
+#include "core/tokenizer/chat_template.h"
 #include "evals/fuzz/fuzz_target.h"
 
 KVLAB_FUZZ_TARGET(chat_template) {

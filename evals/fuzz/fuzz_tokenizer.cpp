@@ -1,11 +1,11 @@
-// tokenizer.json (core/model/hf_tokenizer.h). A file it accepts encodes a
+// tokenizer.json (core/tokenizer/hf_tokenizer.h). A file it accepts encodes a
 // fixed text (every pre-tokenizer and normalizer it built runs) and decodes
 // the ids back, plus ids outside the vocabulary.
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "core/model/hf_tokenizer.h"
+#include "core/tokenizer/hf_tokenizer.h"
 #include "evals/fuzz/fuzz_target.h"
 
 KVLAB_FUZZ_TARGET(tokenizer) {

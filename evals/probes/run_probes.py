@@ -205,7 +205,7 @@ def sharded_fixtures(t):
     write(os.path.join(d, "model.safetensors.index.json"), '{"metadata": {}}')
 
 
-# A byte-level BPE (core/model/hf_tokenizer_test.cpp's TinyByteLevel without its post-processor).
+# A byte-level BPE (core/tokenizer/hf_tokenizer_test.cpp's TinyByteLevel without its post-processor).
 TOKENIZER = {
     "version": "1.0", "truncation": None, "padding": None,
     "added_tokens": [{"id": 9, "content": "<s>", "special": True, "normalized": False, "lstrip": False,

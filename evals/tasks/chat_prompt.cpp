@@ -1,6 +1,6 @@
 // chat = true for the prompt tasks (RULER's, the dataset tasks): the task's
 // prompt sent as one user message through the model's chat template
-// (core/model/chat_template.h) before tokenising. docs/sweeps.md, "Task options".
+// (core/tokenizer/chat_template.h) before tokenising. docs/sweeps.md, "Task options".
 #include <algorithm>
 #include <string>
 #include <vector>

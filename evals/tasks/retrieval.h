@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/base/status.h"
-#include "core/model/tokenizer.h"
+#include "core/tokenizer/tokenizer.h"
 #include "datasets/tasks/tasks.h"
 
 namespace kvlab {

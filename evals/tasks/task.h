@@ -19,9 +19,9 @@
 
 #include "core/base/untrusted.h"
 #include "core/engine/engine.h"
-#include "core/model/chat_template.h"
+#include "core/tokenizer/chat_template.h"
 #include "core/model/model_config.h"
-#include "core/model/tokenizer.h"
+#include "core/tokenizer/tokenizer.h"
 #include "evals/sweep.h"
 
 namespace kvlab {
@@ -157,7 +157,7 @@ std::string JoinNames(const std::vector<std::string>& names);
 
 // ---- chat = true (chat_prompt.cpp) ----
 
-// The chat template of the point's model (core/model/chat_template.h); a model
+// The chat template of the point's model (core/tokenizer/chat_template.h); a model
 // without one (a preset, a byte-level or base model) is an error naming the
 // task, the key and the model directory.
 Status PointChatTemplate(const SweepPoint& p, std::unique_ptr<ChatTemplate>* out);

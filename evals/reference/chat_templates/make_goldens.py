@@ -2,8 +2,8 @@
 renders the real chat templates of Llama 3.1, Qwen3, Gemma 3 (and Llama 3,
 DeepSeek V3) from the npm tokenizer packages, and the templates in templates/,
 over the conversations in conversations.json; golden.json holds every output
-(or the error it raised). core/model/chat_template_test.cpp requires kvlab's
-renderer (core/model/jinja.h) to give the same bytes.
+(or the error it raised). core/tokenizer/chat_template_test.cpp requires kvlab's
+renderer (core/tokenizer/jinja.h) to give the same bytes.
 
   /usr/bin/python3 evals/reference/chat_templates/make_goldens.py   # Debian: python3-jinja2
 

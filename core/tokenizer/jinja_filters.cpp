@@ -1,4 +1,4 @@
-// Filters and tests of core/model/jinja.h's renderer: jinja2's builtins that
+// Filters and tests of core/tokenizer/jinja.h's renderer: jinja2's builtins that
 // chat templates use, with jinja2's argument names and defaults, and
 // transformers' tojson (json.dumps with ensure_ascii=False, indent,
 // separators, sort_keys; no HTML escaping).
@@ -11,7 +11,7 @@
 
 #include <unicode/uchar.h>
 
-#include "core/model/jinja_internal.h"
+#include "core/tokenizer/jinja_internal.h"
 
 namespace kvlab {
 namespace jinja {

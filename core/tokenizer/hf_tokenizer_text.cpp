@@ -1,12 +1,12 @@
 // Regex, pattern, split and UTF-8 helpers of the tokenizer.json pipeline
-// (core/model/hf_tokenizer_parts.h).
+// (core/tokenizer/hf_tokenizer_parts.h).
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 #include <unicode/uchar.h>
 
 #include <algorithm>
 
-#include "core/model/hf_tokenizer_parts.h"
+#include "core/tokenizer/hf_tokenizer_parts.h"
 
 namespace kvlab {
 namespace hf {

@@ -1,4 +1,4 @@
-// The pieces of core/model/jinja.h's renderer: tokens (jinja_lexer.cpp), the
+// The pieces of core/tokenizer/jinja.h's renderer: tokens (jinja_lexer.cpp), the
 // syntax tree (jinja_parser.cpp), values and their Python semantics
 // (jinja_value.cpp), filters, tests and methods (jinja_builtins.cpp) and the
 // evaluator (jinja_eval.cpp). Only those files include it.
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/base/status.h"
-#include "core/model/jinja.h"
+#include "core/tokenizer/jinja.h"
 
 namespace kvlab {
 namespace jinja {

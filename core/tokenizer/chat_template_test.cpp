@@ -1,4 +1,4 @@
-// Chat templates (core/model/chat_template.h) byte for byte against jinja2 as
+// Chat templates (core/tokenizer/chat_template.h) byte for byte against jinja2 as
 // transformers configures it: evals/reference/chat_templates/golden.json,
 // written by make_goldens.py there from the real templates of Llama 3.1, Qwen3,
 // Gemma 3, Llama 3 and DeepSeek V3 (the npm tokenizer packages'
@@ -6,7 +6,7 @@
 // and the templates in evals/reference/chat_templates/templates/. A test whose
 // npm file is absent is skipped with a message naming it. Also the loader's
 // errors.
-#include "core/model/chat_template.h"
+#include "core/tokenizer/chat_template.h"
 
 #include <algorithm>
 
@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "core/base/temp_dir_test_util.h"
-#include "core/model/tokenizer.h"
+#include "core/tokenizer/tokenizer.h"
 
 namespace kvlab {
 namespace {

@@ -1,11 +1,11 @@
-#include "core/model/tokenize_command.h"
+#include "core/tokenizer/tokenize_command.h"
 
 #include <fstream>
 #include <memory>
 #include <sstream>
 #include <vector>
 
-#include "core/model/tokenizer.h"
+#include "core/tokenizer/tokenizer.h"
 
 namespace kvlab {
 

@@ -1,7 +1,7 @@
 // The tokenizer.json stages that the golden files do not reach (split behaviors,
 // Metaspace, Digits, Strip, lstrip/rstrip/single_word added tokens, invalid
 // bytes), on the examples of the Rust `tokenizers` crate's own tests and docs.
-#include "core/model/hf_tokenizer_parts.h"
+#include "core/tokenizer/hf_tokenizer_parts.h"
 
 #include <gtest/gtest.h>
 

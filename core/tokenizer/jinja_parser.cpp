@@ -1,10 +1,10 @@
-// Jinja's parser (jinja2/parser.py) for core/model/jinja.h: tokens to the
+// Jinja's parser (jinja2/parser.py) for core/tokenizer/jinja.h: tokens to the
 // syntax tree of jinja_internal.h, with jinja2's operator precedence (lowest
 // first): `a if c else b`, or, and, not, comparisons and in / not in, + -, ~,
 // * / // %, **, unary - +, then filters (|), tests (is) and calls, then
 // attribute, item and slice access. Unknown tags, filters and tests are errors
 // here, as they are when jinja2 compiles a template.
-#include "core/model/jinja_parser.h"
+#include "core/tokenizer/jinja_parser.h"
 
 #include <string>
 #include <vector>
@@ -86,7 +86,7 @@ Status Parser::ParseStatement(const Token& tag, std::unique_ptr<Stmt>* out) {
     st = ExpectBlockEnd();
   } else if (n == "include" || n == "extends" || n == "import" || n == "from" || n == "block" || n == "call" ||
              n == "filter" || n == "with" || n == "do" || n == "autoescape" || n == "trans") {
-    return Error(tag, "the '" + n + "' tag is not supported (kvlab renders a subset of Jinja: core/model/jinja.h)");
+    return Error(tag, "the '" + n + "' tag is not supported (kvlab renders a subset of Jinja: core/tokenizer/jinja.h)");
   } else if (n.compare(0, 3, "end") == 0 || n == "elif" || n == "else") {
     return Error(tag, "unexpected '" + n + "': no open tag to close");
   } else {

@@ -2,7 +2,7 @@
 // the constructs Llama 3.x, Qwen2/3, Gemma 2/3, Mistral, Phi-3 and DeepSeek
 // templates use, rendered as transformers renders them (jinja2's
 // ImmutableSandboxedEnvironment with trim_blocks and lstrip_blocks, its own
-// tojson, raise_exception and strftime_now). core/model/chat_template.h is the
+// tojson, raise_exception and strftime_now). core/tokenizer/chat_template.h is the
 // caller; anyone may use it directly. Torch-free.
 //
 // Supported: {{ }}, {% %}, {# #}, whitespace control (- and +), {% raw %};

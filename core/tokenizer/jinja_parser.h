@@ -1,4 +1,4 @@
-// The parser of core/model/jinja.h (jinja_parser.cpp: statements,
+// The parser of core/tokenizer/jinja.h (jinja_parser.cpp: statements,
 // jinja_parser_expr.cpp: expressions), declared here for those two files only.
 #pragma once
 
@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/model/jinja_internal.h"
+#include "core/tokenizer/jinja_internal.h"
 
 namespace kvlab {
 namespace jinja {

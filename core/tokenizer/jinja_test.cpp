@@ -1,9 +1,9 @@
-// The Jinja subset (core/model/jinja.h): constructs, whitespace control and
+// The Jinja subset (core/tokenizer/jinja.h): constructs, whitespace control and
 // Python semantics against the outputs jinja2 3.1 gives for the same
 // templates (configured as transformers does: trim_blocks, lstrip_blocks,
 // loopcontrols, json.dumps as tojson), and the errors and bounds: each error
 // names the template, the line and column, and the construct.
-#include "core/model/jinja.h"
+#include "core/tokenizer/jinja.h"
 
 #include <gtest/gtest.h>
 

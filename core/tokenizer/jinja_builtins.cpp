@@ -1,4 +1,4 @@
-// Tests, str and dict methods and globals of core/model/jinja.h's renderer:
+// Tests, str and dict methods and globals of core/tokenizer/jinja.h's renderer:
 // jinja2's builtin tests, the methods its sandbox lets templates call (none
 // that mutate), and the globals transformers' environment has: range,
 // namespace, dict, raise_exception and strftime_now.
@@ -11,7 +11,7 @@
 
 #include <unicode/uchar.h>
 
-#include "core/model/jinja_internal.h"
+#include "core/tokenizer/jinja_internal.h"
 
 namespace kvlab {
 namespace jinja {

@@ -2,7 +2,7 @@
 // Gemma 3 and most recent checkpoints ship: a BPE model (byte-level or
 // SentencePiece-style with byte fallback), its normalizer, pre-tokenizer,
 // added tokens, post-processor template and decoder, run as the Rust
-// `tokenizers` crate runs them. LoadTokenizer (core/model/tokenizer.h) calls it for
+// `tokenizers` crate runs them. LoadTokenizer (core/tokenizer/tokenizer.h) calls it for
 // model directories; everyone else may call NewHfTokenizer directly. Torch-free.
 //
 // What is read, and what is refused with an error naming the key:
@@ -27,7 +27,7 @@
 #include <string>
 
 #include "core/base/status.h"
-#include "core/model/tokenizer.h"
+#include "core/tokenizer/tokenizer.h"
 
 namespace kvlab {
 

@@ -1,4 +1,4 @@
-// Values of core/model/jinja.h's renderer and the Python semantics templates
+// Values of core/tokenizer/jinja.h's renderer and the Python semantics templates
 // rely on: truth, str() and repr(), ==, json.dumps as transformers' tojson
 // calls it, whitespace as str.strip() sees it, and strings as code points.
 #include <algorithm>
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/model/jinja_internal.h"
+#include "core/tokenizer/jinja_internal.h"
 
 namespace kvlab {
 namespace jinja {

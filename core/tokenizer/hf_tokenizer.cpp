@@ -1,8 +1,8 @@
 // tokenizer.json: loading, the post-processor, Encode and Decode
-// (core/model/hf_tokenizer.h). The pipeline stages are in hf_tokenizer_stages.cpp, the
+// (core/tokenizer/hf_tokenizer.h). The pipeline stages are in hf_tokenizer_stages.cpp, the
 // added-token splitting and BPE in hf_tokenizer_bpe.cpp, regex and UTF-8 helpers
 // in hf_tokenizer_text.cpp.
-#include "core/model/hf_tokenizer.h"
+#include "core/tokenizer/hf_tokenizer.h"
 
 #include <algorithm>
 #include <fstream>
@@ -10,7 +10,7 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "core/model/hf_tokenizer_parts.h"
+#include "core/tokenizer/hf_tokenizer_parts.h"
 
 namespace kvlab {
 

@@ -1,4 +1,4 @@
-// Jinja's lexer (jinja2/lexer.py) for core/model/jinja.h: text and tags, with
+// Jinja's lexer (jinja2/lexer.py) for core/tokenizer/jinja.h: text and tags, with
 // the whitespace rules of an environment with trim_blocks and lstrip_blocks
 // (transformers' chat template environment):
 //   {%- / {{- / {#-  strip all whitespace before the tag;
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "core/model/jinja_internal.h"
+#include "core/tokenizer/jinja_internal.h"
 
 namespace kvlab {
 namespace jinja {

@@ -1,4 +1,4 @@
-#include "core/model/tokenizer.h"
+#include "core/tokenizer/tokenizer.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// The evaluator of core/model/jinja.h: statements and expressions of the
+// The evaluator of core/tokenizer/jinja.h: statements and expressions of the
 // syntax tree over Values, with jinja2's scoping (each for-loop iteration and
 // each macro call has a scope of its own; `set` writes to the innermost one,
 // which is why templates carry state across iterations in namespace()
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "core/model/jinja_internal.h"
+#include "core/tokenizer/jinja_internal.h"
 
 namespace kvlab {
 namespace jinja {

@@ -1,4 +1,4 @@
-// Operators of core/model/jinja.h's renderer with Python's semantics: + - * /
+// Operators of core/tokenizer/jinja.h's renderer with Python's semantics: + - * /
 // // % ** ~, comparisons, `in`, attribute and item access as jinja2's sandbox
 // does them (getattr first for methods, a missing key is undefined), slices
 // and iteration.
@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "core/model/jinja_internal.h"
+#include "core/tokenizer/jinja_internal.h"
 
 namespace kvlab {
 namespace jinja {

@@ -1,6 +1,6 @@
-// Chat templates (core/model/chat_template.h): finding the template in a model
+// Chat templates (core/tokenizer/chat_template.h): finding the template in a model
 // directory, the special-token variables, and rendering.
-#include "core/model/chat_template.h"
+#include "core/tokenizer/chat_template.h"
 
 #include <fstream>
 #include <string>

@@ -1,11 +1,11 @@
 // Normalizers, pre-tokenizers and decoders of tokenizer.json
-// (core/model/hf_tokenizer_parts.h), each as the Rust `tokenizers` crate runs it.
+// (core/tokenizer/hf_tokenizer_parts.h), each as the Rust `tokenizers` crate runs it.
 #include <unicode/unorm2.h>
 #include <unicode/ustring.h>
 
 #include <cctype>
 
-#include "core/model/hf_tokenizer_parts.h"
+#include "core/tokenizer/hf_tokenizer_parts.h"
 
 namespace kvlab {
 namespace hf {

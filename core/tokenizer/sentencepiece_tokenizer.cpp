@@ -1,13 +1,13 @@
 // The SentencePiece tokenizer: tokenizer.model through the SentencePiece
-// module (core/model/sentencepiece_module.h says why SentencePiece is a module),
+// module (core/tokenizer/sentencepiece_module.h says why SentencePiece is a module),
 // opened once per process. Torch-free.
 #include <dlfcn.h>
 
 #include <cstdlib>
 #include <fstream>
 
-#include "core/model/sentencepiece_module.h"
-#include "core/model/tokenizer.h"
+#include "core/tokenizer/sentencepiece_module.h"
+#include "core/tokenizer/tokenizer.h"
 
 namespace kvlab {
 namespace {

@@ -1,10 +1,10 @@
-// Added-token splitting and the BPE model of tokenizer.json (core/model/hf_tokenizer_parts.h).
+// Added-token splitting and the BPE model of tokenizer.json (core/tokenizer/hf_tokenizer_parts.h).
 #include <algorithm>
 #include <functional>
 #include <queue>
 #include <tuple>
 
-#include "core/model/hf_tokenizer_parts.h"
+#include "core/tokenizer/hf_tokenizer_parts.h"
 
 namespace kvlab {
 namespace hf {

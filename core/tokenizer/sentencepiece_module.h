@@ -1,5 +1,5 @@
 // The C interface of the SentencePiece module (libkvlab_sentencepiece.so), which
-// core/model/sentencepiece_tokenizer.cpp loads at run time. Only that file and the
+// core/tokenizer/sentencepiece_tokenizer.cpp loads at run time. Only that file and the
 // module include this header.
 //
 // Why a module: Debian's libsentencepiece bundles its own protobuf-lite and

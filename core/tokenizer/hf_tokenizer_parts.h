@@ -1,7 +1,8 @@
 // The parts of a Hugging Face tokenizer.json pipeline (normalizers,
 // pre-tokenizers, decoders, added-token splitting, the BPE model, and the regex
-// and Unicode helpers they share), as the Rust `tokenizers` crate defines them. Internal to core/hf_tokenizer*.cpp;
-// everyone else uses NewHfTokenizer (core/model/hf_tokenizer.h).
+// and Unicode helpers they share), as the Rust `tokenizers` crate defines them.
+// Internal to core/tokenizer/hf_tokenizer*.cpp; everyone else uses
+// NewHfTokenizer (core/tokenizer/hf_tokenizer.h).
 #pragma once
 
 #include <cstdint>
@@ -110,7 +111,7 @@ const std::string& ByteToUnicode(unsigned char b);
 // The byte of a ByteLevel character, or -1.
 int UnicodeToByte(uint32_t cp);
 
-// ---- the model side (core/model/hf_tokenizer_bpe.cpp) ----
+// ---- the model side (core/tokenizer/hf_tokenizer_bpe.cpp) ----
 
 struct AddedToken {
   std::string content;

@@ -1,6 +1,6 @@
 // Chat templates of instruct checkpoints: the Jinja template a model directory
 // ships (chat_template.jinja, else tokenizer_config.json's "chat_template"),
-// rendered by core/model/jinja.h with the variables transformers'
+// rendered by core/tokenizer/jinja.h with the variables transformers'
 // apply_chat_template passes: the special tokens (bos_token, eos_token,
 // unk_token, sep_token, pad_token, cls_token, mask_token as strings, and
 // additional_special_tokens), messages, tools (none), documents (none),
@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "core/base/status.h"
-#include "core/model/jinja.h"
-#include "core/model/tokenizer.h"
+#include "core/tokenizer/jinja.h"
+#include "core/tokenizer/tokenizer.h"
 
 namespace kvlab {
 

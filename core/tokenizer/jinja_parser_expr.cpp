@@ -1,10 +1,10 @@
-// Expressions of core/model/jinja.h's parser (jinja_parser.h), with jinja2's
+// Expressions of core/tokenizer/jinja.h's parser (jinja_parser.h), with jinja2's
 // precedence: `a if c else b`, or, and, not, comparisons, + -, ~, * / // %, **,
 // unary - +, then filters, tests and calls, then attribute, item and slice access.
 #include <string>
 #include <vector>
 
-#include "core/model/jinja_parser.h"
+#include "core/tokenizer/jinja_parser.h"
 
 namespace kvlab {
 namespace jinja {

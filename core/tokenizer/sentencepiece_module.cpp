@@ -1,7 +1,7 @@
 // libkvlab_sentencepiece.so: Debian's libsentencepiece behind a C interface
-// (core/model/sentencepiece_module.h says why it is a module). Built only when
+// (core/tokenizer/sentencepiece_module.h says why it is a module). Built only when
 // CMake finds sentencepiece_processor.h and libsentencepiece. Torch-free.
-#include "core/model/sentencepiece_module.h"
+#include "core/tokenizer/sentencepiece_module.h"
 
 #include <sentencepiece_processor.h>
 
