@@ -282,7 +282,7 @@ TEST(ResultsIOTest, ExportNamesFromRecordsStayInsideOut) {
   for (size_t i = 0; i < fields.size(); ++i) {
     json r = json::parse(ok);
     r[fields[i].first] = fields[i].second;
-    r["key"] = "k" + std::to_string(i);
+    r["key"] = json{{"point", i}}.dump();  // a point's settings, as a run writes them
     r["index"] = i;
     jsonl << r.dump() << "\n";
   }

@@ -2,6 +2,7 @@
 // __init__.py): errors, the policy registry, Python policies' registration
 // and the memory calculator; the engine (module_engine.cpp) and the sweep
 // harness (module_sweep.cpp) bind themselves.
+#include <malloc.h>
 #include <pybind11/stl.h>
 
 #include "core/model/memory_calc.h"
@@ -99,6 +100,14 @@ py::dict Memory(const std::string& model, int64_t tokens, const std::vector<std:
 PYBIND11_MODULE(_kvlab, m) {
   using namespace kvlab;
   m.doc() = "kvlab's C++ core (use the kvlab package, which wraps it)";
+  // glibc serves allocations past M_MMAP_THRESHOLD with a fresh mmap each
+  // time, page faults and all. In a Python process with torch the threshold
+  // stays low, and the engine's per-step buffers (and a Python policy's
+  // tensors) took that path: a llama-3.1-8b layer's decode step ran at 96 ms
+  // in Python against 33 ms from `kvlab generate`, and 31 ms with the
+  // threshold at glibc's largest, 32 MiB, set here for the whole process
+  // (docs/python.md says so).
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
   static py::exception<ModuleError> error(m, "Error");
   py::register_exception<PolicyError>(m, "PolicyError", error.ptr());
   py::register_exception_translator([](std::exception_ptr p) {
