@@ -49,10 +49,7 @@ class PyModel {
     eo_.prefill_chunk = prefill_chunk;
     eo_.run_blocks = run_blocks;
     eo_.allow_long_context = allow_long_context;
-    if (!PresetConfig(model, &mc_).ok()) {
-      const bool is_json = model.size() >= 5 && model.compare(model.size() - 5, 5, ".json") == 0;
-      ThrowIfError(LoadModelConfig(is_json ? model : model + "/config.json", &mc_));
-    }
+    ThrowIfError(ResolveModelConfig(model, &mc_));
     if (!LoadTokenizer(model, mc_, &tokenizer_).ok()) tokenizer_.reset();
   }
 

@@ -187,13 +187,8 @@ Status EstimateKVMemory(const ModelConfig& c, int64_t tokens, int bits, const Po
 Status ResolveKvShape(const std::string& model, ModelConfig* out, std::string* unverified) {
   unverified->clear();
   if (PresetConfig(model, out).ok()) return Status::OK();
-  const bool is_json = model.size() >= 5 && model.compare(model.size() - 5, 5, ".json") == 0;
-  const std::string path = is_json ? model : model + "/config.json";
-  if (!std::ifstream(path)) {
-    std::string names;
-    for (const auto& n : PresetNames()) names += (names.empty() ? "" : ", ") + n;
-    return Status::NotFound("model '" + model + "' is neither a preset (" + names + ") nor a readable " + path);
-  }
+  const std::string path = ModelConfigPath(model);
+  if (!std::ifstream(path)) return ModelNotFound(model, path);
   return LoadKvShape(path, out, unverified);
 }
 

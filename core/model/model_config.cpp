@@ -511,4 +511,22 @@ std::vector<std::string> PresetNames() {
   return names;
 }
 
+std::string ModelConfigPath(const std::string& model) {
+  const bool is_json = model.size() >= 5 && model.compare(model.size() - 5, 5, ".json") == 0;
+  return is_json ? model : model + "/config.json";
+}
+
+Status ModelNotFound(const std::string& model, const std::string& path) {
+  std::string names;
+  for (const auto& n : PresetNames()) names += (names.empty() ? "" : ", ") + n;
+  return Status::NotFound("model '" + model + "' is neither a preset (" + names + ") nor a readable " + path);
+}
+
+Status ResolveModelConfig(const std::string& model, ModelConfig* out) {
+  if (PresetConfig(model, out).ok()) return Status::OK();
+  const std::string path = ModelConfigPath(model);
+  if (!std::ifstream(path)) return ModelNotFound(model, path);
+  return LoadModelConfig(path, out);
+}
+
 }  // namespace kvlab

@@ -127,4 +127,13 @@ Status SaveModelConfig(const std::string& path, const ModelConfig& config);
 Status PresetConfig(const std::string& name, ModelConfig* out);
 std::vector<std::string> PresetNames();
 
+// A model as every command names it: a preset, a config.json path (ending in
+// .json) or a model directory. ModelConfigPath is the config.json it names
+// (MODEL itself, or MODEL/config.json); ModelNotFound the error for a model
+// that is neither a preset nor a readable `path`, listing the presets.
+std::string ModelConfigPath(const std::string& model);
+Status ModelNotFound(const std::string& model, const std::string& path);
+// The preset's config, or the config.json ModelConfigPath names (LoadModelConfig).
+Status ResolveModelConfig(const std::string& model, ModelConfig* out);
+
 }  // namespace kvlab

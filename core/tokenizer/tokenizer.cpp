@@ -44,9 +44,9 @@ Status LoadTokenizer(const std::string& model, const ModelConfig& config, std::u
   std::string dir;
   ModelConfig preset;
   if (!PresetConfig(model, &preset).ok()) {
-    const bool is_json = model.size() >= 5 && model.compare(model.size() - 5, 5, ".json") == 0;
-    if (!is_json) dir = model;
-    else dir = model.find('/') == std::string::npos ? "." : model.substr(0, model.rfind('/'));
+    // The directory of the config.json the model names.
+    const std::string path = ModelConfigPath(model);
+    dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
   }
   if (!dir.empty()) {
     // Checkpoints that ship both files mean tokenizer.json (transformers prefers it too).

@@ -44,8 +44,6 @@ Command AddCalibrateHeadsCommand(CLI::App& app);  // calibrate_command.cpp
 int Fail(const Status& s);
 // "name" or "name:key=value,key=value", repeated; none gives the full cache.
 Status ParsePolicyArgs(const std::vector<std::string>& args, std::vector<PolicySpec>* out);
-// A preset name, a config.json path, or a model directory.
-Status ResolveModelConfig(const std::string& model, ModelConfig* out);
 // The KV memory report of `kvlab generate`.
 void PrintEngineMemory(const Engine& engine, const MemoryStats& m, int64_t tokens_per_seq_total);
 

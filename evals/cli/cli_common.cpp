@@ -29,19 +29,6 @@ Status ParsePolicyArgs(const std::vector<std::string>& args, std::vector<PolicyS
   return Status::OK();
 }
 
-Status ResolveModelConfig(const std::string& model, ModelConfig* out) {
-  if (PresetConfig(model, out).ok()) return Status::OK();
-  const bool is_json = model.size() >= 5 && model.compare(model.size() - 5, 5, ".json") == 0;
-  const std::string path = is_json ? model : model + "/config.json";
-  std::ifstream probe(path);
-  if (!probe) {
-    std::string names;
-    for (const auto& n : PresetNames()) names += (names.empty() ? "" : ", ") + n;
-    return Status::NotFound("model '" + model + "' is neither a preset (" + names + ") nor a readable " + path);
-  }
-  return LoadModelConfig(path, out);
-}
-
 void PrintEngineMemory(const Engine& engine, const MemoryStats& m, int64_t tokens_per_seq_total) {
   const CacheShape& s = engine.cache().shape();
   std::printf("KV cache (%s, block_size %d, %s storage):\n", engine.policies().Describe().c_str(), s.block_size,
