@@ -17,10 +17,11 @@ ROOMS = [
     "kernels",      # attention and cache kernels (CPU, CUDA, reference)
     "policies",     # the KVPolicy interface, the registry, one file per policy
     "core/cache",   # block pools, KV cache streams, prefix cache, offload tiers
+    "core/attention",  # the attention backends (CPU, reference, CUDA) behind the model
     "core/model",   # configs, loaders, the model, memory calculator
     # Above core/model: LoadTokenizer takes a model's config and knows its presets.
     "core/tokenizer",  # tokenizers, token-id files, the Jinja subset, chat templates
-    "core/engine",  # the engine, run configs, sampling, backends
+    "core/engine",  # the engine, run configs, sampling
     "core/serve",   # scheduler, workload, executors, serve-bench
     "datasets",     # synthetic task generators, the trainer
     "evals",        # the CLI, the sweep harness

@@ -2,9 +2,9 @@
 // PagedAttentionKiviCpu. Planning decides, from the step's queries and stream
 // lengths, the jobs (stream, query tile, split-K part), where each part's
 // partial result goes and the order threads take them; running does one
-// layer's arithmetic. The CPU attention backend (core/model/
-// paged_attention_cpu.cpp) plans once per step and every layer runs that
-// plan; the entry points without a plan make one per call.
+// layer's arithmetic. The CPU attention backend
+// (core/attention/host_backend.cpp) plans once per step and every layer runs
+// that plan; the entry points without a plan make one per call.
 #pragma once
 
 #include <cstdint>

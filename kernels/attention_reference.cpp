@@ -87,6 +87,7 @@ Status AttentionParamsCheck(const PagedKV& kv, const AttentionParams& p) {
     return Invalid("q or o is null");
   }
   if (p.rope_inv_freq != nullptr && p.head_dim % 2 != 0) return Invalid("rope_inv_freq needs an even head_dim");
+  if (!(p.logit_softcap >= 0)) return Invalid("logit_softcap must be >= 0 (0: none), got " + std::to_string(p.logit_softcap));
   if (p.slot_attn != nullptr && p.slot_attn_offsets == nullptr) {
     return Invalid("slot_attn is set but slot_attn_offsets is null");
   }
@@ -120,6 +121,7 @@ void PagedAttentionReference(const PagedKV& kv, const AttentionParams& p) {
           double dot = 0.0;
           for (int c = 0; c < d; ++c) dot += q[c] * key[c];
           scores[t] = dot * p.sm_scale;
+          if (p.logit_softcap > 0) scores[t] = p.logit_softcap * std::tanh(scores[t] / p.logit_softcap);
           max_score = std::max(max_score, scores[t]);
         }
         double sum = 0.0;

@@ -205,8 +205,9 @@ void Rope(const std::vector<float>& inv_freq, int64_t pos, double* x, int d) {
 // summed over its query heads and queries.
 // With last_queries > 0 only each sequence's last last_queries queries add to
 // slot_attn (AttentionParams::slot_attn_last_queries).
+// With softcap > 0 each score becomes softcap * tanh(score / softcap) (Gemma 2).
 void DenseExpected(const Case& c, const Inputs& in, TestCache* cache, std::vector<double>* o,
-                   std::vector<double>* slot_attn, int last_queries = 0) {
+                   std::vector<double>* slot_attn, int last_queries = 0, double softcap = 0) {
   const int group = c.hq / c.hkv, d = c.d;
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   o->assign(in.q.size(), 0.0);
@@ -232,6 +233,7 @@ void DenseExpected(const Case& c, const Inputs& in, TestCache* cache, std::vecto
             double dot = 0.0;
             for (int x = 0; x < d; ++x) dot += q[x] * k[static_cast<size_t>(t) * d + x];
             w[t] = dot * scale;
+            if (softcap > 0) w[t] = softcap * std::tanh(w[t] / softcap);
           }
           const double mx = *std::max_element(w.begin(), w.end());
           double sum = 0.0;
@@ -510,6 +512,42 @@ TEST(DenseAttentionTest, AgreesWithPagedReference) {
     const std::vector<float> got(flat.data_ptr<float>(), flat.data_ptr<float>() + flat.numel());
     EXPECT_EQ(CountMismatches(got, o, kAtol, kRtol, "dense o"), 0);
   }
+}
+
+// Logit soft-capping (AttentionParams::logit_softcap), which only the
+// reference kernel computes: against the dense double computation with the
+// cap, rotation by slot, a window, GQA and per-slot attention; and the cap
+// changes the result (the scores are large enough for tanh to bend them).
+TEST(AttentionSoftCapTest, ReferenceCapsScoresBeforeTheSoftmax) {
+  const Case c{"softcap", DType::kBF16, 16, 8, 2, 64, 4.0f, true, {{70, 1}, {45, 9}}, 30, true};
+  std::mt19937 rng(5);
+  TestCache cache(c, &rng);
+  cache.Fill(&rng);
+  const Inputs in = MakeInputs(c, &rng);
+  const PagedKV kv = cache.View();
+  const double cap = 2.5;
+  std::vector<float> o(in.q.size()), plain(in.q.size()), slot(static_cast<size_t>(in.total_slots), 0.0f);
+  AttentionParams p = MakeParams(c, in, o.data());
+  p.logit_softcap = static_cast<float>(cap);
+  p.slot_attn = slot.data();
+  p.slot_attn_offsets = in.slot_offsets.data();
+  ASSERT_TRUE(AttentionParamsCheck(kv, p).ok());
+  PagedAttentionReference(kv, p);
+  std::vector<double> want_o, want_slot;
+  DenseExpected(c, in, &cache, &want_o, &want_slot, 0, static_cast<double>(static_cast<float>(cap)));
+  EXPECT_EQ(CountMismatches(o, want_o, kAtol, kRtol, "softcap o"), 0);
+  EXPECT_EQ(CountMismatches(slot, want_slot, kAtol, kRtol, "softcap slot_attn"), 0);
+
+  PagedAttentionReference(kv, MakeParams(c, in, plain.data()));
+  double diff = 0;
+  for (size_t i = 0; i < o.size(); ++i) diff = std::max(diff, static_cast<double>(std::abs(o[i] - plain[i])));
+  EXPECT_GT(diff, 1e-2) << "the cap left the output unchanged";
+
+  AttentionParams bad = MakeParams(c, in, o.data());
+  bad.logit_softcap = -1.0f;
+  const Status st = AttentionParamsCheck(kv, bad);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("logit_softcap"), std::string::npos) << st.message();
 }
 
 TEST(AttentionParamsCheckTest, RejectsInconsistentCalls) {

@@ -97,6 +97,11 @@ struct AttentionParams {
   // kivi policy's attention = "int8", KernelOptions). Every other kernel, and
   // any other shape, ignores it and computes exactly.
   bool int8_attention = false;
+  // > 0: each score (after sm_scale) becomes logit_softcap * tanh(score /
+  // logit_softcap) before the softmax (Gemma 2's attn_logit_softcapping).
+  // Only PagedAttentionReference computes it; every other kernel REQUIRES 0
+  // (the host backend sends soft-capped layers to the reference kernel).
+  float logit_softcap = 0;
 };
 
 }  // namespace kvlab

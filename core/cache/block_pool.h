@@ -15,7 +15,7 @@
 namespace kvlab {
 
 // Device memory for a pool's arena (the CUDA engine path: cudaMalloc and
-// cudaFree, from core/engine/cuda_backend.h). Kept as two functions so that pools,
+// cudaFree, from core/attention/cuda_backend.h). Kept as two functions so that pools,
 // and everything built on them, stay free of CUDA and libtorch.
 struct DeviceArenaAllocator {
   std::string device;                                          // for messages, e.g. "cuda:0"

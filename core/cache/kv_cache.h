@@ -28,6 +28,10 @@
 
 namespace kvlab {
 
+struct StepRequest;  // core/cache/cache_step.h
+struct StepView;
+struct StepOutcome;
+
 // A block reference in a stream: >= 0 is a block id in a device pool; < 0 is
 // a block moved off the device, -1 - (its OffloadStore handle).
 inline bool IsOffloaded(int32_t ref) { return ref < 0; }
@@ -359,6 +363,21 @@ class KVCache {
   // Seal of each sequence, then the device owner's FinishSeal (its error).
   Status Seal(const std::vector<SeqId>& seqs);
 
+  // --- one step through two doors (core/cache/cache_step.h, kv_cache_step.cpp) ---
+  // The first door: Reserve for each sequence of `req` (its positions),
+  // PlanStep (page tables and staging), BuildWindows, AttachKeyBounds, and
+  // the per-slot attention buffer when `stack` ranks by attention. On an
+  // error the slots reserved so far stay reserved, as with Reserve, and no
+  // staging is held.
+  Status BeginStep(const StepRequest& req, const PolicyStack& stack, StepView* view);
+  // The second door, after the model and the backend ran on `view`: releases
+  // its staging, then applies the stack's decisions: FoldAttention (the
+  // scoring policy's rule), RecordKeyNorms, ApplySelection, UpdateKeyBounds,
+  // Seal and ApplyPlacement, in that order.
+  Status EndStep(const PolicyStack& stack, const StepOutcome& outcome, StepView* view);
+  // After a step that failed: releases the view's staging, decides nothing.
+  void AbortStep(StepView* view);
+
   // --- applying the policies' decisions after a step (kv_cache_apply.cpp) ---
   // The device owner (KVCache::Create's `device`); the cache does not own it.
   void SetDeviceOps(DeviceKvOps* ops) { device_ops_ = ops; }
@@ -432,10 +451,12 @@ class KVCache {
   bool SlotsToKeep(SeqId id, int layer, int head, int64_t next_pos, const KVPolicy* sel,
                    std::vector<int64_t>* keep, const SeqStep* step = nullptr) const;
   // SlotsToKeep's parts: the state the selection policy sees (the slots the
-  // window still shows: from *alive on), and what a stream keeps once the
-  // policy has spoken (`chose`: its SelectSlots result, *keep its choice).
+  // window still shows: from *alive on; with key_values, a StreamKvReader
+  // over them where the storage is host memory, for a policy that
+  // NeedsKeyValues), and what a stream keeps once the policy has spoken
+  // (`chose`: its SelectSlots result, *keep its choice).
   StreamState SelectionState(SeqId id, int layer, int head, int64_t next_pos, const SeqStep* step,
-                             int64_t* alive) const;
+                             int64_t* alive, bool key_values = false) const;
   bool FinishKeep(SeqId id, int layer, int head, int64_t alive, bool has_sel, bool chose,
                   std::vector<int64_t>* keep) const;
 

@@ -88,7 +88,8 @@ Status KVCache::ApplySelection(const std::vector<SeqId>& seqs, const std::vector
     for (int l = 0; l < shape_.num_layers; ++l) {
       if (per_layer) {  // the layer's heads at once, then each head's compaction
         for (int h = 0; h < H; ++h) {
-          states[static_cast<size_t>(h)] = SelectionState(seqs[i], l, h, next_pos[i], step, &alive[static_cast<size_t>(h)]);
+          states[static_cast<size_t>(h)] =
+              SelectionState(seqs[i], l, h, next_pos[i], step, &alive[static_cast<size_t>(h)], sel->NeedsKeyValues());
         }
         sel->SelectLayerSlots(states, &keeps, &acts);
       }

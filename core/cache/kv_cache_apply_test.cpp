@@ -2,12 +2,17 @@
 // cache-shape rule (cache_shape.cpp): DeriveCacheShape from a model's KV shape
 // and a stack; FoldAttention by the policy's own rule; ApplySelection and
 // Seal telling a device owner what to move; ApplyPlacement demoting what the
-// policy ranks lowest.
+// policy ranks lowest; the step's two doors (BeginStep, EndStep) doing what
+// the calls they stand for do.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
+#include <memory>
+#include <string>
 #include <vector>
 
+#include "core/cache/cache_step.h"
 #include "core/cache/cache_test_util.h"
 #include "core/cache/kv_cache.h"
 #include "policies/kv_policy.h"
@@ -263,6 +268,95 @@ TEST(KVCacheApplyTest, PlacementDemotesWhatThePolicyRanksLowest) {
   EXPECT_FALSE(IsOffloaded(st.blocks[3]));
   EXPECT_FALSE(IsOffloaded(st.blocks[4]));  // the open tail
   EXPECT_TRUE(c->ApplyPlacement(nullptr, {{1, 18}}).ok());
+}
+
+
+// KVCache::BeginStep and EndStep against the calls they stand for, made one
+// by one on a twin cache: the same page tables and windows, the same per-slot
+// attention buffer, and after eight steps of two sequences (a prefill chunk,
+// then decode) under h2o the same slots, positions and scores in every stream.
+TEST(KVCacheStepTest, TwoDoorsDoWhatTheirCallsDo) {
+  CacheShape sh = TinyCacheShape(2, 2, 4);
+  sh.layer_window = {0, 6};  // layer 1 is a window layer: BuildWindows and the window's compaction
+  std::unique_ptr<KVCache> doors, calls;
+  ASSERT_TRUE(KVCache::Create(sh, 64, true, &doors).ok());
+  ASSERT_TRUE(KVCache::Create(sh, 64, true, &calls).ok());
+  const PolicyStack stack = Stack({PolicySpec{"h2o", {{"budget", "8"}}, "t"}});
+  ASSERT_TRUE(stack.NeedsAttentionScores());
+  const std::vector<KVCache::SeqId> seqs = {3, 7};
+  for (KVCache::SeqId id : seqs) {
+    ASSERT_TRUE(doors->AddSequence(id).ok());
+    ASSERT_TRUE(calls->AddSequence(id).ok());
+  }
+  std::map<KVCache::SeqId, int64_t> len = {{3, 0}, {7, 0}};
+  for (int step = 0; step < 8; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    const int64_t n = step == 0 ? 12 : 1;  // a prompt chunk, then one token per step
+    StepRequest req;
+    req.seqs = seqs;
+    std::vector<std::vector<int32_t>> pos;
+    for (KVCache::SeqId id : seqs) {
+      pos.push_back(Iota(len[id], n));
+      req.positions.insert(req.positions.end(), pos.back().begin(), pos.back().end());
+      req.qo_indptr.push_back(req.qo_indptr.back() + static_cast<int32_t>(n));
+    }
+    StepView view;
+    ASSERT_TRUE(doors->BeginStep(req, stack, &view).ok());
+    for (size_t i = 0; i < seqs.size(); ++i) ASSERT_TRUE(calls->Reserve(seqs[i], n, pos[i].data()).ok());
+    PageTable pt;
+    StagingPlan staging;
+    ASSERT_TRUE(calls->PlanStep(seqs, &pt, &staging).ok());
+    calls->BuildWindows(seqs, req.qo_indptr, &pt);
+    calls->AttachKeyBounds(seqs, &pt);
+    SlotAttention sa;
+    sa.Reset(pt);
+    ASSERT_TRUE(view.wants_slot_attention);
+    EXPECT_EQ(view.slot_attention.offsets, sa.offsets);
+    ASSERT_EQ(view.slot_attention.values.size(), sa.values.size());
+    for (int l = 0; l < 2; ++l) {
+      for (int b = 0; b < 2; ++b) {
+        for (int h = 0; h < 2; ++h) EXPECT_EQ(view.page_table.StreamLength(l, b, h), pt.StreamLength(l, b, h));
+      }
+      ASSERT_EQ(view.page_table.FirstVisible(l) == nullptr, pt.FirstVisible(l) == nullptr) << l;
+      if (pt.FirstVisible(l) != nullptr) {
+        for (int64_t q = 0; q < 2 * n * 2; ++q) EXPECT_EQ(view.page_table.FirstVisible(l)[q], pt.FirstVisible(l)[q]);
+      }
+    }
+    // What a backend would add: a fixed pattern, the same on both sides.
+    for (size_t i = 0; i < sa.values.size(); ++i) {
+      sa.values[i] = static_cast<float>((i * 7 + static_cast<size_t>(step) * 3) % 11) / 11.0f;
+      view.slot_attention.values[i] = sa.values[i];
+    }
+    StepOutcome out;
+    std::vector<SeqStep> steps;
+    for (KVCache::SeqId id : seqs) {
+      out.next_pos.push_back(len[id] += n);
+      steps.push_back(SeqStep{n, true});
+    }
+    out.steps = steps;
+    out.seq_length = &len;
+    ASSERT_TRUE(doors->EndStep(stack, out, &view).ok());
+    calls->ReleaseStaging(&staging);
+    calls->FoldAttention(seqs, sa, *stack.ScoringPolicy(), &steps);
+    ASSERT_TRUE(calls->ApplySelection(seqs, out.next_pos, stack.For(kConcernSelection), &steps).ok());
+    calls->UpdateKeyBounds(seqs);
+    ASSERT_TRUE(calls->Seal(seqs).ok());
+    ASSERT_TRUE(calls->ApplyPlacement(stack.For(kConcernPlacement), len).ok());
+    for (KVCache::SeqId id : seqs) {
+      for (int l = 0; l < 2; ++l) {
+        for (int h = 0; h < 2; ++h) {
+          const Stream& a = doors->stream(id, l, h);
+          const Stream& b = calls->stream(id, l, h);
+          ASSERT_EQ(a.num_tokens, b.num_tokens) << id << " " << l << " " << h;
+          EXPECT_EQ(a.positions, b.positions) << id << " " << l << " " << h;
+          EXPECT_EQ(a.score, b.score) << id << " " << l << " " << h;
+        }
+      }
+    }
+  }
+  // h2o kept its budget: the selection ran through the second door.
+  EXPECT_EQ(doors->stream(3, 0, 0).num_tokens, 8);
+  EXPECT_EQ(doors->pool().bytes_in_use(), calls->pool().bytes_in_use());
 }
 
 }  // namespace

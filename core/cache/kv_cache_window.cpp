@@ -67,7 +67,7 @@ bool KVCache::DropsLeadingUnits(const Stream& s, const std::vector<int64_t>& kee
 }
 
 StreamState KVCache::SelectionState(SeqId id, int layer, int head, int64_t next_pos, const SeqStep* step,
-                                    int64_t* alive) const {
+                                    int64_t* alive, bool key_values) const {
   const Stream& st = stream(id, layer, head);
   const int64_t window = shape_.Window(layer);
   *alive = window > 0 ? FirstInWindow(st, next_pos, window) : 0;
@@ -78,7 +78,7 @@ StreamState KVCache::SelectionState(SeqId id, int layer, int head, int64_t next_
     ss.chunk_end = step->chunk_end;
   }
   SlotReader* reader = nullptr;
-  if (pool_->data() != nullptr) {  // host storage: the policy may read the slots' K/V
+  if (key_values && pool_->data() != nullptr) {  // host storage: the policy reads the slots' K/V
     if (kv_readers_.size() < static_cast<size_t>(shape_.num_kv_heads)) kv_readers_.resize(static_cast<size_t>(shape_.num_kv_heads));
     reader = &kv_readers_[static_cast<size_t>(head)];
     reader->cache = this;
@@ -175,7 +175,7 @@ bool KVCache::FinishKeep(SeqId id, int layer, int head, int64_t alive, bool has_
 bool KVCache::SlotsToKeep(SeqId id, int layer, int head, int64_t next_pos, const KVPolicy* sel,
                           std::vector<int64_t>* keep, const SeqStep* step) const {
   int64_t alive = 0;
-  const StreamState ss = SelectionState(id, layer, head, next_pos, step, &alive);
+  const StreamState ss = SelectionState(id, layer, head, next_pos, step, &alive, sel != nullptr && sel->NeedsKeyValues());
   keep->clear();
   const bool chose = sel != nullptr && sel->SelectSlots(ss, keep);
   return FinishKeep(id, layer, head, alive, sel != nullptr, chose, keep);

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "core/base/temp_dir_test_util.h"
-#include "core/engine/cuda_backend.h"
+#include "core/attention/cuda_backend.h"
 #include "core/engine/engine.h"
 
 namespace kvlab {

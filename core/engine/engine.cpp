@@ -7,12 +7,13 @@
 #include <map>
 #include <thread>
 
+#include "core/attention/backend.h"
+#include "core/attention/cuda_backend.h"
 #include "core/base/untrusted.h"
-#include "core/engine/cuda_backend.h"
+#include "core/cache/cache_step.h"
 #include "core/engine/run_config.h"
 #include "core/model/matmul16.h"
 #include "core/model/model.h"
-#include "core/model/paged_attention.h"
 
 namespace kvlab {
 
@@ -140,8 +141,8 @@ Status Engine::Create(const EngineOptions& options, const std::vector<PolicySpec
   KVLAB_RETURN_IF_ERROR(impl->model->CheckPagedSupport(shape.encoded, impl->backend->on_device()));
   if (const KVPolicy* read = impl->policies.ReadPolicy(); read != nullptr && mc.spec.attn_logit_softcapping > 0) {
     return Status::InvalidArgument("policy '" + std::string(read->Name()) + "' (read) with model '" + options.model +
-                                   "': soft-capped attention (attn_logit_softcapping) is the model's own code over "
-                                   "every block, not the attention backend that reads the selected ones");
+                                   "': soft-capped attention (attn_logit_softcapping) runs on the reference kernel, "
+                                   "which reads every block, not the selected ones");
   }
   if (options.max_seqs <= 0 || options.max_context <= 0) {
     return Status::InvalidArgument("engine: max_seqs and max_context must be positive");
@@ -187,7 +188,8 @@ Status Engine::Create(const EngineOptions& options, const std::vector<PolicySpec
   KVLAB_RETURN_IF_ERROR(KVCache::Create(shape, num_blocks, /*with_storage=*/true, &impl->cache, num_enc_blocks,
                                         impl->backend->arena_allocator()));
   impl->cache->SetRunBlocks(options.run_blocks);
-  KVLAB_RETURN_IF_ERROR(impl->backend->Attach(impl->cache.get(), impl->model.get()));
+  KVLAB_RETURN_IF_ERROR(impl->backend->Attach(impl->cache.get()));
+  if (impl->backend->on_device()) KVLAB_RETURN_IF_ERROR(impl->model->To(at::Device(impl->backend->torch_device())));
   if (places) KVLAB_RETURN_IF_ERROR(impl->cache->EnableOffload(placement));
   if (const KVPolicy* read = impl->policies.ReadPolicy(); read != nullptr && read->NeedsBlockKeyBounds()) {
     impl->cache->EnableKeyBounds();
@@ -362,73 +364,53 @@ Status Engine::ForwardStep(const std::vector<SeqChunk>& chunks, bool all_logits,
     return Status::ResourceExhausted("KV pool has " + std::to_string(s.cache->AvailableBlocks()) +
                                      " free blocks, too few for this step");
   }
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    const int32_t* pos = positions.data() + qo_indptr[i];
-    KVLAB_RETURN_IF_ERROR(s.cache->Reserve(chunks[i].seq, static_cast<int64_t>(chunks[i].tokens.size()), pos));
-  }
-  PageTable pt;
-  StagingPlan staging;
-  KVLAB_RETURN_IF_ERROR(s.cache->PlanStep(seqs, &pt, &staging));
-  s.cache->BuildWindows(seqs, qo_indptr, &pt);
-  s.cache->AttachKeyBounds(seqs, &pt);  // a no-op unless a read policy asked for bounds
-
-  // Per-slot attention for a policy that ranks by it (H2O).
-  SlotAttention slot_attn;
-  AttentionStep step;
-  step.page_table = &pt;
-  step.qo_indptr = &qo_indptr;
-  step.staging = &staging;
-  ReadStats reads;
-  step.read_policy = s.policies.ReadPolicy();
-  step.read_stats = &reads;
-  if (s.policies.NeedsAttentionScores()) {
-    slot_attn.Reset(pt);
-    slot_attn.last_queries = s.policies.ObservationWindow();
-    step.slot_attn = &slot_attn;
-  }
-  if (Status st = s.backend->BeginStep(step); !st.ok()) {
-    s.cache->ReleaseStaging(&staging);
+  // Door one: the cache reserves the step's slots and hands out its view.
+  StepRequest req;
+  req.seqs = std::move(seqs);
+  req.qo_indptr = qo_indptr;
+  req.positions = positions;
+  StepView view;
+  KVLAB_RETURN_IF_ERROR(s.cache->BeginStep(req, s.policies, &view));
+  // The backend and the model work on the view alone.
+  if (Status st = s.backend->BeginStep(&view); !st.ok()) {
+    s.cache->AbortStep(&view);
     return st;
   }
   PagedForward in;
   in.tokens = &tokens;
   in.positions = &positions;
   in.qo_indptr = &qo_indptr;
-  in.page_table = &pt;
   in.attention = s.backend.get();
   in.all_logits = all_logits;
-  in.slot_attn = step.slot_attn;
   // Logits come back to the host (a no-op on the CPU).
   at::Tensor out = s.model->ForwardPaged(in).to(at::kCPU).contiguous();
-  const Status step_status = s.backend->EndStep();
-  s.cache->ReleaseStaging(&staging);
-  KVLAB_RETURN_IF_ERROR(step_status);
-  if (reads.kv_dense_bytes > 0) {
+  if (Status st = s.backend->EndStep(); !st.ok()) {
+    s.cache->AbortStep(&view);
+    return st;
+  }
+  if (view.reads.kv_dense_bytes > 0) {
+    ReadStats reads = view.reads;
     reads.decode_steps = 1;
     s.reads.Add(reads);
   }
   const float* data = out.data_ptr<float>();
   logits->assign(chunks.size(), {});
-  std::vector<int64_t> next_pos;
+  StepOutcome outcome;
   for (size_t i = 0; i < chunks.size(); ++i) {
     const int64_t row0 = all_logits ? qo_indptr[i] : static_cast<int64_t>(i);
     const int64_t rows = all_logits ? qo_indptr[i + 1] - qo_indptr[i] : 1;
     (*logits)[i].assign(data + row0 * vocab, data + (row0 + rows) * vocab);
-    next_pos.push_back(s.seq_len[chunks[i].seq] += static_cast<int64_t>(chunks[i].tokens.size()));
+    outcome.next_pos.push_back(s.seq_len[chunks[i].seq] += static_cast<int64_t>(chunks[i].tokens.size()));
   }
-  // The cache applies the stack's decisions: scores, selection and windows, sealing, placement.
-  std::vector<SeqStep> steps;  // a whole chunk, unless Forward split it
+  // Door two: the cache applies the stack's decisions (scores, selection and
+  // windows, key bounds, sealing, placement) with what the step observed.
   if (piece_steps != nullptr) {
-    steps = *piece_steps;
-  } else {
-    for (const SeqChunk& c : chunks) steps.push_back(SeqStep{static_cast<int64_t>(c.tokens.size()), true});
+    outcome.steps = *piece_steps;
+  } else {  // a whole chunk, unless Forward split it
+    for (const SeqChunk& c : chunks) outcome.steps.push_back(SeqStep{static_cast<int64_t>(c.tokens.size()), true});
   }
-  if (step.slot_attn != nullptr) s.cache->FoldAttention(seqs, slot_attn, *s.policies.ScoringPolicy(), &steps);
-  if (s.policies.NeedsKeyNorms()) s.cache->RecordKeyNorms(seqs, qo_indptr);
-  KVLAB_RETURN_IF_ERROR(s.cache->ApplySelection(seqs, next_pos, s.policies.For(kConcernSelection), &steps));
-  s.cache->UpdateKeyBounds(seqs);  // after compaction: a no-op without bounds
-  KVLAB_RETURN_IF_ERROR(s.cache->Seal(seqs));
-  return s.cache->ApplyPlacement(s.policies.For(kConcernPlacement), s.seq_len);
+  outcome.seq_length = &s.seq_len;
+  return s.cache->EndStep(s.policies, outcome, &view);
 }
 
 Status Engine::Generate(const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& options,

@@ -63,7 +63,7 @@ struct EngineOptions {
   std::string attention = "cpu"; // "cpu" (optimised) or "reference"; device "cpu" only
   // Where the model and the KV pools live: "cpu", or "cuda" (weights as
   // libtorch CUDA tensors, pools in device memory, attention through
-  // kernels/cuda; core/engine/cuda_backend.h). "cuda" fails at Create when kvlab was
+  // kernels/cuda; core/attention/cuda_backend.h). "cuda" fails at Create when kvlab was
   // built without nvcc, when no GPU or no CUDA libtorch is present, and for
   // policies the CUDA path does not implement yet, naming them.
   std::string device = "cpu";

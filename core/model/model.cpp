@@ -121,19 +121,6 @@ at::Tensor MaskedAttention(const at::Tensor& q, const at::Tensor& k, const at::T
   return at::matmul(probs, vf.transpose(0, 1)).transpose(0, 1).contiguous();  // [Tq, Hq, d]
 }
 
-// One stream's stored keys or values, slots [0, len), as [len, d] in the cache dtype.
-at::Tensor GatherStream(const PagedKV& kv, int s, bool values) {
-  const int64_t len = kv.StreamLength(s);
-  at::Tensor out = at::empty({len, kv.head_dim}, at::TensorOptions().dtype(TorchType(kv.dtype)));
-  const int64_t row = static_cast<int64_t>(kv.head_dim) * DTypeBytes(kv.dtype);
-  uint8_t* dst = static_cast<uint8_t*>(out.data_ptr());
-  for (int64_t slot = 0; slot < len; slot += kv.block_size) {
-    const int64_t n = std::min<int64_t>(kv.block_size, len - slot);
-    std::memcpy(dst + slot * row, values ? kv.ValuePtr(s, slot) : kv.KeyPtr(s, slot), static_cast<size_t>(n * row));
-  }
-  return out;
-}
-
 // The model tensor that a spec names: a layer's, or the embedding, final norm
 // or LM head (TensorT: at::Tensor, const or not, as the model is).
 template <class LayersT, class TensorT>
@@ -521,7 +508,6 @@ at::Tensor LlamaModel::ForwardPaged(const PagedForward& in) const {
   const int64_t T = static_cast<int64_t>(tokens.size());
   const int B = static_cast<int>(qo_indptr.size()) - 1;
   const int64_t Hq = config_.num_attention_heads, d = config_.head_dim;
-  const double cap = config_.spec.attn_logit_softcapping;
   RopeCache rc;
   RopeTables(*in.positions, &rc);
   at::Tensor x = Embed(tokens);
@@ -535,23 +521,12 @@ at::Tensor LlamaModel::ForwardPaged(const PagedForward& in) const {
     v = MergeHeads(v).contiguous();
     const int layer = static_cast<int>(li);
     in.attention->Append(layer, k, v);
-    at::Tensor o;
-    if (in.page_table->Encoded(layer) == nullptr && cap > 0) {
-      // Soft-capping, which the paged kernels do not compute: the model's own
-      // attention over the gathered blocks (host pools only: CheckPagedSupport).
-      const PagedKV kv = in.page_table->Layer(layer);
-      float* slot_attn = in.slot_attn != nullptr ? in.slot_attn->values.data() : nullptr;
-      const int64_t* slot_offsets =
-          in.slot_attn != nullptr ? in.slot_attn->offsets.data() + li * static_cast<size_t>(kv.num_streams) : nullptr;
-      o = GatheredAttention(li, kv, qo_indptr, q, in.page_table->FirstVisible(layer), slot_attn, slot_offsets,
-                            in.slot_attn != nullptr ? in.slot_attn->last_queries : 0);
-    } else {
-      LayerAttention a;
-      a.layer = layer;
-      a.sm_scale = static_cast<float>(AttentionScale());
-      if (keys_before_rope_) a.rope_inv_freq = rope_[RopeIndex(li)].inv_freq_f32.data();
-      o = in.attention->Attend(a, q);
-    }
+    LayerAttention a;
+    a.layer = layer;
+    a.sm_scale = static_cast<float>(AttentionScale());
+    a.logit_softcap = static_cast<float>(config_.spec.attn_logit_softcapping);
+    if (keys_before_rope_) a.rope_inv_freq = rope_[RopeIndex(li)].inv_freq_f32.data();
+    const at::Tensor o = in.attention->Attend(a, q);
     x = FinishLayer(l, x, o.view({T, Hq * d}));
   }
   if (!in.all_logits) {
@@ -560,58 +535,6 @@ at::Tensor LlamaModel::ForwardPaged(const PagedForward& in) const {
     x = x.index_select(0, at::tensor(last, at::kLong).to(x.device()));
   }
   return Head(x);
-}
-
-// Each sequence's streams gathered to [S, H, d]; slots stand for positions
-// (differences are what the causal and window masks read), so query j of a
-// chunk of q_len sits at slot len - q_len + j, as the kernels define it.
-at::Tensor LlamaModel::GatheredAttention(size_t li, const PagedKV& kv, const std::vector<int32_t>& qo_indptr,
-                                         const at::Tensor& q, const int32_t* first_visible, float* slot_attn,
-                                         const int64_t* slot_offsets, int64_t last_queries) const {
-  const int B = static_cast<int>(qo_indptr.size()) - 1;
-  const int Hs = stored_kv_heads_;
-  std::vector<at::Tensor> outs;
-  for (int b = 0; b < B; ++b) {
-    const int64_t q0 = qo_indptr[static_cast<size_t>(b)], tq = qo_indptr[static_cast<size_t>(b) + 1] - q0;
-    std::vector<at::Tensor> ks, vs;
-    for (int h = 0; h < Hs; ++h) {
-      ks.push_back(GatherStream(kv, b * Hs + h, false));
-      vs.push_back(GatherStream(kv, b * Hs + h, true));
-    }
-    at::Tensor k = at::stack(ks, 1).to(at::kFloat), v = at::stack(vs, 1);
-    const int64_t len = k.size(0);
-    at::Tensor qb = q.narrow(0, q0, tq);
-    if (keys_before_rope_) {  // rotate by slots, as the kernels do
-      std::vector<int32_t> slots(static_cast<size_t>(len));
-      for (int64_t i = 0; i < len; ++i) slots[static_cast<size_t>(i)] = static_cast<int32_t>(i);
-      RopeCache rc;
-      RopeTables(slots, &rc);
-      const int t = RopeIndex(li);
-      k = ApplyRope(k, rc.cos[t], rc.sin[t]);
-      qb = ApplyRope(qb, rc.cos[t].narrow(0, len - tq, tq), rc.sin[t].narrow(0, len - tq, tq));
-    }
-    at::Tensor lower;  // [Hq, tq, 1]: the first visible slot of each query, by its KV head
-    if (first_visible != nullptr) {
-      std::vector<int64_t> fv(static_cast<size_t>(tq * Hs));
-      for (int64_t j = 0; j < tq * Hs; ++j) fv[static_cast<size_t>(j)] = first_visible[q0 * Hs + j];
-      lower = at::tensor(fv, at::kLong).view({tq, Hs}).t().repeat_interleave(q.size(1) / Hs, 0).unsqueeze(2);
-    }
-    at::Tensor probs;
-    outs.push_back(MaskedAttention(qb, k, v, AttentionScale(), len - tq, 0, 0, config_.spec.attn_logit_softcapping,
-                                   slot_attn != nullptr ? &probs : nullptr, lower));
-    if (slot_attn != nullptr) {
-      const int64_t group = q.size(1) / Hs;
-      const int64_t counted = last_queries > 0 ? std::min(last_queries, tq) : tq;  // an observation window
-      at::Tensor per_stream =
-          probs.view({Hs, group, tq, len}).narrow(2, tq - counted, counted).sum({1, 2}).contiguous();  // [Hs, len]
-      for (int h = 0; h < Hs; ++h) {
-        float* dst = slot_attn + slot_offsets[b * Hs + h];
-        const float* src = per_stream[h].data_ptr<float>();
-        for (int64_t i = 0; i < len; ++i) dst[i] += src[i];
-      }
-    }
-  }
-  return at::cat(outs, 0);
 }
 
 at::Tensor LlamaModel::ForwardDense(const std::vector<int32_t>& tokens, int64_t start_pos, DenseKVCache* cache,

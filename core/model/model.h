@@ -17,29 +17,24 @@
 #include <string>
 #include <vector>
 
-#include "core/cache/kv_cache.h"
 #include "core/model/model_config.h"
-#include "core/model/paged_attention.h"
+#include "core/attention/backend.h"
 #include "core/base/status.h"
 #include "policies/kv_policy.h"
 
 namespace kvlab {
 
-// Inputs of one paged forward pass over a ragged batch. The cache has
-// already reserved the slots of the new tokens (KVCache::Reserve), page_table
-// was built after that, and `attention` began the step on it
-// (AttentionBackend::BeginStep; the caller ends it).
+// Inputs of one paged forward pass over a ragged batch. `attention` began
+// the step on the cache's view (AttentionBackend::BeginStep, after
+// KVCache::BeginStep reserved the new tokens' slots; the caller ends it):
+// the model hands it each layer's K/V and queries and never reads the page
+// table itself.
 struct PagedForward {
   const std::vector<int32_t>* tokens = nullptr;     // [T] new tokens, sequences concatenated
   const std::vector<int32_t>* positions = nullptr;  // [T] their positions (RoPE)
   const std::vector<int32_t>* qo_indptr = nullptr;  // [B+1]
-  const PageTable* page_table = nullptr;
   AttentionBackend* attention = nullptr;  // writes each layer's K/V and computes its attention
   bool all_logits = false;  // logits of every token, else of each sequence's last token
-  // The step's per-slot attention when a policy asked for it (the same as
-  // AttentionStep::slot_attn): the model's own attention over gathered
-  // blocks (soft-capping, host pools only) adds to it as the kernels do.
-  SlotAttention* slot_attn = nullptr;
 };
 
 // A contiguous per-sequence cache: per layer, K and V as [S, H_kv, d] tensors
@@ -148,9 +143,6 @@ class LlamaModel {
   // norms, and RoPE unless rotate is false.
   void Project(size_t li, const at::Tensor& h, const RopeCache& rc, bool rotate, at::Tensor* q, at::Tensor* k,
                at::Tensor* v) const;
-  at::Tensor GatheredAttention(size_t li, const PagedKV& kv, const std::vector<int32_t>& qo_indptr,
-                               const at::Tensor& q, const int32_t* first_visible, float* slot_attn,
-                               const int64_t* slot_offsets, int64_t last_queries) const;
   // The rest of a layer once attention is done: o_proj, residual, MLP.
   at::Tensor FinishLayer(const Layer& l, const at::Tensor& x, const at::Tensor& o) const;
   double AttentionScale() const;

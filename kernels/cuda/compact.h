@@ -2,7 +2,7 @@
 // stream's kept K/V rows (KeptSlots: the selection policy's keep lists) to the
 // front of its page table, in order, and compacts the slot_attn accumulator
 // the same way; the blocks left empty at the tail are reported for the host to
-// free. Called by the CUDA engine (core/engine/cuda_backend_cache.cpp,
+// free. Called by the CUDA engine (core/attention/cuda_backend_cache.cpp,
 // FinishCompaction) after KVCache::Compact has done the books. Plain structs
 // and raw device pointers, no libtorch; returns a cudaError_t and never throws.
 #pragma once

@@ -1,4 +1,4 @@
-// The CPU attention backends (core/model/paged_attention.h): the cache's
+// The CPU attention backends (core/attention/backend.h): the cache's
 // bytes are host memory, so a layer's K/V are written by AppendKV and read by
 // the CPU kernels straight from the page table's blocks. The optimised
 // kernels' split is planned once per step over every layer's longest streams
@@ -7,12 +7,14 @@
 // and each layer starts loading the next one's on another thread while it
 // computes. With a read policy (Quest) each layer's decode streams read only
 // the blocks it picks, sealed KIVI groups included (core/cache/read_selection.h).
+// Soft-capped layers (LayerAttention::logit_softcap, Gemma 2) run on the
+// reference kernel, the one kernel that computes the cap.
 #include <ATen/ATen.h>
 
 #include <algorithm>
 #include <future>
 
-#include "core/model/paged_attention.h"
+#include "core/attention/backend.h"
 #include "kernels/append_kv.h"
 #include "kernels/attention_cpu.h"
 #include "kernels/attention_encoded.h"
@@ -46,34 +48,34 @@ class HostAttention : public AttentionBackend {
   }
 
   const char* Name() const override { return reference_ ? "reference" : "cpu"; }
-  Status Attach(KVCache* cache, LlamaModel* /*model: stays on the CPU*/) override {
+  Status Attach(KVCache* cache) override {
     cache_ = cache;
     return Status::OK();
   }
 
-  Status BeginStep(const AttentionStep& step) override {
+  Status BeginStep(StepView* view) override {
     if (cache_ == nullptr) return Status::Internal("attention backend: BeginStep before Attach");
-    step_ = step;
+    step_ = view;
     status_ = Status::OK();
     if (!reference_) {
       const CacheShape& sh = cache_->shape();
-      PlanCpuStep(*step.page_table, *step.qo_indptr,
-                  CpuDecodeShape{step.page_table->num_seqs(), num_qo_heads_, sh.num_kv_heads, sh.head_dim}, &plan_);
+      PlanCpuStep(view->page_table, view->qo_indptr,
+                  CpuDecodeShape{view->page_table.num_seqs(), num_qo_heads_, sh.num_kv_heads, sh.head_dim}, &plan_);
     }
     return Status::OK();
   }
 
   void Append(int layer, const at::Tensor& k, const at::Tensor& v) override {
-    if (step_.staging != nullptr && !step_.staging->empty()) LoadStaged(layer);
-    const std::vector<int32_t>& qo = *step_.qo_indptr;
-    const PagedKV kv = step_.page_table->Layer(layer);
+    if (!step_->staging.empty()) LoadStaged(layer);
+    const std::vector<int32_t>& qo = step_->qo_indptr;
+    const PagedKV kv = step_->page_table.Layer(layer);
     const int num_seqs = static_cast<int>(qo.size()) - 1;
     AppendKV(kv, qo.data(), num_seqs, kv.num_streams / num_seqs, k.data_ptr<float>(), v.data_ptr<float>());
   }
 
   at::Tensor Attend(const LayerAttention& a, const at::Tensor& q) override {
-    const std::vector<int32_t>& qo = *step_.qo_indptr;
-    const PageTable& pt = *step_.page_table;
+    const std::vector<int32_t>& qo = step_->qo_indptr;
+    const PageTable& pt = step_->page_table;
     const PagedKV kv = pt.Layer(a.layer);
     at::Tensor o = at::empty_like(q);
     AttentionParams p;
@@ -87,15 +89,24 @@ class HostAttention : public AttentionBackend {
     p.o = o.data_ptr<float>();
     p.rope_inv_freq = a.rope_inv_freq;
     p.first_visible = pt.FirstVisible(a.layer);
-    if (step_.slot_attn != nullptr) {
-      p.slot_attn = step_.slot_attn->values.data();
-      p.slot_attn_offsets = step_.slot_attn->offsets.data() + static_cast<size_t>(a.layer) * kv.num_streams;
-      p.slot_attn_last_queries = static_cast<int>(step_.slot_attn->last_queries);
+    if (step_->wants_slot_attention) {
+      SlotAttention& sa = step_->slot_attention;
+      p.slot_attn = sa.values.data();
+      p.slot_attn_offsets = sa.offsets.data() + static_cast<size_t>(a.layer) * kv.num_streams;
+      p.slot_attn_last_queries = static_cast<int>(sa.last_queries);
     }
     p.int8_attention = kernels_.int8_attention;
+    if (a.logit_softcap > 0) {
+      // Soft-capping is the reference kernel's alone (the optimised kernels
+      // do not compute it); the engine refuses it with a sealed encoding and
+      // with a read policy, so every plain block is read.
+      p.logit_softcap = a.logit_softcap;
+      PagedAttentionReference(kv, p);
+      return o;
+    }
     // The read policy's blocks (all of them without one): a page table of its own.
-    SelectLayerReads(pt, a.layer, step_.read_policy, p, &reads_);
-    if (step_.read_stats != nullptr) step_.read_stats->Add(reads_.stats);
+    SelectLayerReads(pt, a.layer, step_->read_policy, p, &reads_);
+    step_->reads.Add(reads_.stats);
     if (reads_.subset) {
       const PagedKV view = reads_.View(kv);
       if (const EncodedKV* enc = pt.Encoded(a.layer)) {  // the groups read, then the plain blocks read
@@ -132,7 +143,7 @@ class HostAttention : public AttentionBackend {
 
   Status EndStep() override {
     if (next_load_.valid()) Keep(next_load_.get());
-    step_ = AttentionStep();
+    step_ = nullptr;
     return status_;
   }
 
@@ -142,11 +153,10 @@ class HostAttention : public AttentionBackend {
   }
   // Layer `layer`'s offloaded blocks are in place when this returns.
   void LoadStaged(int layer) {
-    const StagingPlan& staging = *step_.staging;
-    Keep(layer == 0 ? cache_->LoadStaged(staging, 0) : next_load_.get());
-    if (layer + 1 < step_.page_table->num_layers()) {
-      KVCache* cache = cache_;
-      next_load_ = std::async(std::launch::async, [cache, &staging, layer] { return cache->LoadStaged(staging, layer + 1); });
+    const StepView* view = step_;
+    Keep(layer == 0 ? view->LoadStaged(0) : next_load_.get());
+    if (layer + 1 < view->page_table.num_layers()) {
+      next_load_ = std::async(std::launch::async, [view, layer] { return view->LoadStaged(layer + 1); });
     }
   }
 
@@ -157,7 +167,7 @@ class HostAttention : public AttentionBackend {
   CpuDecodePlan layer_plan_;  // a layer's, when the read policy picks fewer blocks
   ReadSelection reads_;       // the layer's blocks read, reused between layers
   KVCache* cache_ = nullptr;
-  AttentionStep step_;
+  StepView* step_ = nullptr;  // between BeginStep and EndStep
   Status status_;
   std::future<Status> next_load_;
 };

@@ -1,5 +1,5 @@
 // The CUDA attention backend (EngineOptions::device = "cuda"): the
-// AttentionBackend (core/model/paged_attention.h) whose pools are device
+// AttentionBackend (core/attention/backend.h) whose pools are device
 // memory. The model's projections, RoPE, MLP, norms and head run in libtorch
 // on the device's tensors (Attach moves the model there, LlamaModel::To);
 // this backend holds the rest of a step on the device: the KV pools' arenas
@@ -10,8 +10,8 @@
 // Only Engine::Create makes one; not thread-safe.
 //
 // Torch-free header. The glue from tensors to the kernels' structs is
-// core/engine/cuda_backend.cpp (the step) and cuda_backend_cache.cpp (the
-// cache's moves, what the kernels accept), built into kvlab_engine when nvcc
+// core/attention/cuda_backend.cpp (the step) and cuda_backend_cache.cpp (the
+// cache's moves, what the kernels accept), built into kvlab_attention when nvcc
 // was found (KVLAB_HAVE_CUDA), and into cuda_engine_emu_test against the CUDA
 // emulation (kernels/cuda/emu), where "device memory" is host memory and the
 // model's tensors stay on the CPU.
@@ -22,7 +22,7 @@
 
 #include "core/base/status.h"
 #include "core/cache/cache_shape.h"
-#include "core/model/paged_attention.h"
+#include "core/attention/backend.h"
 #include "policies/kv_policy.h"
 
 namespace kvlab {

@@ -2,7 +2,7 @@
 // DeviceKvOps it moves the kept rows of compacted streams and encodes the
 // groups KVCache::Seal sealed, each batch in one kernel call; and what the
 // kernels accept, asked before a backend is made.
-#include "core/engine/cuda_backend_impl.h"
+#include "core/attention/cuda_backend_impl.h"
 
 #include <algorithm>
 
@@ -222,9 +222,11 @@ Status NewCudaBackend(const CudaBackendOptions& o, std::unique_ptr<AttentionBack
   }
   if (const KVPolicy* sel = stack.For(kConcernSelection);
       sel != nullptr &&
-      (sel->ObservationWindow() > 0 || sel->NeedsKeyNorms() || sel->SelectsPerLayer() || sel->PerHeadSplit())) {
+      (sel->ObservationWindow() > 0 || sel->NeedsKeyNorms() || sel->NeedsKeyValues() || sel->SelectsPerLayer() ||
+       sel->PerHeadSplit())) {
     const std::string need = sel->ObservationWindow() > 0 ? "the attention of an observation window (its last queries only)"
                              : sel->NeedsKeyNorms()       ? "key norms read from the cache's blocks"
+                             : sel->NeedsKeyValues()      ? "the slots' keys and values read on the host"
                              : sel->SelectsPerLayer()     ? "all KV heads of a layer selected jointly"
                                                           : "a per-(layer, head) split (heads of a layer as long as their "
                                                             "rule, full or windowed)";

@@ -12,8 +12,7 @@
 // that must not reach libtorch's headers.
 #include <ATen/ATen.h>
 
-#include "core/model/model.h"
-#include "core/engine/cuda_backend.h"
+#include "core/attention/cuda_backend.h"
 
 #include <string>
 #include <vector>
@@ -50,8 +49,9 @@ class CudaBackendImpl : public AttentionBackend, public DeviceKvOps {
   const char* Name() const override { return "cuda"; }
   bool on_device() const override { return true; }
   const DeviceArenaAllocator* arena_allocator() const override { return &allocator_; }
-  Status Attach(KVCache* cache, LlamaModel* model) override;
-  Status BeginStep(const AttentionStep& step) override;
+  std::string torch_device() const override;
+  Status Attach(KVCache* cache) override;
+  Status BeginStep(StepView* view) override;
   void Append(int layer, const at::Tensor& k, const at::Tensor& v) override;
   at::Tensor Attend(const LayerAttention& a, const at::Tensor& q) override;
   Status EndStep() override;
@@ -128,7 +128,7 @@ class CudaBackendImpl : public AttentionBackend, public DeviceKvOps {
 
   // The step.
   Status step_status_;
-  SlotAttention* slot_attn_host_ = nullptr;  // AttentionStep::slot_attn
+  SlotAttention* slot_attn_host_ = nullptr;  // the view's slot_attention, when wanted
   int num_seqs_ = 0, num_streams_ = 0;  // per layer: num_seqs_ * num_kv_heads
   int64_t total_q_ = 0;
   bool decode_only_ = true;

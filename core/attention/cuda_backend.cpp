@@ -14,7 +14,7 @@
 // Streams: every kernel and libtorch op runs on the default stream (libtorch's
 // current stream unless the caller changed it), so they are ordered; EndStep
 // synchronises.
-#include "core/engine/cuda_backend_impl.h"
+#include "core/attention/cuda_backend_impl.h"
 
 #include <algorithm>
 
@@ -57,11 +57,13 @@ CudaBackendImpl::~CudaBackendImpl() {
   if (workspace_ != nullptr) cudaFree(workspace_);
 }
 
-Status CudaBackendImpl::Attach(KVCache* cache, LlamaModel* model) {
+Status CudaBackendImpl::Attach(KVCache* cache) {
   cache_ = cache;
   cache->SetDeviceOps(this);
-  return model->To(device_);
+  return Status::OK();
 }
+
+std::string CudaBackendImpl::torch_device() const { return device_.str(); }
 
 PagedKV CudaBackendImpl::PoolView(int num_streams) const {
   PagedKV kv;
@@ -219,12 +221,12 @@ Status CudaBackendImpl::PlanRow(int r, const PageTable& pt, const std::vector<in
   return Status::OK();
 }
 
-Status CudaBackendImpl::BeginStep(const AttentionStep& step) {
+Status CudaBackendImpl::BeginStep(StepView* view) {
   if (cache_ == nullptr) return Status::Internal("cuda engine: BeginStep before Attach");
-  const PageTable& pt = *step.page_table;
-  const std::vector<int32_t>& qo_indptr = *step.qo_indptr;
+  const PageTable& pt = view->page_table;
+  const std::vector<int32_t>& qo_indptr = view->qo_indptr;
   step_status_ = Status::OK();
-  slot_attn_host_ = step.slot_attn;
+  slot_attn_host_ = view->wants_slot_attention ? &view->slot_attention : nullptr;
   rows_.clear();
   num_seqs_ = pt.num_seqs();
   num_streams_ = num_seqs_ * shape_.num_kv_heads;
@@ -300,6 +302,10 @@ void CudaBackendImpl::Append(int layer, const at::Tensor& k, const at::Tensor& v
 at::Tensor CudaBackendImpl::Attend(const LayerAttention& a, const at::Tensor& q) {
   if (!step_status_.ok()) return at::zeros_like(q);
   const int layer = a.layer;
+  if (a.logit_softcap > 0) {  // LlamaModel::CheckPagedSupport refuses such models on the device
+    Fail("layer " + std::to_string(layer) + ": the CUDA kernels do not soft-cap scores (logit_softcap)");
+    return at::zeros_like(q);
+  }
   try {
     const PagedKV full_kv = FullPlain(layer);
     const EncodedKV full_enc = shape_.encoded ? FullEncoded(layer) : EncodedKV();
