@@ -171,6 +171,26 @@ bool MapSelection(const ParsedPolicy& p, KvpressPress* out) {
     out->press_init = "KnormPress(compression_ratio={R})";
     out->note = "both keep the keys of lowest L2 norm; kvlab also keeps the `recent` newest slots (" +
                 Text(p, "recent") + ")." + std::string(kEveryStep);
+  } else if (n == "keydiff") {
+    out->press_name = "keydiff";
+    BudgetOrRatio(p, 0.5, out);
+    out->press_init = "KeyDiffPress(compression_ratio={R})";
+    out->note = "the same score, -cos(key, mean of the unit keys); kvlab also keeps the newest slot." +
+                std::string(kEveryStep);
+  } else if (n == "lagkv") {
+    out->press_name = "lagkv";
+    BudgetOrRatio(p, 0.5, out);
+    out->press_init = "LagKVPress(compression_ratio={R}, n_sink=" + Text(p, "n_sink") + ", lag_size=" +
+                      Text(p, "lag_size") + ")";
+    out->note = "the same lag-relative scores; kvlab also keeps the newest slot." + std::string(kEveryStep);
+  } else if (n == "cur") {
+    out->press_name = "cur";
+    BudgetOrRatio(p, 0.5, out);
+    const bool local = Text(p, "local_window") != "0";
+    out->press_init = "CURPress(compression_ratio={R}, num_sinks=" + Text(p, "num_sinks") + ", leverage_type=\"" +
+                      Text(p, "leverage") + "\", use_local_approximation=" + (local ? "True" : "False") +
+                      (local ? ", local_window_size=" + Text(p, "local_window") : std::string()) + ")";
+    out->note = "the same leverage scores; kvlab also keeps the newest slot." + std::string(kEveryStep);
   } else if (n == "duo") {
     out->press_name = "duo_attention";
     out->ratio_kind = KvpressRatioKind::kHeads;

@@ -71,6 +71,15 @@ TEST(ExportKvpressTest, StacksMapToPressesAndRatios) {
   EXPECT_EQ(Map("tova(budget=0,heads=mean,ratio=0.125)").press_name, "tova");
   EXPECT_DOUBLE_EQ(KvpressCompressionRatio(Map("tova(budget=0,heads=mean,ratio=0.125)"), 1, NAN), 0.875);
   EXPECT_EQ(Map("key-norm(budget=0,ratio=0.5,recent=1)").press_name, "knorm");
+  EXPECT_EQ(Map("keydiff(budget=0,ratio=0.5)").press_init, "KeyDiffPress(compression_ratio={R})");
+  EXPECT_EQ(Map("lagkv(budget=0,lag_size=64,n_sink=4,ratio=0.5)").press_init,
+            "LagKVPress(compression_ratio={R}, n_sink=4, lag_size=64)");
+  EXPECT_EQ(Map("cur(budget=0,leverage=kv_avg,local_window=16,num_sinks=4,ratio=0.5)").press_init,
+            "CURPress(compression_ratio={R}, num_sinks=4, leverage_type=\"kv_avg\", use_local_approximation=True, "
+            "local_window_size=16)");
+  EXPECT_EQ(Map("cur(budget=0,leverage=key,local_window=0,num_sinks=2,ratio=0.5)").press_init,
+            "CURPress(compression_ratio={R}, num_sinks=2, leverage_type=\"key\", use_local_approximation=False)");
+  EXPECT_DOUBLE_EQ(KvpressCompressionRatio(Map("keydiff(budget=0,ratio=0.25)"), 1, NAN), 0.75);
   EXPECT_EQ(Map("pyramidkv(beta=20,budget=0,every=256,kernel=7,pooling=max,ratio=0.5,window=32)").press_name,
             "pyramidkv");
   EXPECT_EQ(Map("adakv(alpha=0.2,beta=20,budget=0,every=256,kernel=7,layers=uniform,pooling=max,ratio=0.5,window=32)")

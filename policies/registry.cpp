@@ -26,6 +26,9 @@ namespace kvlab {
   X(AdaKV)                        \
   X(Tova)                         \
   X(KeyNorm)                      \
+  X(KeyDiff)                      \
+  X(LagKV)                        \
+  X(Cur)                          \
   X(A2sf)                         \
   X(Duo)                          \
   X(Think)                        \

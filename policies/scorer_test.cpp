@@ -1,0 +1,189 @@
+// The scorer policies that read the slots' keys and values (NeedsKeyValues)
+// on hand-built streams: keydiff, lagkv and cur, each against its rule
+// worked out by hand or computed here.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "policies/selection_test_util.h"
+
+namespace kvlab {
+namespace {
+
+using namespace testing_util;  // NOLINT: the shared helpers
+
+// --- keydiff ---
+
+// A StreamKvReader over keys given per slot ([n][d]; values zero).
+class FixedKeys : public StreamKvReader {
+ public:
+  FixedKeys(int d, std::vector<float> keys) : d_(d), keys_(std::move(keys)) {}
+  int head_dim() const override { return d_; }
+  void Read(float* keys, float* values) const override {
+    std::copy(keys_.begin(), keys_.end(), keys);
+    std::fill(values, values + keys_.size(), 0.0f);
+  }
+
+ private:
+  int d_;
+  std::vector<float> keys_;
+};
+
+TEST(KeyDiffPolicyTest, KeepsTheKeysLeastLikeTheAnchor) {
+  auto p = Make("keydiff", {{"budget", "3"}});
+  ASSERT_TRUE(p->NeedsKeyValues());
+  // Most keys point along (1, 0): the anchor does too. Slot 3 points away
+  // (negative cosine), slot 1 is orthogonal; the newest slot is always kept.
+  const FixedKeys kv(2, {1, 0, 0, 1, 2, 0.1f, -1, 0.2f, 1, 0.05f, 3, 0, 1, -0.1f, 1, 0});
+  TestStream s(8);
+  s.state.kv = &kv;
+  EXPECT_EQ(Kept(*p, s.state), (Slots{1, 3, 7}));
+}
+
+// The kept set against the rule computed here in double: anchor = mean of the
+// unit keys, score = -cos(key, anchor), the budget - 1 best of the older
+// slots (ties to the lower slot) plus the newest; at a ratio too.
+TEST(KeyDiffPolicyTest, MatchesTheCosineRuleOnRandomKeys) {
+  const int d = 16;
+  const int64_t n = 40;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> keys(static_cast<size_t>(n * d));
+  for (float& x : keys) x = g(rng) + 0.7f;  // a shared direction, as real keys have
+  std::vector<double> anchor(d, 0.0), score(static_cast<size_t>(n));
+  for (int64_t t = 0; t < n; ++t) {
+    double norm = 0;
+    for (int c = 0; c < d; ++c) norm += static_cast<double>(keys[t * d + c]) * keys[t * d + c];
+    for (int c = 0; c < d; ++c) anchor[c] += keys[t * d + c] / std::sqrt(norm) / static_cast<double>(n);
+  }
+  for (int64_t t = 0; t < n; ++t) {
+    double dot = 0, kn = 0, an = 0;
+    for (int c = 0; c < d; ++c) {
+      dot += keys[t * d + c] * anchor[c];
+      kn += static_cast<double>(keys[t * d + c]) * keys[t * d + c];
+      an += anchor[c] * anchor[c];
+    }
+    score[static_cast<size_t>(t)] = -dot / std::sqrt(kn * an);
+  }
+  const FixedKeys kv(d, keys);
+  for (const Params& params : {Params{{"budget", "10"}}, Params{{"ratio", "0.25"}}}) {
+    auto p = Make("keydiff", params);
+    Slots order(static_cast<size_t>(n - 1));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return score[a] > score[b]; });
+    Slots want(order.begin(), order.begin() + 9);
+    want.push_back(n - 1);
+    std::sort(want.begin(), want.end());
+    TestStream s(n);
+    s.state.kv = &kv;
+    EXPECT_EQ(Kept(*p, s.state), want) << params.begin()->first;
+  }
+  ExpectErrorNames("keydiff", {{"budget", "8"}, {"ratio", "0.5"}}, "ratio");
+  ExpectErrorNames("keydiff", {{"ratio", "0"}}, "ratio");
+}
+
+// --- lagkv ---
+
+// A StreamKvReader whose values equal its keys.
+class SameKeysAndValues : public StreamKvReader {
+ public:
+  SameKeysAndValues(int d, std::vector<float> rows) : d_(d), rows_(std::move(rows)) {}
+  int head_dim() const override { return d_; }
+  void Read(float* keys, float* values) const override {
+    std::copy(rows_.begin(), rows_.end(), keys);
+    std::copy(rows_.begin(), rows_.end(), values);
+  }
+
+ private:
+  int d_;
+  std::vector<float> rows_;
+};
+
+// n_sink 1, lag_size 4, 13 slots: partitions [1, 5) and [5, 9) are scored
+// against the next one's per-channel range; [9, 13) and the sink score 1.
+// Each partition spans [0, 1] per channel, so a row normalises to itself,
+// and the row with the largest spread over its channels ranks first: slot 2
+// in the first partition, slot 7 in the second.
+TEST(LagKVPolicyTest, KeepsEachPartitionsMostLagRelativeRows) {
+  auto p = Make("lagkv", {{"budget", "7"}, {"n_sink", "1"}, {"lag_size", "4"}});
+  ASSERT_TRUE(p->NeedsKeyValues());
+  auto row = [](float a, float b, float c, float e) { return std::vector<float>{a, b, c, e}; };
+  std::vector<std::vector<float>> rows = {
+      row(9, 9, 9, 9),                                                                       // sink
+      row(.2f, .2f, .2f, .2f), row(1, 0, 1, 0), row(.3f, .3f, .3f, .3f), row(.1f, .2f, .1f, .2f),  // partition 0
+      row(0, 0, 0, 0), row(1, 1, 1, 1), row(0, 1, 0, 1), row(.5f, .5f, .5f, .5f),            // partition 1
+      row(0, 0, 0, 0), row(1, 1, 1, 1), row(.5f, .5f, .5f, .5f), row(.2f, .2f, .2f, .2f)};   // partition 2
+  std::vector<float> flat;
+  for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
+  const SameKeysAndValues kv(4, flat);
+  TestStream s(13);
+  s.state.kv = &kv;
+  EXPECT_EQ(Kept(*p, s.state), (Slots{0, 2, 7, 9, 10, 11, 12}));
+  // One partition fewer in the budget: the two scored partitions' best tie at
+  // rank 3/4 and the lower slot goes first.
+  auto tight = Make("lagkv", {{"budget", "6"}, {"n_sink", "1"}, {"lag_size", "4"}});
+  EXPECT_EQ(Kept(*tight, s.state), (Slots{0, 2, 9, 10, 11, 12}));
+}
+
+TEST(LagKVPolicyTest, ShortStreamsKeepSinksThenTheNewest) {
+  // 9 < n_sink + 2 lag_size = 10: no partition is scored.
+  auto p = Make("lagkv", {{"budget", "5"}, {"n_sink", "2"}, {"lag_size", "4"}});
+  const SameKeysAndValues kv(2, std::vector<float>(18, 1.0f));
+  TestStream s(9);
+  s.state.kv = &kv;
+  EXPECT_EQ(Kept(*p, s.state), (Slots{0, 1, 6, 7, 8}));
+  ExpectErrorNames("lagkv", {{"lag_size", "1"}}, "lag_size");
+  ExpectErrorNames("lagkv", {{"n_sink", "-1"}}, "n_sink");
+  ExpectErrorNames("lagkv", {{"budget", "8"}, {"ratio", "0.5"}}, "ratio");
+}
+
+// --- cur ---
+
+// head_dim 1: k2 = [25, 1, 4, 6.25, 1, 1, 16, 1], v2 = [1, 9, 1, 1, 4, 1, 1, 1].
+// With windows of 4, slot 1's product is (1 / 36.25)(9 / 12), slot 4's
+// (1 / 19)(4 / 7), slot 6's (16 / 19)(1 / 7): the order of the non-sink,
+// non-newest slots is 6, 4, 1, 3, 2, 5.
+class KeysAndValues : public StreamKvReader {
+ public:
+  KeysAndValues(std::vector<float> k, std::vector<float> v) : k_(std::move(k)), v_(std::move(v)) {}
+  int head_dim() const override { return 1; }
+  void Read(float* keys, float* values) const override {
+    std::copy(k_.begin(), k_.end(), keys);
+    std::copy(v_.begin(), v_.end(), values);
+  }
+
+ private:
+  std::vector<float> k_, v_;
+};
+
+TEST(CurPolicyTest, KeepsTheHighestLocalLeverageProducts) {
+  const KeysAndValues kv({5, 1, 2, 2.5f, 1, 1, 4, 1}, {1, 3, 1, 1, 2, 1, 1, 1});
+  TestStream s(8);
+  s.state.kv = &kv;
+  const Params local = {{"num_sinks", "1"}, {"local_window", "4"}};
+  auto with = [&](Params p, const std::string& budget) {
+    p["budget"] = budget;
+    return Make("cur", p);
+  };
+  ASSERT_TRUE(with(local, "4")->NeedsKeyValues());
+  EXPECT_EQ(Kept(*with(local, "4"), s.state), (Slots{0, 4, 6, 7}));
+  EXPECT_EQ(Kept(*with(local, "5"), s.state), (Slots{0, 1, 4, 6, 7}));
+  // Without windows or sinks, one side alone: the largest squared norms.
+  EXPECT_EQ(Kept(*with({{"num_sinks", "0"}, {"local_window", "0"}, {"leverage", "key"}}, "3"), s.state),
+            (Slots{0, 6, 7}));
+  EXPECT_EQ(Kept(*with({{"num_sinks", "0"}, {"local_window", "0"}, {"leverage", "value"}}, "3"), s.state),
+            (Slots{1, 4, 7}));
+  // kv_avg over windows: slot 6's (16 / 19 + 1 / 7) / 2, then slot 1's (1 / 36.25 + 9 / 12) / 2
+  // (slot 4's product came second, its average third).
+  EXPECT_EQ(Kept(*with({{"num_sinks", "1"}, {"local_window", "4"}, {"leverage", "kv_avg"}}, "4"), s.state),
+            (Slots{0, 1, 6, 7}));
+  ExpectErrorNames("cur", {{"leverage", "svd"}}, "leverage");
+  ExpectErrorNames("cur", {{"local_window", "-1"}}, "local_window");
+}
+
+}  // namespace
+}  // namespace kvlab
