@@ -16,29 +16,29 @@ namespace {
 
 using namespace testing_util;  // NOLINT: the shared helpers
 
-// --- keydiff ---
-
-// A StreamKvReader over keys given per slot ([n][d]; values zero).
-class FixedKeys : public StreamKvReader {
+// A StreamKvReader over given keys and values ([n][d] each).
+class Rows : public StreamKvReader {
  public:
-  FixedKeys(int d, std::vector<float> keys) : d_(d), keys_(std::move(keys)) {}
+  Rows(int d, std::vector<float> keys, std::vector<float> values) : d_(d), k_(std::move(keys)), v_(std::move(values)) {}
   int head_dim() const override { return d_; }
   void Read(float* keys, float* values) const override {
-    std::copy(keys_.begin(), keys_.end(), keys);
-    std::fill(values, values + keys_.size(), 0.0f);
+    std::copy(k_.begin(), k_.end(), keys);
+    std::copy(v_.begin(), v_.end(), values);
   }
 
  private:
   int d_;
-  std::vector<float> keys_;
+  std::vector<float> k_, v_;
 };
+
+// --- keydiff ---
 
 TEST(KeyDiffPolicyTest, KeepsTheKeysLeastLikeTheAnchor) {
   auto p = Make("keydiff", {{"budget", "3"}});
   ASSERT_TRUE(p->NeedsKeyValues());
   // Most keys point along (1, 0): the anchor does too. Slot 3 points away
   // (negative cosine), slot 1 is orthogonal; the newest slot is always kept.
-  const FixedKeys kv(2, {1, 0, 0, 1, 2, 0.1f, -1, 0.2f, 1, 0.05f, 3, 0, 1, -0.1f, 1, 0});
+  const Rows kv(2, {1, 0, 0, 1, 2, 0.1f, -1, 0.2f, 1, 0.05f, 3, 0, 1, -0.1f, 1, 0}, std::vector<float>(16));
   TestStream s(8);
   s.state.kv = &kv;
   EXPECT_EQ(Kept(*p, s.state), (Slots{1, 3, 7}));
@@ -69,7 +69,7 @@ TEST(KeyDiffPolicyTest, MatchesTheCosineRuleOnRandomKeys) {
     }
     score[static_cast<size_t>(t)] = -dot / std::sqrt(kn * an);
   }
-  const FixedKeys kv(d, keys);
+  const Rows kv(d, keys, std::vector<float>(keys.size()));
   for (const Params& params : {Params{{"budget", "10"}}, Params{{"ratio", "0.25"}}}) {
     auto p = Make("keydiff", params);
     Slots order(static_cast<size_t>(n - 1));
@@ -88,21 +88,6 @@ TEST(KeyDiffPolicyTest, MatchesTheCosineRuleOnRandomKeys) {
 
 // --- lagkv ---
 
-// A StreamKvReader whose values equal its keys.
-class SameKeysAndValues : public StreamKvReader {
- public:
-  SameKeysAndValues(int d, std::vector<float> rows) : d_(d), rows_(std::move(rows)) {}
-  int head_dim() const override { return d_; }
-  void Read(float* keys, float* values) const override {
-    std::copy(rows_.begin(), rows_.end(), keys);
-    std::copy(rows_.begin(), rows_.end(), values);
-  }
-
- private:
-  int d_;
-  std::vector<float> rows_;
-};
-
 // n_sink 1, lag_size 4, 13 slots: partitions [1, 5) and [5, 9) are scored
 // against the next one's per-channel range; [9, 13) and the sink score 1.
 // Each partition spans [0, 1] per channel, so a row normalises to itself,
@@ -119,7 +104,7 @@ TEST(LagKVPolicyTest, KeepsEachPartitionsMostLagRelativeRows) {
       row(0, 0, 0, 0), row(1, 1, 1, 1), row(.5f, .5f, .5f, .5f), row(.2f, .2f, .2f, .2f)};   // partition 2
   std::vector<float> flat;
   for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
-  const SameKeysAndValues kv(4, flat);
+  const Rows kv(4, flat, flat);  // values equal to the keys
   TestStream s(13);
   s.state.kv = &kv;
   EXPECT_EQ(Kept(*p, s.state), (Slots{0, 2, 7, 9, 10, 11, 12}));
@@ -132,7 +117,7 @@ TEST(LagKVPolicyTest, KeepsEachPartitionsMostLagRelativeRows) {
 TEST(LagKVPolicyTest, ShortStreamsKeepSinksThenTheNewest) {
   // 9 < n_sink + 2 lag_size = 10: no partition is scored.
   auto p = Make("lagkv", {{"budget", "5"}, {"n_sink", "2"}, {"lag_size", "4"}});
-  const SameKeysAndValues kv(2, std::vector<float>(18, 1.0f));
+  const Rows kv(2, std::vector<float>(18, 1.0f), std::vector<float>(18, 1.0f));
   TestStream s(9);
   s.state.kv = &kv;
   EXPECT_EQ(Kept(*p, s.state), (Slots{0, 1, 6, 7, 8}));
@@ -147,21 +132,8 @@ TEST(LagKVPolicyTest, ShortStreamsKeepSinksThenTheNewest) {
 // With windows of 4, slot 1's product is (1 / 36.25)(9 / 12), slot 4's
 // (1 / 19)(4 / 7), slot 6's (16 / 19)(1 / 7): the order of the non-sink,
 // non-newest slots is 6, 4, 1, 3, 2, 5.
-class KeysAndValues : public StreamKvReader {
- public:
-  KeysAndValues(std::vector<float> k, std::vector<float> v) : k_(std::move(k)), v_(std::move(v)) {}
-  int head_dim() const override { return 1; }
-  void Read(float* keys, float* values) const override {
-    std::copy(k_.begin(), k_.end(), keys);
-    std::copy(v_.begin(), v_.end(), values);
-  }
-
- private:
-  std::vector<float> k_, v_;
-};
-
 TEST(CurPolicyTest, KeepsTheHighestLocalLeverageProducts) {
-  const KeysAndValues kv({5, 1, 2, 2.5f, 1, 1, 4, 1}, {1, 3, 1, 1, 2, 1, 1, 1});
+  const Rows kv(1, {5, 1, 2, 2.5f, 1, 1, 4, 1}, {1, 3, 1, 1, 2, 1, 1, 1});
   TestStream s(8);
   s.state.kv = &kv;
   const Params local = {{"num_sinks", "1"}, {"local_window", "4"}};

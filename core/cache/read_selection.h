@@ -74,7 +74,7 @@ struct ReadSelection {
 // Streams are ranked one after another on the calling thread, each by the
 // vectorised PageBoundScores (an OpenMP team over a layer's 8 streams is
 // 3-45x slower than one thread on a loaded 2-core host, its barrier waiting
-// for a descheduled thread; docs/performance.md, "Quest").
+// for a descheduled thread; read_bench's BM_RankPages).
 void SelectLayerReads(const PageTable& pt, int layer, const KVPolicy* read, const AttentionParams& p,
                       ReadSelection* out);
 
