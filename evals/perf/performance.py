@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The kernel figures of docs/performance.md, measured and rendered by one script.
 
-  python3 evals/perf/performance.py measure [--build build]   # this host: results/perf/<host>.json
+  python3 evals/perf/performance.py measure [--build build] [--engine DIR]   # this host: results/perf/<host>.json
   python3 evals/perf/performance.py render                    # docs/performance.md's kernel tables
   python3 evals/perf/performance.py check                     # exit 1 when the page differs from render
 
@@ -11,7 +11,10 @@ five repetitions). Every floor fraction on the page is a kernel's bytes read
 per second over that one figure. It then runs each benchmark program once
 with the cases below (median of three repetitions, --benchmark_min_time=0.5)
 and keeps, per case, the median time, the bytes the case reads per second
-(the benchmark's own counter) and the fraction. Nothing else may run on the
+(the benchmark's own counter) and the fraction. With --engine DIR it also
+runs the engine's decode step against its floor
+(evals/configs/weights16/step-floor.sh, its 3.8 GB checkpoint kept in DIR)
+with that same bandwidth. Nothing else may run on the
 host meanwhile: the 2-core hosts are shared, and a figure taken under load
 is not a figure.
 
@@ -36,8 +39,11 @@ FLAGS = ["--benchmark_min_time=0.5", "--benchmark_repetitions=3", "--benchmark_r
 BANDWIDTH = ("attention_bench", ["--benchmark_filter=^BM_ReadBandwidth/", "--benchmark_repetitions=5",
                                  "--benchmark_report_aggregates_only=true", "--benchmark_format=json"])
 
-# (section, label, program, benchmark, counter). The counter is the bytes the
-# case reads per second; "GBps" is kivi_bench's, in GB/s.
+# (section, label, program, benchmark, counter[, time counter]). The counter
+# is the bytes the case reads per second; "GBps" is kivi_bench's, in GB/s;
+# "A*B" multiplies two counters (block_runs_bench's fraction of its own
+# bandwidth times that bandwidth in GB/s). The time is the benchmark's
+# real time, or the named counter in milliseconds.
 CASES = [
     ("Paged decode attention", "paged decode, 4K, layout 1", "attention_bench",
      "BM_PagedDecodeCpu/ctx:4096/batch:1/layout:1/real_time", "kv_read"),
@@ -49,6 +55,12 @@ CASES = [
      "BM_PagedDecodeCpu/ctx:4096/batch:4/layout:1/real_time", "kv_read"),
     ("Paged decode attention", "plain sum over the same blocks, 16K, layout 3", "attention_bench",
      "BM_PagedGatherRead/ctx:16384/batch:1/layout:3/real_time", "kv_read"),
+    ("Decode-time block runs", "all prefilled (l3)", "block_runs_bench",
+     "BM_GrownDecode/prefill:1024/decode:15360/runs:32/aged:0/real_time", "frac_l3*bw_GBps", "l3_ms"),
+    ("Decode-time block runs", "grown by decode, runs off", "block_runs_bench",
+     "BM_GrownDecode/prefill:1024/decode:15360/runs:32/aged:0/real_time", "frac_off*bw_GBps", "off_ms"),
+    ("Decode-time block runs", "grown by decode, runs of 32", "block_runs_bench",
+     "BM_GrownDecode/prefill:1024/decode:15360/runs:32/aged:0/real_time", "frac_on*bw_GBps", "on_ms"),
     ("Sealed encodings", "bf16, 16K, layout 3", "kivi_bench", "BM_DecodeBf16/ctx:16384/layout:3/real_time", "GBps"),
     ("Sealed encodings", "KIVI-2 exact, 16K, layout 3", "kivi_bench", "BM_DecodeKivi2/ctx:16384/layout:3/real_time",
      "GBps"),
@@ -73,6 +85,10 @@ SECTIONS = {
                               "block_size 16), batch 1 unless named, `kernels/attention_bench.cpp`. Layouts: 1 = every "
                               "block at a random place on huge pages (what `BlockPool` asks for), 3 = runs of 32 "
                               "contiguous blocks in random order (the engine's chunked prefill and decode-time runs).",
+    "Decode-time block runs": "One llama-3.1-8b sequence grown in the engine's `KVCache` to 16,384 tokens (1,024 "
+                              "prefilled, 15,360 decoded one by one), each call reading one layer of the 32 "
+                              "(`core/cache/block_runs_bench.cpp`): the same cache all prefilled, grown without "
+                              "decode-time runs, and grown with runs of 32 blocks (`run_blocks`, the default).",
     "Sealed encodings": "The same layer's decode over sealed blocks, `kernels/kivi_bench.cpp`: KIVI-2 (keys per "
                         "channel, values per token, 2 bits, group 32, residual 128), int8 and fp8 per-token scales "
                         "(`quant`); bytes are the encoded blocks plus the plain residual; in brackets the speed-up "
@@ -128,7 +144,29 @@ def to_ms(b):
     return b["real_time"] * scale
 
 
-def measure(build):
+ENGINE_COLUMNS = ["prefill tok/s", "prefill FMA share", "decode ms/step", "bytes a step", "floor ms",
+                  "frac of floor"]
+
+
+def measure_engine(build, engine_dir, bandwidth, kind):
+    """step-floor.sh at this host's one bandwidth; its table's rows."""
+    out = os.path.join(RESULTS, kind.lower().replace(" ", "-") + "-engine")
+    env = dict(os.environ, KVLAB_READ_BW_GBPS=f"{bandwidth / 1e9:.3f}")
+    modes = os.environ.get("KVLAB_STEP_FLOOR_MATMUL", "")
+    script = os.path.join("evals", "configs", "weights16", "step-floor.sh")
+    subprocess.run(["bash", script, engine_dir, build, out], cwd=ROOT, env=env, check=True, capture_output=True)
+    rows = []
+    with open(os.path.join(out, "step-floor.md"), encoding="utf-8") as f:
+        for line in f:
+            cells = [c.strip().strip("*") for c in line.strip().strip("|").split("|")]
+            if len(cells) == 8 and cells[0] not in ("weights, arithmetic", "---"):
+                rows.append(dict(zip(["weights"] + ENGINE_COLUMNS, [cells[0]] + cells[1:4] + cells[4:5] + cells[6:8])))
+    prefix = f"KVLAB_STEP_FLOOR_MATMUL='{modes}' " if modes else ""
+    return rows, (f"{prefix}KVLAB_READ_BW_GBPS={bandwidth / 1e9:.3f} bash {script} DIR build "
+                  f"{os.path.relpath(out, ROOT)}")
+
+
+def measure(build, engine_dir=None):
     kind, facts = host_kind()
     load_before = os.getloadavg()[0]
     doc, bw_cmd = run_json(build, *BANDWIDTH)
@@ -136,23 +174,39 @@ def measure(build):
     bandwidth = bw["read"]  # bytes per second
     cases, commands = [], {}
     for program in dict.fromkeys(c[2] for c in CASES):
-        names = [c[3] for c in CASES if c[2] == program]
+        names = list(dict.fromkeys(c[3] for c in CASES if c[2] == program))
         filt = "^(" + "|".join(re.escape(n[: -len("/real_time")]) for n in names) + ")/real_time$"
         doc, cmd = run_json(build, program, ["--benchmark_filter=" + filt] + FLAGS)
         commands[program] = cmd
-        for section, label, prog, name, counter in CASES:
+        for section, label, prog, name, counter, *time_key in CASES:
             if prog != program:
                 continue
             b = median_of(doc, name)
-            if counter not in b:
-                raise SystemExit(f"performance.py: {name} reports no counter '{counter}'")
-            rate = b[counter] * 1e9 if counter == "GBps" else b[counter]
-            cases.append({"section": section, "label": label, "benchmark": name, "time_ms": to_ms(b),
+            for key in counter.split("*") + time_key:
+                if key not in b:
+                    raise SystemExit(f"performance.py: {name} reports no counter '{key}'")
+            if "*" in counter:
+                first, second = counter.split("*")
+                rate = b[first] * b[second] * 1e9
+            else:
+                rate = b[counter] * 1e9 if counter == "GBps" else b[counter]
+            time_ms = b[time_key[0]] if time_key else to_ms(b)
+            cases.append({"section": section, "label": label, "benchmark": name, "time_ms": time_ms,
                           "GBps": rate / 1e9, "frac": rate / bandwidth,
                           "cpu_isa": doc["context"].get("cpu_isa", "")})
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip()
+    if engine_dir:
+        engine, engine_cmd = measure_engine(build, engine_dir, bandwidth, kind)
+    else:  # keep the host's last engine rows
+        engine, engine_cmd = [], ""
+        old_path = os.path.join(RESULTS, kind.lower().replace(" ", "-") + ".json")
+        if os.path.exists(old_path):
+            with open(old_path, encoding="utf-8") as f:
+                old = json.load(f)
+            engine, engine_cmd = old.get("engine", []), old.get("engine_command", "")
     result = {"host": kind, "cpu": facts, "commit": commit, "date": datetime.date.today().isoformat(),
+              "engine": engine, "engine_command": engine_cmd,
               "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
               "bandwidth_GBps": bandwidth / 1e9, "bandwidth_command": bw_cmd, "commands": commands, "cases": cases}
     os.makedirs(RESULTS, exist_ok=True)
@@ -193,10 +247,10 @@ def render_block():
         out += ["", f"### {section}", "", SECTIONS[section], ""]
         out.append("| case | " + " | ".join(h["host"] for h in hosts) + " |")
         out.append("| --- |" + " --- |" * len(hosts))
-        for _, label, program, name, _ in (c for c in CASES if c[0] == section):
+        for _, label, program, name, *_ in (c for c in CASES if c[0] == section):
             cells = []
             for h in hosts:
-                got = [c for c in h["cases"] if c["benchmark"] == name]
+                got = [c for c in h["cases"] if c["benchmark"] == name and c["label"] == label]
                 base = [c for c in h["cases"] if c["section"] == section and c["label"] == BASELINE.get(section)]
                 if not got:
                     cells.append("not measured")
@@ -211,6 +265,21 @@ def render_block():
             for p in programs:
                 if p in h["commands"]:
                     out += ["", f"{h['host']}: `{h['commands'][p]}`"]
+    out += ["", "### The engine's decode step against its floor", "",
+            "The engine at Llama-3.1-8B's shape cut to 4 layers, batch 1, a 4,096-token prompt, 32 new tokens, "
+            "fp32 weights and the bf16 checkpoint under each `--matmul` (`evals/configs/weights16/step-floor.sh`). "
+            "Floor = the bytes a decode step reads (every weight but the embedding table, plus the KV read) over "
+            "the host's read bandwidth above; prefill FMA share = its multiply-adds per second over kivi_bench's "
+            "8-lane fp32 FMA peak.", ""]
+    engine_hosts = [h for h in hosts if h.get("engine")]
+    if not engine_hosts:
+        out.append("No host has run `performance.py measure --engine DIR` yet.")
+    for h in engine_hosts:
+        out.append(f"| {h['host']}: weights, arithmetic | " + " | ".join(ENGINE_COLUMNS) + " |")
+        out.append("| --- |" + " --- |" * len(ENGINE_COLUMNS))
+        for r in h["engine"]:
+            out.append(f"| {r['weights']} | " + " | ".join(r[c] for c in ENGINE_COLUMNS) + " |")
+        out += ["", f"{h['host']}: `{h['engine_command']}`", ""]
     out += ["", END]
     return "\n".join(out)
 
@@ -236,9 +305,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("command", choices=["measure", "render", "check"])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--engine", metavar="DIR", help="also the engine's step against its floor (checkpoint in DIR)")
     a = ap.parse_args()
     if a.command == "measure":
-        measure(a.build)
+        measure(a.build, a.engine)
         return render(True)
     return render(a.command == "render")
 

@@ -5,6 +5,7 @@ import torch
 
 import kvlab
 import key_norm_py  # noqa: F401  (registers key-norm-py)
+import keydiff  # noqa: F401  (registers keydiff-py)
 
 TINY = "datasets/models/tiny-gqa"
 PROMPT = ("The KV cache of a decoder grows with every token it reads, so long prompts need a policy "
@@ -32,6 +33,44 @@ def test_key_norm_python_equals_cpp_bit_for_bit():
     a = m.generate(PROMPT, policy="key-norm:budget=32", max_new_tokens=12, stop_at_eos=False)
     b = m.generate(PROMPT, policy="key-norm-py:budget=32", max_new_tokens=12, stop_at_eos=False)
     assert a["tokens"] == b["tokens"] and a["memory"] == b["memory"]
+
+
+def test_keydiff_python_equals_cpp():
+    """examples/python/keydiff.py, KeyDiff in a few lines of Python, keeps
+    the C++ keydiff's slots, so the logits are the same."""
+    m = model()
+    ids = m.encode(PROMPT)
+    for params in ("budget=32", "ratio=0.3"):
+        cpp, cpp_extra = m.logits(ids, "keydiff:" + params, return_kept=True)
+        py, py_extra = m.logits(ids, "keydiff-py:" + params, return_kept=True)
+        assert py_extra["kept"] == cpp_extra["kept"], params
+        assert torch.equal(py, cpp), params
+        assert py_extra["kept"][0][0] != list(range(len(ids)))  # it did evict
+
+
+def test_per_layer_and_per_head():
+    """A Python policy sees each stream's layer and KV head and may decide
+    per head: here layer 0's heads keep their oldest slots and the others
+    their newest, and the pools hold exactly what each head kept."""
+
+    class OldestOnLayer0(kvlab.ScorerPolicy):
+        """oldest slots on layer 0, newest elsewhere (test)"""
+
+        def score(self, keys, values, attention, positions, state):
+            order = positions.float()
+            return -order if state["layer"] == 0 else order
+
+    kvlab.register_policy("oldest-on-layer0", OldestOnLayer0)
+    m = model()
+    ids = m.encode(PROMPT)
+    _, extra = m.logits(ids, "oldest-on-layer0:budget=32", return_kept=True)
+    kept = extra["kept"]  # [layer][head] -> positions kept
+    n = len(ids)
+    for h, slots in enumerate(kept[0]):
+        assert slots == list(range(31)) + [n - 1], h  # the 31 oldest, then the newest (recent = 1)
+    for layer in kept[1:]:
+        for slots in layer:
+            assert slots == list(range(n - 32, n))
 
 
 def test_stacked_with_kivi_and_offload():

@@ -9,10 +9,13 @@
 #
 # floor = bytes a decode step reads (every weight tensor but the embedding
 # table, of which a step reads one row; plus the KV read that kvlab reports)
-# / the host's read bandwidth, measured just before and just after each run
-# (block_runs_bench's BM_ReadBandwidth, a 1 GiB sum on every thread, median of
-# 3; the floor takes their mean: this host's bandwidth moves with its
-# neighbours). frac = floor / the median step. Prefill's FMA share: the products' and attention's
+# / the host's read bandwidth: KVLAB_READ_BW_GBPS when set (what
+# evals/perf/performance.py measured once for the host), else measured just
+# before and just after each run (block_runs_bench's BM_ReadBandwidth, a
+# 1 GiB sum on every thread, median of 3; the floor takes their mean).
+# KVLAB_STEP_FLOOR_MATMUL: the --matmul modes run on the bf16 checkpoint
+# (default "f32 prefill weights"; bf16 arithmetic without the CPU's bf16
+# instructions, as on Zen 3, takes over ten minutes a prefill). frac = floor / the median step. Prefill's FMA share: the products' and attention's
 # multiply-adds (every layer matrix per token, the head on the last token;
 # QK and PV over the causal half) per second, over kivi_bench's measured
 # 8-lane fp32 FMA peak (fma_peak_G_per_core) x 8 lanes x the threads.
@@ -35,6 +38,7 @@ log=$out/step-floor.log
   "$B/kivi_bench" --benchmark_filter='BM_DecodeBf16/ctx:4096/layout:3' --benchmark_min_time=0.1 2>&1 |
     grep -E '^(fma_peak_G_per_core|omp_threads):'
   bandwidth() {
+    if [ -n "${KVLAB_READ_BW_GBPS:-}" ]; then echo "$KVLAB_READ_BW_GBPS"; return; fi
     "$B/block_runs_bench" --benchmark_filter=BM_ReadBandwidth --benchmark_min_time=0.5 --benchmark_repetitions=3 \
       --benchmark_report_aggregates_only=true 2>&1 | sed -n 's/^BM_ReadBandwidth.*_median.* read=\([0-9.]*\)G.*/\1/p'
   }
@@ -48,7 +52,7 @@ log=$out/step-floor.log
     echo "bw_after_GBps: $(bandwidth)"
   }
   run "f32 weights" --model llama-3.1-8b --layers 4
-  for m in f32 prefill weights; do run "bf16 weights, --matmul $m" --model "$ck" --matmul "$m"; done
+  for m in ${KVLAB_STEP_FLOOR_MATMUL:-f32 prefill weights}; do run "bf16 weights, --matmul $m" --model "$ck" --matmul "$m"; done
   echo "# load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
 } > "$log"
 
