@@ -191,6 +191,19 @@ bool MapSelection(const ParsedPolicy& p, KvpressPress* out) {
                       Text(p, "leverage") + "\", use_local_approximation=" + (local ? "True" : "False") +
                       (local ? ", local_window_size=" + Text(p, "local_window") : std::string()) + ")";
     out->note = "the same leverage scores; kvlab also keeps the newest slot." + std::string(kEveryStep);
+  } else if (n == "chunkkv") {
+    const std::map<std::string, std::string> inner = {{"keydiff", "KeyDiffPress"}, {"lagkv", "LagKVPress"},
+                                                      {"cur", "CURPress"}, {"key-norm", "KnormPress"},
+                                                      {"h2o", "ObservedAttentionPress"}};
+    const auto it = inner.find(Text(p, "score"));
+    if (it == inner.end()) return false;
+    out->press_name = "chunkkv";
+    BudgetOrRatio(p, 0.5, out);
+    out->press_init = "ChunkKVPress(press=" + it->second + "(compression_ratio={R}), chunk_length=" +
+                      Text(p, "chunk_length") + ")";
+    out->note = "ChunkKVPress sums the heads' scores and keeps the same chunks in every head of a layer, and a "
+                "number of chunks; kvlab ranks each KV head's chunks by their own mean score, keeps the newest "
+                "chunk and fills the budget in tokens." + std::string(kEveryStep);
   } else if (n == "duo") {
     out->press_name = "duo_attention";
     out->ratio_kind = KvpressRatioKind::kHeads;

@@ -80,6 +80,8 @@ TEST(ExportKvpressTest, StacksMapToPressesAndRatios) {
   EXPECT_EQ(Map("cur(budget=0,leverage=key,local_window=0,num_sinks=2,ratio=0.5)").press_init,
             "CURPress(compression_ratio={R}, num_sinks=2, leverage_type=\"key\", use_local_approximation=False)");
   EXPECT_DOUBLE_EQ(KvpressCompressionRatio(Map("keydiff(budget=0,ratio=0.25)"), 1, NAN), 0.75);
+  EXPECT_EQ(Map("chunkkv(budget=0,chunk_length=20,ratio=0.5,score=lagkv)").press_init,
+            "ChunkKVPress(press=LagKVPress(compression_ratio={R}), chunk_length=20)");
   EXPECT_EQ(Map("pyramidkv(beta=20,budget=0,every=256,kernel=7,pooling=max,ratio=0.5,window=32)").press_name,
             "pyramidkv");
   EXPECT_EQ(Map("adakv(alpha=0.2,beta=20,budget=0,every=256,kernel=7,layers=uniform,pooling=max,ratio=0.5,window=32)")

@@ -29,6 +29,7 @@ namespace kvlab {
   X(KeyDiff)                      \
   X(LagKV)                        \
   X(Cur)                          \
+  X(ChunkKV)                      \
   X(A2sf)                         \
   X(Duo)                          \
   X(Think)                        \

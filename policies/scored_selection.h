@@ -76,6 +76,8 @@ class ScoredSelection : public KVPolicy {
   bool SelectSlots(const StreamState& s, std::vector<int64_t>* keep) const override;
 
   const SelectionBudget& budget() const { return budget_; }
+  // Score()'s public face, for a policy that ranks by another's score (chunkkv).
+  void ScoreSlots(const StreamState& s, int64_t n, float* out) const { Score(s, n, out); }
   // The budget of a stream at its sequence's length so far.
   int64_t BudgetOf(const StreamState& s) const { return budget_.At(std::max(s.seq_length, s.num_tokens)); }
 

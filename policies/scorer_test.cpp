@@ -157,5 +157,35 @@ TEST(CurPolicyTest, KeepsTheHighestLocalLeverageProducts) {
   ExpectErrorNames("cur", {{"local_window", "-1"}}, "local_window");
 }
 
+// --- chunkkv ---
+
+// 14 slots in chunks of 4: [0, 4) scores 0.1, [4, 8) 0.9, [8, 12) 0.5 and
+// the newest chunk [12, 14). The newest chunk stays, then whole chunks by
+// their mean score while they fit the budget.
+TEST(ChunkKVPolicyTest, KeepsWholeChunksByTheScorersMean) {
+  std::vector<float> scores = {.1f, .1f, .1f, .1f, .8f, 1, .9f, .9f, .5f, .4f, .6f, .5f, 0, 0};
+  TestStream s(14, scores);
+  auto chunk = [](const std::string& score, const std::string& budget) {
+    return Make("chunkkv", {{"score", score}, {"chunk_length", "4"}, {"budget", budget}});
+  };
+  ASSERT_TRUE(chunk("h2o", "8")->NeedsAttentionScores());
+  EXPECT_EQ(Kept(*chunk("h2o", "8"), s.state), (Slots{4, 5, 6, 7, 12, 13}));
+  EXPECT_EQ(Kept(*chunk("h2o", "10"), s.state), (Slots{4, 5, 6, 7, 8, 9, 10, 11, 12, 13}));
+  EXPECT_EQ(Kept(*chunk("h2o", "9"), s.state), (Slots{4, 5, 6, 7, 12, 13}));  // a chunk does not fit in 3 slots
+  // key-norm ranks by the lowest score (its norms): the first chunk.
+  ASSERT_TRUE(chunk("key-norm", "8")->NeedsKeyNorms());
+  EXPECT_EQ(Kept(*chunk("key-norm", "8"), s.state), (Slots{0, 1, 2, 3, 12, 13}));
+  // Equal means: the earlier chunk.
+  TestStream flat(14, std::vector<float>(14, 1.0f));
+  EXPECT_EQ(Kept(*chunk("h2o", "6"), flat.state), (Slots{0, 1, 2, 3, 12, 13}));
+  // A budget under the newest chunk keeps its newest slots.
+  auto wide = Make("chunkkv", {{"score", "h2o"}, {"chunk_length", "8"}, {"budget", "4"}});
+  EXPECT_EQ(Kept(*wide, s.state), (Slots{10, 11, 12, 13}));
+  // A key-reading scorer is asked through its needs (keydiff by default).
+  EXPECT_TRUE(Make("chunkkv", {{"budget", "8"}})->NeedsKeyValues());
+  ExpectErrorNames("chunkkv", {{"score", "snapkv"}}, "score");
+  ExpectErrorNames("chunkkv", {{"chunk_length", "0"}}, "chunk_length");
+}
+
 }  // namespace
 }  // namespace kvlab
