@@ -42,9 +42,9 @@ struct EngineOptions {
   // blocks come from a run of this many consecutive blocks reserved ahead,
   // so that decode-grown caches read as fast as prefilled ones; the reserve
   // is reported apart from the KV held (MemoryStats). 0 or 1: off. 32 is a
-  // 512-token chunked prefill's run at block size 16: on a decode-grown
-  // cache runs of 16 read at 0.93-0.98 of a prefilled cache's speed, runs of
-  // 32 at 1.00-1.01 (docs/performance.md, "Decode-time blocks in runs").
+  // 512-token chunked prefill's run at block size 16: a decode-grown cache
+  // with runs of 32 reads as fast as a prefilled one (docs/performance.md,
+  // "Decode-time block runs").
   int run_blocks = 32;
   DType kv_dtype = DType::kBF16; // cache storage dtype; compute is fp32
   // Pool capacity. num_blocks > 0 wins; else room for max_seqs sequences of
