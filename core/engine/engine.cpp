@@ -349,26 +349,23 @@ Status Engine::ForwardStep(const std::vector<SeqChunk>& chunks, bool all_logits,
   Impl& s = *impl_;
   const int64_t vocab = s.model->config().vocab_size;
   KVLAB_RETURN_IF_ERROR(CheckChunks(chunks));
-  std::vector<int32_t> tokens, positions, qo_indptr{0};
-  std::vector<int64_t> seqs;
+  std::vector<int32_t> tokens;
+  StepRequest req;  // the step's sequences, their new tokens' offsets and positions
   for (const SeqChunk& c : chunks) {
-    seqs.push_back(c.seq);
+    req.seqs.push_back(c.seq);
     const int64_t start = s.seq_len[c.seq];
     for (size_t i = 0; i < c.tokens.size(); ++i) {
       tokens.push_back(c.tokens[i]);
-      positions.push_back(static_cast<int32_t>(start + static_cast<int64_t>(i)));
+      req.positions.push_back(static_cast<int32_t>(start + static_cast<int64_t>(i)));
     }
-    qo_indptr.push_back(static_cast<int32_t>(tokens.size()));
+    req.qo_indptr.push_back(static_cast<int32_t>(tokens.size()));
   }
   if (!CanForward(chunks)) {
     return Status::ResourceExhausted("KV pool has " + std::to_string(s.cache->AvailableBlocks()) +
                                      " free blocks, too few for this step");
   }
   // Door one: the cache reserves the step's slots and hands out its view.
-  StepRequest req;
-  req.seqs = std::move(seqs);
-  req.qo_indptr = qo_indptr;
-  req.positions = positions;
+  const std::vector<int32_t>& qo_indptr = req.qo_indptr;
   StepView view;
   KVLAB_RETURN_IF_ERROR(s.cache->BeginStep(req, s.policies, &view));
   // The backend and the model work on the view alone.
@@ -378,7 +375,7 @@ Status Engine::ForwardStep(const std::vector<SeqChunk>& chunks, bool all_logits,
   }
   PagedForward in;
   in.tokens = &tokens;
-  in.positions = &positions;
+  in.positions = &req.positions;
   in.qo_indptr = &qo_indptr;
   in.attention = s.backend.get();
   in.all_logits = all_logits;
